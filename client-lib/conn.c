@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * conn.c - connections to the daemon: connect and Hello, one request in
+ * flight per connection, the process's list of connections (dropped in a
+ * child after fork) and the default connection of the librdmacm mirror.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "libodpd-private.h"
+
+/* Every connection of the process, so that a child after fork can drop them. */
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct odpd_link conns = LINK_HEAD_INIT(conns);
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_error;
+
+/* Lock order: default_lock, then conns_lock, then a connection's tables_lock. */
+static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct odpd_conn *default_conn;
+
+/* ---------------------------------------------------------------- state */
+
+static void conn_kill(struct odpd_conn *c, const char *reason)
+{
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = -1;
+	snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
+}
+
+int conn_check(struct odpd_conn *c, const char *what)
+{
+	if (c->sock < 0)
+		return errmsg_set(-ENOTCONN, "%s: %s", what, c->dead_reason);
+	return 0;
+}
+
+static int conn_lost(struct odpd_conn *c, const char *what)
+{
+	conn_kill(c, "the daemon closed the connection");
+	return conn_check(c, what);
+}
+
+/* ---------------------------------------------------------------- fork */
+
+static void atfork_prepare(void)
+{
+	struct odpd_link *l;
+
+	pthread_mutex_lock(&conns_lock);
+	for (l = conns.next; l != &conns; l = l->next)
+		tables_lock(container_of(l, struct odpd_conn, link));
+}
+
+static void atfork_parent(void)
+{
+	struct odpd_link *l;
+
+	for (l = conns.next; l != &conns; l = l->next)
+		tables_unlock(container_of(l, struct odpd_conn, link));
+	pthread_mutex_unlock(&conns_lock);
+}
+
+/*
+ * The child has one thread: the one that forked, which held no connection's
+ * lock (libodpd never forks). A lock that another thread of the parent held
+ * has no owner here, so it is made anew; the connection is dead anyway. The
+ * child closes only its own copy of each socket: the parent's stays open.
+ */
+static void atfork_child(void)
+{
+	struct odpd_link *l;
+
+	for (l = conns.next; l != &conns; l = l->next) {
+		struct odpd_conn *c = container_of(l, struct odpd_conn, link);
+
+		tables_unlock(c);
+		pthread_mutex_init(&c->lock, NULL);
+		conn_kill(c, "connection belongs to the parent process (fork)");
+	}
+	/* The dead default connection stays listed: its objects may still be used. */
+	default_conn = NULL;
+	pthread_mutex_init(&default_lock, NULL);
+	pthread_mutex_unlock(&conns_lock);
+}
+
+static void atfork_register(void)
+{
+	atfork_error = pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* ---------------------------------------------------------------- list */
+
+static void conns_add(struct odpd_conn *c)
+{
+	pthread_mutex_lock(&conns_lock);
+	link_add_tail(&conns, &c->link);
+	pthread_mutex_unlock(&conns_lock);
+}
+
+static void conns_del(struct odpd_conn *c)
+{
+	pthread_mutex_lock(&conns_lock);
+	link_del(&c->link);
+	pthread_mutex_unlock(&conns_lock);
+}
+
+struct odpd_conn *conns_find(bool (*match)(struct odpd_conn *c, const void *key), const void *key)
+{
+	struct odpd_conn *found = NULL;
+	struct odpd_link *l;
+
+	pthread_mutex_lock(&conns_lock);
+	for (l = conns.next; l != &conns && !found; l = l->next) {
+		struct odpd_conn *c = container_of(l, struct odpd_conn, link);
+
+		if (match(c, key))
+			found = c;
+	}
+	pthread_mutex_unlock(&conns_lock);
+	return found;
+}
+
+/* ---------------------------------------------------------------- request/reply */
+
+static int call_send(struct odpd_conn *c, const char *what, Odpd__Request *req,
+		     const int *fds, unsigned nfds)
+{
+	int r = odpd_wire_send(c->sock, &req->base, fds, nfds, 0);
+
+	if (r == -EPIPE || r == -ECONNRESET || r == -ENOTCONN)
+		return conn_lost(c, what);
+	if (r < 0)
+		return errmsg_set(r, "%s: sending the request: %m", what);
+	return 0;
+}
+
+/* Receive and parse one reply. Fds that come with it are closed. */
+static int call_recv(struct odpd_conn *c, const char *what, Odpd__Reply **ret)
+{
+	struct odpd_packet p;
+	Odpd__Reply *reply = NULL;
+	int r;
+
+	r = odpd_wire_recv(c->sock, c->buf, ODPD_MAX_PACKET + 1, &p, 0);
+	if (r == -ECONNRESET)
+		return conn_lost(c, what);
+	if (r < 0)
+		return errmsg_set(r, "%s: receiving the reply: %m", what);
+	odpd_packet_close_fds(&p);
+	if (p.eof)
+		return conn_lost(c, what);
+	if (p.truncated)
+		return errmsg_set(-EIO, "%s: the daemon's reply is larger than %u bytes",
+				  what, ODPD_MAX_PACKET);
+	reply = odpd__reply__unpack(NULL, p.len, c->buf);
+	if (!reply)
+		return errmsg_set(-EIO, "%s: malformed reply from the daemon", what);
+	*ret = reply;
+	return 0;
+}
+
+enum reply_fate { REPLY_OURS, REPLY_SKIP, REPLY_BAD };
+
+static enum reply_fate reply_classify(const Odpd__Reply *reply, uint64_t id)
+{
+	if (reply->id == id)
+		return REPLY_OURS;
+	/*
+	 * Id 0 is an event (none are defined yet), or the daemon's answer to
+	 * a packet whose id it could not read: with one request in flight,
+	 * that error is ours. Events carry a body; such an error does not.
+	 */
+	if (reply->id == 0)
+		return reply->status != 0 && reply->body_case == ODPD__REPLY__BODY__NOT_SET ?
+		       REPLY_OURS : REPLY_SKIP;
+	/* The late answer to a request that failed here (EIO): stale. */
+	if (reply->id < id)
+		return REPLY_SKIP;
+	return REPLY_BAD;
+}
+
+/* The daemon refused: its errno and message. */
+static int reply_error(const char *what, const Odpd__Reply *reply)
+{
+	int status = reply->status;
+
+	if (status <= 0 || status >= 4096)
+		return errmsg_set(-EIO, "%s: the daemon replied with invalid status %d", what, status);
+	if (reply->message && reply->message[0])
+		return errmsg_set(-status, "%s: %s", what, reply->message);
+	return errmsg_set(-status, "%s: %m", what);
+}
+
+/* Read until the reply to request @id arrives. */
+static int call_wait(struct odpd_conn *c, const char *what, uint64_t id, Odpd__Reply **ret)
+{
+	for (;;) {
+		Odpd__Reply *reply = NULL;
+		enum reply_fate fate;
+		int r = call_recv(c, what, &reply);
+
+		if (r < 0)
+			return r;
+		fate = reply_classify(reply, id);
+		if (fate == REPLY_OURS) {
+			*ret = reply;
+			return 0;
+		}
+		odpd__reply__free_unpacked(reply, NULL);
+		if (fate == REPLY_BAD)
+			return errmsg_set(-EIO, "%s: the daemon answered a request not yet sent", what);
+	}
+}
+
+int conn_call(struct odpd_conn *c, const char *what, Odpd__Request *req,
+	      const int *fds, unsigned nfds, Odpd__Reply__BodyCase want,
+	      Odpd__Reply **ret_reply)
+{
+	Odpd__Reply *reply = NULL;
+	int r;
+
+	r = conn_check(c, what);
+	if (r < 0)
+		return r;
+	req->has_id = true;
+	req->id = ++c->last_id;
+	r = call_send(c, what, req, fds, nfds);
+	if (r < 0)
+		return r;
+	r = call_wait(c, what, req->id, &reply);
+	if (r < 0)
+		return r;
+
+	if (reply->status != 0)
+		r = reply_error(what, reply);
+	else if (want != ODPD__REPLY__BODY__NOT_SET && reply->body_case != want)
+		r = errmsg_set(-EIO, "%s: the daemon's reply lacks its body", what);
+	if (r < 0 || !ret_reply)
+		odpd__reply__free_unpacked(reply, NULL);
+	else
+		*ret_reply = reply;
+	return r;
+}
+
+/* ---------------------------------------------------------------- devices */
+
+static void copy_string(char *dst, size_t size, const char *src)
+{
+	snprintf(dst, size, "%s", src ? src : "");
+}
+
+static enum odpd_support support_from_wire(protobuf_c_boolean has, Odpd__Support s)
+{
+	if (!has)
+		return ODPD_SUPPORT_UNKNOWN;
+	switch (s) {
+	case ODPD__SUPPORT__SUPPORT_YES:
+		return ODPD_SUPPORT_YES;
+	case ODPD__SUPPORT__SUPPORT_NO:
+		return ODPD_SUPPORT_NO;
+	default:
+		return ODPD_SUPPORT_UNKNOWN;
+	}
+}
+
+static void device_from_wire(const Odpd__Device *d, struct odpd_device_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	copy_string(a->name, sizeof(a->name), d->name);
+	copy_string(a->transport, sizeof(a->transport), d->transport);
+	copy_string(a->fw_ver, sizeof(a->fw_ver), d->fw_ver);
+	a->node_guid = d->node_guid;
+	a->phys_port_cnt = d->phys_port_cnt;
+	a->max_mr_size = d->max_mr_size;
+	a->odp_general_caps = d->odp_general_caps;
+	a->odp_rc_caps = d->odp_rc_caps;
+	a->odp_uc_caps = d->odp_uc_caps;
+	a->odp_ud_caps = d->odp_ud_caps;
+	a->odp = d->odp;
+	a->implicit_odp = d->implicit_odp;
+	a->advise_mr = support_from_wire(d->has_advise_mr, d->advise_mr);
+	a->advise_mr_errno = d->advise_mr_errno;
+	a->import = support_from_wire(d->has_import, d->import);
+	a->import_errno = d->import_errno;
+}
+
+static int conn_store_devices(struct odpd_conn *c, const Odpd__HelloReply *h)
+{
+	if (h->n_devices == 0)
+		return 0;
+	if (h->n_devices > 4096)
+		return errmsg_set(-EIO, "odpd_connect: the daemon reported %zu devices", h->n_devices);
+	c->devices = calloc(h->n_devices, sizeof(*c->devices));
+	if (!c->devices)
+		return errmsg_set(-ENOMEM, "odpd_connect: %m");
+	for (size_t i = 0; i < h->n_devices; i++)
+		device_from_wire(h->devices[i], &c->devices[i]);
+	c->n_devices = (unsigned)h->n_devices;
+	return 0;
+}
+
+const struct odpd_device_attr *conn_find_device(const struct odpd_conn *c, const char *name)
+{
+	for (unsigned i = 0; i < c->n_devices; i++)
+		if (strcmp(c->devices[i].name, name) == 0)
+			return &c->devices[i];
+	return NULL;
+}
+
+/* Pick the device RegMr names: @device, or the first one (if any). */
+static int conn_select_device(struct odpd_conn *c, const char *device)
+{
+	if (!device) {
+		if (c->n_devices > 0)
+			copy_string(c->device, sizeof(c->device), c->devices[0].name);
+		return 0;
+	}
+	if (!conn_find_device(c, device))
+		return errmsg_set(-ENODEV, "odpd_connect: device %s: not one of the daemon's %u devices",
+				  device, c->n_devices);
+	copy_string(c->device, sizeof(c->device), device);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- connect */
+
+static int conn_hello(struct odpd_conn *c)
+{
+	const char *what = "odpd_connect: hello";
+	Odpd__Hello hello = ODPD__HELLO__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reply *reply = NULL;
+	const Odpd__HelloReply *h;
+	int r;
+
+	hello.has_version = true;
+	hello.version = ODPD_PROTOCOL_VERSION;
+	hello.client_name = program_invocation_short_name;
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	r = conn_call(c, what, &req, NULL, 0, ODPD__REPLY__BODY_HELLO, &reply);
+	if (r < 0)
+		return r;
+
+	h = reply->hello;
+	if (!h->has_version || h->version != ODPD_PROTOCOL_VERSION)
+		r = errmsg_set(-EPROTONOSUPPORT,
+			       "%s: the daemon speaks protocol versions %u to %u, libodpd speaks %u",
+			       what, h->version_min, h->version_max, ODPD_PROTOCOL_VERSION);
+	else
+		r = conn_store_devices(c, h);
+	c->client_id = h->client_id;
+	odpd__reply__free_unpacked(reply, NULL);
+	return r;
+}
+
+/*
+ * The socket is made under conns_lock, so that a fork cannot come between
+ * its creation and the moment the atfork handler can see it.
+ */
+static int conn_open(struct odpd_conn *c, const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int r = 0;
+
+	if (!path[0] || strlen(path) >= sizeof(sa.sun_path))
+		return errmsg_set(-EINVAL, "odpd_connect: invalid socket path \"%s\"", path);
+	memcpy(sa.sun_path, path, strlen(path));
+
+	pthread_mutex_lock(&conns_lock);
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0)
+		r = -errno;
+	pthread_mutex_unlock(&conns_lock);
+	if (r < 0)
+		return errmsg_set(r, "odpd_connect: socket: %m");
+
+	if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return errmsg_set(-errno, "odpd_connect: connecting to %s: %m", path);
+	return 0;
+}
+
+static struct odpd_conn *conn_new(void)
+{
+	struct odpd_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->buf = malloc(ODPD_MAX_PACKET + 1);
+	if (!c->buf) {
+		free(c);
+		return NULL;
+	}
+	c->sock = -1;
+	snprintf(c->dead_reason, sizeof(c->dead_reason), "not connected");
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->tables_lock, NULL);
+	link_init(&c->link);
+	link_init(&c->segments);
+	link_init(&c->mrs);
+	link_init(&c->mirror_mrs);
+	return c;
+}
+
+static void conn_free(struct odpd_conn *c)
+{
+	conns_del(c);
+	if (c->sock >= 0)
+		close(c->sock);
+	mirror_release_all(c);
+	mrs_release_all(c);
+	segments_release_all(c);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->tables_lock);
+	free(c->devices);
+	free(c->buf);
+	free(c);
+}
+
+static const char *socket_path(const char *path)
+{
+	if (path)
+		return path;
+	path = secure_getenv(ODPD_SOCKET_ENV);
+	return path && path[0] ? path : ODPD_SOCKET_DEFAULT;
+}
+
+static int conn_connect(const char *path, const char *device, struct odpd_conn **ret)
+{
+	struct odpd_conn *c;
+	int r;
+
+	pthread_once(&atfork_once, atfork_register);
+	if (atfork_error)
+		return errmsg_set(-atfork_error, "odpd_connect: pthread_atfork: %m");
+	c = conn_new();
+	if (!c)
+		return errmsg_set(-ENOMEM, "odpd_connect: %m");
+	conns_add(c);
+
+	r = conn_open(c, socket_path(path));
+	if (r >= 0)
+		r = conn_hello(c);
+	if (r >= 0)
+		r = conn_select_device(c, device);
+	if (r < 0) {
+		conn_free(c);
+		return r;
+	}
+	*ret = c;
+	return 0;
+}
+
+_public_ struct odpd_conn *odpd_connect(const char *socket_path, const char *device)
+{
+	struct odpd_conn *c = NULL;
+
+	errmsg_clear();
+	return public_ptr(conn_connect(socket_path, device, &c), c);
+}
+
+static bool conn_is_default(struct odpd_conn *c)
+{
+	bool is;
+
+	pthread_mutex_lock(&default_lock);
+	is = c == default_conn;
+	pthread_mutex_unlock(&default_lock);
+	return is;
+}
+
+_public_ void odpd_disconnect(struct odpd_conn *conn)
+{
+	if (!conn || conn_is_default(conn))
+		return;
+	conn_free(conn);
+}
+
+int conn_default(struct odpd_conn **ret)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&default_lock);
+	if (!default_conn)
+		r = conn_connect(NULL, NULL, &default_conn);
+	if (r >= 0)
+		*ret = default_conn;
+	pthread_mutex_unlock(&default_lock);
+	return r;
+}
+
+_public_ struct odpd_conn *odpd_default_conn(void)
+{
+	struct odpd_conn *c = NULL;
+
+	errmsg_clear();
+	return public_ptr(conn_default(&c), c);
+}
+
+/* ---------------------------------------------------------------- devices API */
+
+_public_ unsigned odpd_device_count(const struct odpd_conn *conn)
+{
+	return conn ? conn->n_devices : 0;
+}
+
+_public_ int odpd_query_device(const struct odpd_conn *conn, unsigned index,
+			       struct odpd_device_attr *attr, size_t attr_size)
+{
+	errmsg_clear();
+	if (!conn || !attr || attr_size < sizeof(*attr))
+		return public_int(errmsg_set(-EINVAL, "odpd_query_device: %s",
+					     !conn ? "no connection" : !attr ? "attr is NULL" :
+					     "attr_size is smaller than struct odpd_device_attr"));
+	if (index >= conn->n_devices)
+		return public_int(errmsg_set(-ENODEV, "odpd_query_device: no device %u (the daemon has %u)",
+					     index, conn->n_devices));
+	/* A caller built against a larger struct sees zeros in the fields we lack. */
+	memset((char *)attr + sizeof(*attr), 0, attr_size - sizeof(*attr));
+	memcpy(attr, &conn->devices[index], sizeof(*attr));
+	return 0;
+}

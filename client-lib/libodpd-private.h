@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libodpd-private.h - what the modules of libodpd share. Not installed.
+ *
+ * Conventions: internal functions return 0 or a negative errno and set the
+ * thread's error message (errmsg_set) where the failure is found; public
+ * functions turn that into -1/NULL with errno (public_int, public_ptr).
+ * Out parameters are named ret_* and are left untouched on failure.
+ */
+#pragma once
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "odpd.h"
+#include "odpd-wire.h"
+
+/* Everything is hidden (-fvisibility=hidden); the API is marked with this. */
+#define _public_ __attribute__((visibility("default")))
+
+#define container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---------------------------------------------------------------- lists */
+
+/* An intrusive, circular, doubly linked list; a head is a link to itself. */
+struct odpd_link {
+	struct odpd_link *prev, *next;
+};
+
+#define LINK_HEAD_INIT(h) { &(h), &(h) }
+
+static inline void link_init(struct odpd_link *head)
+{
+	head->prev = head->next = head;
+}
+
+static inline bool link_empty(const struct odpd_link *head)
+{
+	return head->next == head;
+}
+
+static inline void link_add_tail(struct odpd_link *head, struct odpd_link *n)
+{
+	n->prev = head->prev;
+	n->next = head;
+	head->prev->next = n;
+	head->prev = n;
+}
+
+static inline void link_del(struct odpd_link *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->prev = n->next = n;
+}
+
+/* Safe against removal of @pos inside the loop. */
+#define link_for_each_safe(pos, tmp, head) \
+	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); \
+	     (pos) = (tmp), (tmp) = (pos)->next)
+
+/* ---------------------------------------------------------------- errors */
+
+/* Reset this thread's error message to "". */
+void errmsg_clear(void);
+
+/*
+ * Store "@fmt ..." as this thread's error message and return @r (a negative
+ * errno). Inside @fmt, %m is strerror(-@r).
+ */
+int errmsg_set(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static inline int public_int(int r)
+{
+	if (r < 0) {
+		errno = -r;
+		return -1;
+	}
+	return r;
+}
+
+static inline void *public_ptr(int r, void *p)
+{
+	if (r < 0) {
+		errno = -r;
+		return NULL;
+	}
+	return p;
+}
+
+/* ---------------------------------------------------------------- objects */
+
+struct odpd_conn {
+	struct odpd_link link;          /* in the process's list of connections */
+	/* Serializes the calls on this connection; held across a round trip. */
+	pthread_mutex_t lock;
+	/*
+	 * Whoever changes the lists below holds @lock and this. The atfork
+	 * prepare handler takes it, so that a child sees the lists whole even
+	 * when another thread of the parent was changing them.
+	 */
+	pthread_mutex_t tables_lock;
+	int sock;                       /* -1: dead, see dead_reason */
+	char dead_reason[96];
+	uint64_t last_id;               /* of the last request sent */
+	uint8_t *buf;                   /* ODPD_MAX_PACKET + 1 bytes, for replies */
+	struct odpd_device_attr *devices;
+	unsigned n_devices;
+	char device[64];                /* RegMr.device; "": the daemon's first */
+	uint64_t client_id;
+	struct odpd_link segments;      /* struct odpd_segment */
+	struct odpd_link mrs;           /* struct mr_entry (mr.c) */
+	struct odpd_link mirror_mrs;    /* struct mirror_entry (mirror.c) */
+};
+
+struct odpd_segment {
+	struct odpd_link link;          /* in conn->segments */
+	struct odpd_conn *conn;
+	uint64_t handle;                /* the daemon's, for DetachSegment */
+	uint8_t *addr;
+	size_t length;
+	int fd;
+	bool owns_fd;                   /* odpd_alloc(): close on detach */
+	bool owns_map;                  /* mapped by the library: munmap on detach */
+	unsigned n_mrs;                 /* MRs of this connection inside */
+};
+
+/* ---------------------------------------------------------------- conn.c */
+
+/* The default connection (odpd_default_conn), connected on first use. */
+int conn_default(struct odpd_conn **ret);
+
+/* ENOTCONN (with the reason) if @c is dead, else 0. Caller holds c->lock. */
+int conn_check(struct odpd_conn *c, const char *what);
+
+/*
+ * Send @req (its id is assigned here) with @fds, wait for its reply and
+ * return it in *@ret_reply (free with odpd__reply__free_unpacked(r, NULL);
+ * pass NULL to drop it). A reply whose status is not 0 is that errno, with
+ * "@what: <the daemon's message>". @want: the body the reply must carry, or
+ * ODPD__REPLY__BODY__NOT_SET for any. Caller holds c->lock.
+ */
+int conn_call(struct odpd_conn *c, const char *what, Odpd__Request *req,
+	      const int *fds, unsigned nfds, Odpd__Reply__BodyCase want,
+	      Odpd__Reply **ret_reply);
+
+/* The device called @name among those the daemon reported, or NULL. */
+const struct odpd_device_attr *conn_find_device(const struct odpd_conn *c, const char *name);
+
+/*
+ * The first connection of the process for which @match returns true, or
+ * NULL. @match runs under the list's lock and may take c->tables_lock, not
+ * c->lock. Only connections that are never freed while the process runs
+ * (the default connections) may be used after this returns.
+ */
+struct odpd_conn *conns_find(bool (*match)(struct odpd_conn *c, const void *key), const void *key);
+
+static inline void tables_lock(struct odpd_conn *c)
+{
+	pthread_mutex_lock(&c->tables_lock);
+}
+
+static inline void tables_unlock(struct odpd_conn *c)
+{
+	pthread_mutex_unlock(&c->tables_lock);
+}
+
+/* ---------------------------------------------------------------- segment.c */
+
+/*
+ * The segment of @c that holds [@addr, @addr + @length), or EINVAL with a
+ * message naming @what and how to fix it (also for @length 0 and overflow).
+ * Caller holds c->lock.
+ */
+int segment_lookup(struct odpd_conn *c, const char *what, const void *addr, size_t length,
+		   struct odpd_segment **ret_seg);
+
+/* Unmap, close and free every segment of @c (odpd_disconnect). */
+void segments_release_all(struct odpd_conn *c);
+
+/* ---------------------------------------------------------------- mr.c */
+
+/* What a RegMr sends beside the range. */
+struct mr_request {
+	uint32_t access;                /* bit mask of Odpd__Access */
+	Odpd__MrKind kind;
+	bool client_pd;
+	uint32_t client_pd_handle;
+	int cmd_fd;                     /* with client_pd */
+	const char *device;             /* NULL: the connection's device */
+};
+
+struct mr_result {
+	uint64_t handle;
+	uint64_t iova;
+	uint32_t lkey, rkey;
+	uint32_t kernel_handle;
+	bool has_kernel_handle;
+	bool has_access;
+	uint32_t access;                /* bit mask of Odpd__Access granted */
+};
+
+/* RegMr on @c's device. Caller holds c->lock. */
+int mr_register(struct odpd_conn *c, const char *what, const void *addr, size_t length,
+		const struct mr_request *q, struct mr_result *ret);
+
+/* DeregMr. Caller holds c->lock. */
+int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle);
+
+/* Free every struct odpd_mr of @c (odpd_disconnect). */
+void mrs_release_all(struct odpd_conn *c);
+
+/* ---------------------------------------------------------------- mirror.c */
+
+/* Unimport and forget every mirror MR of @c (odpd_disconnect). */
+void mirror_release_all(struct odpd_conn *c);
+
+/* ---------------------------------------------------------------- access.c */
+
+/*
+ * IBV_ACCESS_* mask → Odpd__Access mask and MR kind. EINVAL (with a message
+ * naming @what) for bits other than LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
+ * REMOTE_ATOMIC and ON_DEMAND, and for REMOTE_WRITE or REMOTE_ATOMIC without
+ * LOCAL_WRITE (as ibv_reg_mr).
+ */
+int access_to_wire(const char *what, unsigned ibv_access, uint32_t *ret_access,
+		   Odpd__MrKind *ret_kind);
+
+/* Odpd__Access mask (and kind) → IBV_ACCESS_* mask. Unknown bits are dropped. */
+unsigned access_from_wire(uint32_t access, Odpd__MrKind kind);
+
+/* ---------------------------------------------------------------- maps.c */
+
+/* One line of /proc/PID/maps. */
+struct maps_entry {
+	uintptr_t start, end;
+	uint64_t offset;                /* file offset of start */
+	unsigned dev_major, dev_minor;
+	uint64_t inode;
+	char perms[5];                  /* "rw-s" */
+	bool shared;                    /* perms[3] == 's' */
+};
+
+/* Parse one line. 0, or -EINVAL if it is not a maps line. */
+int maps_parse_line(const char *line, struct maps_entry *ret);
+
+/*
+ * Find the mapping of @f (a /proc/PID/maps stream) that holds
+ * [@addr, @addr + @length). Adjacent lines that continue one another (same
+ * file, contiguous offsets, same sharing: a mapping split by mprotect or
+ * madvise) count as one mapping; *@ret then spans them all, with the perms
+ * of the first.
+ * Returns 0; -ENOENT: @addr is not mapped; -ERANGE: the range runs past the
+ * end of that mapping; -EIO: a line could not be parsed (or a read error).
+ */
+int maps_find(FILE *f, uintptr_t addr, size_t length, struct maps_entry *ret);

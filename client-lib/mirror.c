@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mirror.c - the librdmacm mirror (client-PD mode): the daemon registers
+ * into the caller's id->pd through the caller's cmd_fd, and the library
+ * imports the MR (ibv_import_mr). Uses the default connection.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "libodpd-private.h"
+
+struct mirror_entry {
+	struct odpd_link link;          /* in conn->mirror_mrs */
+	struct ibv_mr *mr;              /* imported */
+	uint64_t handle;                /* the daemon's */
+	struct odpd_segment *seg;
+};
+
+/* ---------------------------------------------------------------- the table */
+
+static struct mirror_entry *mirror_find(struct odpd_conn *c, const struct ibv_mr *mr)
+{
+	struct odpd_link *l;
+
+	for (l = c->mirror_mrs.next; l != &c->mirror_mrs; l = l->next) {
+		struct mirror_entry *e = container_of(l, struct mirror_entry, link);
+
+		if (e->mr == mr)
+			return e;
+	}
+	return NULL;
+}
+
+/* conns_find() callback: does @c hold the mirror MR @key? */
+static bool conn_has_mirror(struct odpd_conn *c, const void *key)
+{
+	bool has;
+
+	tables_lock(c);
+	has = mirror_find(c, key) != NULL;
+	tables_unlock(c);
+	return has;
+}
+
+static void mirror_insert(struct odpd_conn *c, struct mirror_entry *e)
+{
+	tables_lock(c);
+	link_add_tail(&c->mirror_mrs, &e->link);
+	e->seg->n_mrs++;
+	tables_unlock(c);
+}
+
+static void mirror_remove(struct odpd_conn *c, struct mirror_entry *e)
+{
+	tables_lock(c);
+	link_del(&e->link);
+	e->seg->n_mrs--;
+	tables_unlock(c);
+}
+
+void mirror_release_all(struct odpd_conn *c)
+{
+	struct odpd_link *l, *tmp;
+
+	link_for_each_safe(l, tmp, &c->mirror_mrs) {
+		struct mirror_entry *e = container_of(l, struct mirror_entry, link);
+
+		link_del(l);
+		ibv_unimport_mr(e->mr);
+		free(e);
+	}
+}
+
+/* ---------------------------------------------------------------- registration */
+
+static int mirror_args(const char *what, const struct rdma_cm_id *id)
+{
+	if (!id || !id->verbs || !id->pd || !id->verbs->device)
+		return errmsg_set(-EINVAL, "%s: %s", what,
+				  !id ? "id is NULL" : !id->pd ? "id->pd is NULL" :
+				  !id->verbs ? "id->verbs is NULL" : "id->verbs->device is NULL");
+	return 0;
+}
+
+/* The daemon must know @id's device and must be able to import on it. */
+static int mirror_device(struct odpd_conn *c, const char *what, const struct rdma_cm_id *id,
+			 const char **ret_name)
+{
+	const char *name = ibv_get_device_name(id->verbs->device);
+	const struct odpd_device_attr *d = name ? conn_find_device(c, name) : NULL;
+
+	if (!d)
+		return errmsg_set(-ENODEV, "%s: device %s: not one of the daemon's devices",
+				  what, name ? name : "(unnamed)");
+	if (d->import != ODPD_SUPPORT_YES)
+		return errmsg_set(-EOPNOTSUPP, "%s: device %s: its provider cannot import a context, PD "
+				  "or MR (ibv_import_device: %s); only mlx5 implements "
+				  "ibv_import_device today, Soft-RoCE (rxe) does not. Use odpd_reg() "
+				  "(daemon PD) instead", what, name,
+				  d->import == ODPD_SUPPORT_NO && d->import_errno > 0 ?
+				  strerror(d->import_errno) : "not probed");
+	*ret_name = name;
+	return 0;
+}
+
+/* Import the MR the daemon made in @pd's context; undo the registration if that fails. */
+static int mirror_import(struct odpd_conn *c, const char *what, struct ibv_pd *pd,
+			 const struct mr_result *res, struct ibv_mr **ret)
+{
+	struct ibv_mr *mr;
+	int err;
+
+	if (!res->has_kernel_handle) {
+		mr_deregister(c, what, res->handle);
+		return errmsg_set(-EIO, "%s: the daemon's reply has no kernel MR handle", what);
+	}
+	mr = ibv_import_mr(pd, res->kernel_handle);
+	if (!mr) {
+		err = errno > 0 ? errno : EIO;
+		mr_deregister(c, what, res->handle);
+		return errmsg_set(-err, "%s: ibv_import_mr: %m", what);
+	}
+	*ret = mr;
+	return 0;
+}
+
+/* With c->lock held: check, register, import. */
+static int mirror_reg_locked(struct odpd_conn *c, const char *what, struct rdma_cm_id *id,
+			     void *addr, size_t length, struct mr_request *q, struct mirror_entry *e)
+{
+	struct mr_result res;
+	int r;
+
+	r = conn_check(c, what);
+	if (r >= 0)
+		r = mirror_device(c, what, id, &q->device);
+	if (r >= 0)
+		r = segment_lookup(c, what, addr, length, &e->seg);
+	if (r >= 0)
+		r = mr_register(c, what, addr, length, q, &res);
+	if (r >= 0)
+		r = mirror_import(c, what, id->pd, &res, &e->mr);
+	if (r < 0)
+		return r;
+	/* ibv_import_mr leaves addr NULL and reports the kernel MR's length. */
+	e->mr->addr = addr;
+	e->mr->length = length;
+	e->handle = res.handle;
+	mirror_insert(c, e);
+	return 0;
+}
+
+static int mirror_reg(const char *what, struct rdma_cm_id *id, void *addr, size_t length,
+		      unsigned access, struct ibv_mr **ret)
+{
+	struct mr_request q = { .client_pd = true };
+	struct mirror_entry *e;
+	struct odpd_conn *c;
+	int r;
+
+	r = mirror_args(what, id);
+	if (r >= 0)
+		r = access_to_wire(what, access, &q.access, &q.kind);
+	if (r >= 0)
+		r = conn_default(&c);
+	if (r < 0)
+		return r;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return errmsg_set(-ENOMEM, "%s: %m", what);
+	q.client_pd_handle = id->pd->handle;
+	q.cmd_fd = id->verbs->cmd_fd;
+
+	pthread_mutex_lock(&c->lock);
+	r = mirror_reg_locked(c, what, id, addr, length, &q, e);
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0) {
+		free(e);
+		return r;
+	}
+	*ret = e->mr;
+	return 0;
+}
+
+_public_ struct ibv_mr *odpd_reg_msgs(struct rdma_cm_id *id, void *addr, size_t length)
+{
+	struct ibv_mr *mr = NULL;
+
+	errmsg_clear();
+	return public_ptr(mirror_reg("odpd_reg_msgs", id, addr, length, IBV_ACCESS_LOCAL_WRITE, &mr), mr);
+}
+
+_public_ struct ibv_mr *odpd_reg_read(struct rdma_cm_id *id, void *addr, size_t length)
+{
+	struct ibv_mr *mr = NULL;
+
+	errmsg_clear();
+	return public_ptr(mirror_reg("odpd_reg_read", id, addr, length,
+				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, &mr), mr);
+}
+
+_public_ struct ibv_mr *odpd_reg_write(struct rdma_cm_id *id, void *addr, size_t length)
+{
+	struct ibv_mr *mr = NULL;
+
+	errmsg_clear();
+	return public_ptr(mirror_reg("odpd_reg_write", id, addr, length,
+				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &mr), mr);
+}
+
+/* ---------------------------------------------------------------- odpd_dereg_mr */
+
+/*
+ * Deregister in the daemon first, then unimport (which only frees our
+ * struct): if the daemon refuses, @mr stays valid and registered.
+ */
+static int mirror_dereg(struct ibv_mr *mr)
+{
+	const char *what = "odpd_dereg_mr";
+	/* Only default connections, which are never freed, hold mirror MRs. */
+	struct odpd_conn *c = conns_find(conn_has_mirror, mr);
+	struct mirror_entry *e;
+	int r;
+
+	if (!c)
+		return errmsg_set(-ENOENT, "%s: this MR did not come from odpd_reg_msgs(), "
+				  "odpd_reg_read() or odpd_reg_write()", what);
+	pthread_mutex_lock(&c->lock);
+	e = mirror_find(c, mr);
+	if (!e)
+		r = errmsg_set(-ENOENT, "%s: this MR is no longer registered", what);
+	else
+		r = mr_deregister(c, what, e->handle);
+	if (r >= 0)
+		mirror_remove(c, e);
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0)
+		return r;
+	ibv_unimport_mr(mr);
+	free(e);
+	return 0;
+}
+
+_public_ int odpd_dereg_mr(struct ibv_mr *mr)
+{
+	errmsg_clear();
+	if (!mr)
+		return public_int(errmsg_set(-EINVAL, "odpd_dereg_mr: mr is NULL"));
+	return public_int(mirror_dereg(mr));
+}

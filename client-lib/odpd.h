@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libodpd - register memory through the odpd daemon.
+ *
+ * Conventions (as librdmacm): calls that return int return 0 on success and
+ * -1 with errno set on failure; calls that return a pointer return NULL with
+ * errno set. After any failure odpd_errmsg() gives a human-readable reason
+ * (the daemon's message when the daemon refused). Lengths and offsets are in
+ * bytes. Access flags are the IBV_ACCESS_* values of <infiniband/verbs.h>.
+ *
+ * Memory must live in a segment: a memfd sealed against shrinking and growing
+ * (F_SEAL_SHRINK | F_SEAL_GROW) that the daemon maps too. odpd_alloc() makes
+ * one; odpd_attach() hands over one you made. An address outside every
+ * segment of the connection is EINVAL.
+ *
+ * Threads: a connection may be used from several threads; calls on it are
+ * serialized. Fork: the connection socket is close-on-exec, and in a child
+ * after fork() every connection inherited from the parent is closed by the
+ * library; calls on it fail with ENOTCONN and touch nothing of the parent's.
+ *
+ * Man pages: libodpd(3) and one page per call.
+ */
+#ifndef ODPD_H
+#define ODPD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rdma_cm_id;
+
+/* Environment variable naming the daemon's socket; default below. */
+#define ODPD_SOCKET_ENV "ODPD_SOCKET"
+#define ODPD_SOCKET_DEFAULT "/run/odpd/odpd.sock"
+
+struct odpd_conn;
+struct odpd_segment;
+
+/*
+ * Thread-local text of the last failure of a libodpd call in this thread,
+ * or "" if none. Valid until the next libodpd call in the same thread.
+ */
+const char *odpd_errmsg(void);
+
+/*
+ * Connect to the daemon at @socket_path (NULL: $ODPD_SOCKET, else
+ * ODPD_SOCKET_DEFAULT) and negotiate the protocol version (Hello).
+ * @device names the RDMA device this connection registers on (NULL: the
+ * daemon's first device).
+ * Errors: ENOENT / ECONNREFUSED (no daemon at the path), EACCES (socket
+ * permissions), EPROTONOSUPPORT (the daemon speaks no version of ours),
+ * ENODEV (@device is not one of the daemon's devices), ENOMEM, EIO
+ * (malformed reply).
+ */
+struct odpd_conn *odpd_connect(const char *socket_path, const char *device);
+
+/*
+ * Close the connection. The daemon then deregisters every MR and detaches
+ * every segment the connection still held; memory mapped by odpd_alloc() is
+ * unmapped and its struct odpd_mr / struct odpd_segment objects are freed.
+ * Accepts NULL.
+ */
+void odpd_disconnect(struct odpd_conn *conn);
+
+enum odpd_support {
+	ODPD_SUPPORT_UNKNOWN = 0,   /* not probed (e.g. advise_mr without ODP) */
+	ODPD_SUPPORT_YES = 1,
+	ODPD_SUPPORT_NO = 2,        /* the verb failed; see the matching *_errno */
+};
+
+/* One RDMA device of the daemon, as the daemon probed it at start. */
+struct odpd_device_attr {
+	char name[64];                 /* ibv_get_device_name() */
+	char transport[16];            /* "InfiniBand", "RoCE", "iWARP", ... */
+	char fw_ver[64];
+	uint64_t node_guid;            /* host byte order */
+	uint32_t phys_port_cnt;
+	uint64_t max_mr_size;          /* bytes */
+	uint64_t odp_general_caps;     /* IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT */
+	uint32_t odp_rc_caps;          /* IBV_ODP_SUPPORT_SEND | _RECV | _WRITE | ... */
+	uint32_t odp_uc_caps;
+	uint32_t odp_ud_caps;
+	int odp;                       /* explicit ODP MRs possible */
+	int implicit_odp;              /* implicit ODP MRs possible */
+	enum odpd_support advise_mr;   /* ibv_advise_mr on an ODP MR */
+	int advise_mr_errno;
+	enum odpd_support import;      /* ibv_import_device on a dup'ed cmd_fd */
+	int import_errno;
+};
+
+/* Number of devices the daemon reported in Hello. */
+unsigned odpd_device_count(const struct odpd_conn *conn);
+
+/*
+ * Copy device @index (0 .. odpd_device_count() - 1) into @attr.
+ * @attr_size is sizeof(*attr) at the caller's compile time, so that the
+ * struct can grow: fields past @attr_size are not written.
+ * Errors: ENODEV (@index out of range), EINVAL (@attr NULL or @attr_size
+ * smaller than the first version of the struct).
+ */
+int odpd_query_device(const struct odpd_conn *conn, unsigned index,
+		      struct odpd_device_attr *attr, size_t attr_size);
+
+/* odpd_alloc() flags */
+#define ODPD_ALLOC_HUGETLB (1u << 0)   /* MFD_HUGETLB: default huge page size */
+
+/*
+ * Allocate a segment of @length bytes (rounded up to the page size, or the
+ * huge page size with ODPD_ALLOC_HUGETLB): a sealed memfd that the daemon
+ * maps first, at an address of its window, and that the library then maps
+ * in this process at the same address (MAP_FIXED_NOREPLACE), so MR iova ==
+ * address on both sides. If that address is taken here, the library maps it
+ * elsewhere and attaches it at that address instead (pinned MRs still work;
+ * see odpd_attach()). The memory is zero-filled, readable and writable.
+ * Errors: EINVAL (@length 0, unknown @flags), ENOMEM (no memory, or the
+ * daemon's window is full), EFBIG (larger than the daemon's segment limit),
+ * ENOTCONN (connection lost, or inherited across fork), and the errors of
+ * memfd_create(2), ftruncate(2) and mmap(2).
+ */
+struct odpd_segment *odpd_alloc(struct odpd_conn *conn, size_t length, unsigned flags);
+
+/*
+ * Attach a segment you made: @fd is a memfd (memfd_create with
+ * MFD_ALLOW_SEALING) sealed with F_SEAL_SHRINK and F_SEAL_GROW. The library
+ * sends the daemon a duplicate; @fd stays yours.
+ *  - @addr == NULL: the library maps the whole file (@length must be 0),
+ *    where the daemon mapped it, as odpd_alloc() does.
+ *  - @addr != NULL: [@addr, @addr + @length) must lie in one MAP_SHARED
+ *    mapping of @fd in this process; the file offset is read from
+ *    /proc/self/maps. The daemon maps the file at the same address where
+ *    that is free in the daemon (iova == address for every MR kind);
+ *    otherwise pinned MRs use an iova different from the daemon's address
+ *    and ODP MRs over the segment are refused.
+ * Errors: EINVAL (not a sealable memfd, seals missing, @addr not page
+ * aligned, the range is not one MAP_SHARED mapping of @fd - MAP_PRIVATE is
+ * refused because the HCA would never see this process's writes), EFBIG
+ * (file larger than the daemon's limit), EBADF (@fd not open), ENOMEM,
+ * ENOTCONN.
+ */
+struct odpd_segment *odpd_attach(struct odpd_conn *conn, int fd, void *addr, size_t length);
+
+/* Address of the segment's first byte in this process. */
+void *odpd_segment_addr(const struct odpd_segment *seg);
+/* Length of the segment in bytes. */
+size_t odpd_segment_length(const struct odpd_segment *seg);
+/* The segment's memfd: the library's own for odpd_alloc(), else the caller's. */
+int odpd_segment_fd(const struct odpd_segment *seg);
+
+/*
+ * Detach a segment. For odpd_alloc() segments the library also unmaps the
+ * memory and closes the memfd.
+ * Errors: EBUSY (MRs over the segment are still registered: deregister them
+ * first), ENOTCONN.
+ */
+int odpd_detach(struct odpd_segment *seg);
+
+/*
+ * An MR registered by the daemon in the connection's PD. The library owns
+ * it; fields are read-only. New fields are only ever appended.
+ */
+struct odpd_mr {
+	void *addr;          /* first byte, in this process */
+	size_t length;       /* bytes */
+	uint64_t iova;       /* == (uintptr_t)addr */
+	uint32_t lkey;
+	uint32_t rkey;
+	unsigned int access; /* IBV_ACCESS_* granted */
+	uint64_t handle;     /* the daemon's handle (odpctl mrs) */
+};
+
+/*
+ * Register [@addr, @addr + @length) (a range of one segment) with @access, a
+ * mask of IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ,
+ * IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_ATOMIC and IBV_ACCESS_ON_DEMAND.
+ * The daemon calls ibv_reg_mr(3) (ibv_reg_mr_iova when its mapping of the
+ * segment lies at another address) with iova = @addr.
+ * Errors: EINVAL (@length 0, @addr + @length overflows, range not inside one
+ * segment, unknown access bits, IBV_ACCESS_REMOTE_WRITE or _ATOMIC without
+ * IBV_ACCESS_LOCAL_WRITE), EACCES (write access on a segment sealed or opened
+ * read-only), EOPNOTSUPP (IBV_ACCESS_ON_DEMAND: ODP registration is not
+ * implemented yet), ENODEV (the daemon has no device), ENOMEM and the other
+ * errors of ibv_reg_mr(3) as the daemon saw them, ENOTCONN.
+ */
+struct odpd_mr *odpd_reg(struct odpd_conn *conn, void *addr, size_t length, unsigned int access);
+
+/*
+ * Deregister (ibv_dereg_mr(3) in the daemon) and free @mr.
+ * Errors: ENOENT (not registered through this connection), ENOTCONN; on
+ * failure @mr stays valid.
+ */
+int odpd_dereg(struct odpd_mr *mr);
+
+/*
+ * Have the daemon read [@addr, @addr + @length) back through @mr with the
+ * HCA and store a CRC-32 (zlib's crc32()) of those bytes in *@ret_crc32.
+ * @addr NULL with @length 0: the whole MR. The daemon posts RDMA READ with
+ * the MR's iova and rkey when @mr has IBV_ACCESS_REMOTE_READ, else RDMA
+ * WRITE with the MR's lkey as the source, over its own loopback RC QP pair
+ * on the connection's PD, through a bounded bounce buffer.
+ * Errors: EINVAL (range outside @mr), ENOENT (@mr not registered), EIO
+ * (a work completion failed; odpd_errmsg() names its status), ETIMEDOUT
+ * (no completion in time), ENOTCONN.
+ */
+int odpd_verify(struct odpd_mr *mr, void *addr, size_t length, uint32_t *ret_crc32);
+
+/*
+ * The librdmacm mirror: rdma_reg_msgs(3), rdma_reg_read(3), rdma_reg_write(3)
+ * and rdma_dereg_mr(3), with the daemon doing the registration into id->pd
+ * (client-PD mode). The library sends the daemon id->verbs->cmd_fd and
+ * id->pd->handle; the daemon imports them (ibv_import_device(3),
+ * ibv_import_pd(3)), registers, and the library imports the MR
+ * (ibv_import_mr(3)). The returned MR's addr and length are @addr and
+ * @length. Access: rdma_reg_msgs = IBV_ACCESS_LOCAL_WRITE; rdma_reg_read adds
+ * IBV_ACCESS_REMOTE_READ; rdma_reg_write adds IBV_ACCESS_REMOTE_WRITE.
+ *
+ * These use the process's default connection (odpd_default_conn()); @addr
+ * must lie in a segment of that connection.
+ *
+ * Errors: EOPNOTSUPP (the device cannot import - Soft-RoCE (rxe) and every
+ * provider but mlx5 today; checked before anything is sent), EINVAL (NULL
+ * @id or @id->pd, range outside every segment), EPERM (remote access not
+ * granted to this user by the daemon's policy), and those of odpd_reg().
+ * odpd_dereg_mr: ENOENT (@mr did not come from these calls).
+ */
+struct ibv_mr *odpd_reg_msgs(struct rdma_cm_id *id, void *addr, size_t length);
+struct ibv_mr *odpd_reg_read(struct rdma_cm_id *id, void *addr, size_t length);
+struct ibv_mr *odpd_reg_write(struct rdma_cm_id *id, void *addr, size_t length);
+int odpd_dereg_mr(struct ibv_mr *mr);
+
+/*
+ * The process-wide connection the mirror uses, connected on first use to
+ * $ODPD_SOCKET or ODPD_SOCKET_DEFAULT with the daemon's first device.
+ * Do not odpd_disconnect() it. Errors: those of odpd_connect().
+ */
+struct odpd_conn *odpd_default_conn(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ODPD_H */

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "domain.h"
+#include "log.h"
+#include "odpd-wire.h"
+#include "request.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+#define OUTQ_MAX 64                  /* replies queued for a slow reader */
+#define PACKETS_PER_WAKEUP 16        /* fairness between clients */
+
+static void client_on_read(evutil_socket_t fd, short what, void *arg);
+static void client_on_write(evutil_socket_t fd, short what, void *arg);
+
+/* A pidfd names the peer process even after its pid is reused. */
+static int peer_pidfd(int fd, pid_t pid)
+{
+	int pidfd = -1;
+	socklen_t len = sizeof(pidfd);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0)
+		return pidfd;
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+static bool peer_is_admin(const struct odpd_manager *m, int fd, const struct ucred *cred)
+{
+	gid_t groups[NGROUPS_MAX];
+	socklen_t len = sizeof(groups);
+
+	if (cred->uid == 0)
+		return true;
+	if (!m->cfg.has_admin_gid)
+		return false;
+	if (cred->gid == m->cfg.admin_gid)
+		return true;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return false;
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == m->cfg.admin_gid)
+			return true;
+	return false;
+}
+
+static void client_read_name(struct odpd_client *c)
+{
+	char path[64];
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)c->cred.pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, c->name, sizeof(c->name) - 1);
+	close(fd);
+	if (n > 0)
+		c->name[strcspn(c->name, "\n")] = 0;
+}
+
+static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
+{
+	struct odpd_client *c = calloc(1, sizeof(*c));
+	socklen_t len = sizeof(c->cred);
+
+	if (!c)
+		return -ENOMEM;
+	c->domains = calloc(m->devices.n ? m->devices.n : 1, sizeof(*c->domains));
+	if (!c->domains) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->m = m;
+	c->fd = fd;
+	c->id = ++m->next_client_id;
+	c->outq_tail = &c->outq;
+	LIST_INIT(&c->segs);
+	LIST_INIT(&c->mrs);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
+		int r = -errno;
+		free(c->domains);
+		free(c);
+		return r;
+	}
+	c->pidfd = peer_pidfd(fd, c->cred.pid);
+	c->admin = peer_is_admin(m, fd, &c->cred);
+	client_read_name(c);
+	c->ev_read = event_new(m->base, fd, EV_READ | EV_PERSIST, client_on_read, c);
+	c->ev_write = event_new(m->base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
+	if (!c->ev_read || !c->ev_write || event_add(c->ev_read, NULL) < 0) {
+		if (c->ev_read)
+			event_free(c->ev_read);
+		if (c->ev_write)
+			event_free(c->ev_write);
+		if (c->pidfd >= 0)
+			close(c->pidfd);
+		free(c->domains);
+		free(c);
+		return -ENOMEM;
+	}
+	LIST_INSERT_HEAD(&m->clients, c, link);
+	m->n_clients++;
+	*ret = c;
+	return 0;
+}
+
+void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
+{
+	struct odpd_manager *m = arg;
+	struct odpd_client *c = NULL;
+	int fd, r;
+
+	(void)what;
+	fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0) {
+		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			log_errno(LOG_WARNING, errno, "accept");
+		return;
+	}
+	if (m->stopping || m->n_clients >= m->cfg.max_clients) {
+		log_warning("refusing a connection: %s", m->stopping ? "shutting down" : "too many clients");
+		close(fd);
+		return;
+	}
+	r = client_new(m, fd, &c);
+	if (r < 0) {
+		log_errno(LOG_WARNING, r, "cannot set up a client");
+		close(fd);
+		return;
+	}
+	log_info("client %llu connected: pid %d uid %u (%s)", (unsigned long long)c->id,
+		 (int)c->cred.pid, c->cred.uid, c->name);
+}
+
+/* ---------------------------------------------------------------- output */
+
+static int outq_flush(struct odpd_client *c)
+{
+	while (c->outq) {
+		struct outq_item *it = c->outq;
+		if (send(c->fd, it->data, it->len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return 0;
+			return -errno;
+		}
+		c->outq = it->next;
+		if (!c->outq)
+			c->outq_tail = &c->outq;
+		c->outq_len--;
+		free(it);
+	}
+	event_del(c->ev_write);
+	return 0;
+}
+
+static void client_on_write(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_client *c = arg;
+	int r;
+
+	(void)fd;
+	(void)what;
+	r = outq_flush(c);
+	if (r < 0)
+		odpd_client_disconnect(c, strerror(-r));
+}
+
+void odpd_client_send(struct odpd_client *c, Odpd__Reply *reply)
+{
+	size_t len = odpd__reply__get_packed_size(reply);
+	struct outq_item *it;
+
+	if (c->dead)
+		return;
+	if (reply->status != 0)
+		c->m->stats.errors++;
+	if (len > ODPD_MAX_PACKET) {
+		log_error("client %llu: reply of %zu bytes is too large", (unsigned long long)c->id, len);
+		odpd_client_disconnect(c, "reply too large");
+		return;
+	}
+	if (c->outq_len >= OUTQ_MAX) {
+		odpd_client_disconnect(c, "slow reader: output queue full");
+		return;
+	}
+	it = malloc(sizeof(*it) + len);
+	if (!it) {
+		odpd_client_disconnect(c, "out of memory");
+		return;
+	}
+	it->next = NULL;
+	it->len = odpd__reply__pack(reply, it->data);
+	*c->outq_tail = it;
+	c->outq_tail = &it->next;
+	c->outq_len++;
+	if (c->outq_len == 1) {
+		int r = outq_flush(c);
+		if (r < 0) {
+			odpd_client_disconnect(c, strerror(-r));
+			return;
+		}
+		if (c->outq)
+			event_add(c->ev_write, NULL);
+	}
+}
+
+void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const char *msg)
+{
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+
+	reply.has_id = 1;
+	reply.id = id;
+	reply.has_status = 1;
+	reply.status = code;
+	reply.message = (char *)msg;
+	log_debug("client %llu: request %llu: %s: %s", (unsigned long long)c->id,
+		  (unsigned long long)id, strerror(code), msg);
+	odpd_client_send(c, &reply);
+}
+
+/* ---------------------------------------------------------------- input */
+
+/* Read one packet and act on it. Returns false when reading must stop. */
+static bool client_read_one(struct odpd_client *c)
+{
+	struct odpd_manager *m = c->m;
+	struct odpd_packet pkt;
+	int r;
+
+	r = odpd_wire_recv(c->fd, m->rbuf, ODPD_MAX_PACKET + 1, &pkt, MSG_DONTWAIT);
+	if (r == -EAGAIN)
+		return false;
+	if (r < 0) {
+		odpd_client_disconnect(c, strerror(-r));
+		return false;
+	}
+	if (pkt.ctrunc) {
+		/* The kernel dropped fds (too many, or a security module): the
+		 * request cannot be trusted, and neither can the peer. */
+		odpd_packet_close_fds(&pkt);
+		odpd_client_send_error(c, 0, EBADMSG, "too many file descriptors in one packet");
+		odpd_client_disconnect(c, "control data truncated");
+		return false;
+	}
+	if (pkt.eof) {
+		odpd_client_disconnect(c, "end of stream");
+		return false;
+	}
+	if (pkt.truncated) {
+		char msg[96];
+		odpd_packet_close_fds(&pkt);
+		snprintf(msg, sizeof(msg), "packet larger than the limit of %u bytes", ODPD_MAX_PACKET);
+		odpd_client_send_error(c, 0, EMSGSIZE, msg);
+		return !c->dead;
+	}
+	odpd_request_handle(c, m->rbuf, pkt.len, &pkt);  /* consumes pkt's fds */
+	return !c->dead && !c->busy;
+}
+
+static void client_on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_client *c = arg;
+
+	(void)fd;
+	(void)what;
+	for (int i = 0; i < PACKETS_PER_WAKEUP; i++)
+		if (!client_read_one(c))
+			break;
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+void odpd_client_submit(struct odpd_client *c, struct odpd_job *job)
+{
+	c->busy = true;
+	event_del(c->ev_read);
+	odpd_pool_submit(c->m->pool, job);
+}
+
+static struct odpd_client *teardown_client(struct odpd_job *job)
+{
+	return (struct odpd_client *)((char *)job - offsetof(struct odpd_client, teardown));
+}
+
+static void teardown_run(struct odpd_job *job)
+{
+	struct odpd_client *c = teardown_client(job);
+
+	for (struct odpd_mr_entry *e = LIST_FIRST(&c->mrs); e; e = LIST_NEXT(e, link))
+		odpd_request_mr_release(e);
+	for (unsigned i = 0; i < c->m->devices.n; i++)
+		odpd_domain_close(c->domains[i]);
+}
+
+static void teardown_done(struct odpd_job *job)
+{
+	struct odpd_client *c = teardown_client(job);
+	struct odpd_manager *m = c->m;
+
+	while (!LIST_EMPTY(&c->mrs)) {
+		struct odpd_mr_entry *e = LIST_FIRST(&c->mrs);
+		LIST_REMOVE(e, link);
+		m->stats.deregistrations++;
+		free(e);
+	}
+	while (!LIST_EMPTY(&c->segs)) {
+		struct odpd_cseg *s = LIST_FIRST(&c->segs);
+		LIST_REMOVE(s, link);
+		odpd_mapping_put(&m->segs, s->map);
+		free(s);
+	}
+	log_info("client %llu released", (unsigned long long)c->id);
+	free(c->domains);
+	free(c);
+	odpd_manager_client_released(m);
+}
+
+/* Deregister everything on a worker, then drop mappings and free on the loop. */
+static void client_teardown(struct odpd_client *c)
+{
+	c->teardown.run = teardown_run;
+	c->teardown.done = teardown_done;
+	c->busy = true;
+	odpd_pool_submit(c->m->pool, &c->teardown);
+}
+
+void odpd_client_job_done(struct odpd_client *c)
+{
+	c->busy = false;
+	if (c->dead) {
+		client_teardown(c);
+		return;
+	}
+	event_add(c->ev_read, NULL);
+	event_active(c->ev_read, EV_READ, 0);   /* packets may have queued meanwhile */
+}
+
+void odpd_client_disconnect(struct odpd_client *c, const char *why)
+{
+	if (c->dead)
+		return;
+	log_info("client %llu disconnected: %s", (unsigned long long)c->id, why);
+	c->dead = true;
+	LIST_REMOVE(c, link);
+	event_free(c->ev_read);
+	event_free(c->ev_write);
+	c->ev_read = c->ev_write = NULL;
+	while (c->outq) {
+		struct outq_item *it = c->outq;
+		c->outq = it->next;
+		free(it);
+	}
+	close(c->fd);
+	c->fd = -1;
+	if (c->pidfd >= 0)
+		close(c->pidfd);
+	c->pidfd = -1;
+	if (!c->busy)
+		client_teardown(c);
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include "manager.h"
+#include "odpd.pb-c.h"
+
+/* A client's attachment of a segment: its window [client_addr, +length) onto
+ * the shared mapping at file offset file_offset. */
+struct odpd_cseg {
+	LIST_ENTRY(odpd_cseg) link;
+	uint64_t handle;
+	struct odpd_mapping *map;
+	uint64_t client_addr;
+	uint64_t file_offset;
+	uint64_t length;
+	bool writable;                  /* the client's fd allows writing */
+	unsigned n_mrs;
+};
+
+/* Client-PD mode: the client's context and PD, imported from its cmd_fd. */
+struct odpd_import {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+};
+
+struct odpd_mr_entry {
+	LIST_ENTRY(odpd_mr_entry) link;
+	uint64_t handle;
+	struct ibv_mr *mr;
+	struct odpd_cseg *seg;
+	struct odpd_domain *dom;        /* daemon-PD mode */
+	struct odpd_import imp;         /* client-PD mode (imp.ctx != NULL) */
+	uint64_t iova;
+	uint64_t length;
+	uint32_t access;                /* Odpd__Access bits */
+};
+
+struct outq_item {
+	struct outq_item *next;
+	size_t len;
+	uint8_t data[];
+};
+
+struct odpd_client {
+	struct odpd_manager *m;
+	LIST_ENTRY(odpd_client) link;
+	uint64_t id;
+	int fd;
+	int pidfd;
+	struct ucred cred;
+	bool admin;
+	char name[64];
+	bool hello;
+	bool busy;                      /* a job of this client is queued or running */
+	bool dead;                      /* disconnected; torn down when not busy */
+	struct event *ev_read, *ev_write;
+	struct outq_item *outq, **outq_tail;
+	unsigned outq_len;
+	LIST_HEAD(, odpd_cseg) segs;
+	unsigned n_segs;
+	LIST_HEAD(, odpd_mr_entry) mrs;
+	unsigned n_mrs;
+	uint64_t mr_bytes;
+	struct odpd_domain **domains;   /* [devices.n], opened on a worker when first needed */
+	uint64_t next_handle;
+	struct odpd_job teardown;       /* embedded: teardown never allocates */
+};
+
+/* Accept callback of the listening socket. */
+void odpd_client_accept(evutil_socket_t fd, short what, void *arg);
+
+/* Queue a reply. May disconnect a client whose output queue is full. */
+void odpd_client_send(struct odpd_client *c, Odpd__Reply *reply);
+/* Send an error reply (status = @err code) for request @id. */
+void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const char *msg);
+
+/* Hand a job to the pool: stops reading from the client until it completes. */
+void odpd_client_submit(struct odpd_client *c, struct odpd_job *job);
+/* Called by a job's done callback: resumes reading, or tears a dead client down. */
+void odpd_client_job_done(struct odpd_client *c);
+
+/* Drop the connection; the client's objects are released once no job runs. */
+void odpd_client_disconnect(struct odpd_client *c, const char *why);

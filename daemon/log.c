@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static int log_max = LOG_INFO;
+static bool log_journal;
+
+static const char *const level_names[] = {
+	[LOG_EMERG] = "emerg", [LOG_ALERT] = "alert", [LOG_CRIT] = "crit",
+	[LOG_ERR] = "err", [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+	[LOG_INFO] = "info", [LOG_DEBUG] = "debug",
+};
+
+/* JOURNAL_STREAM is "DEV:INO" of the stream journald gave us; it only counts
+ * if stderr is still that stream (not redirected by a wrapper). */
+static bool stderr_is_journal(void)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (!e || sscanf(e, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) < 0)
+		return false;
+	return st.st_dev == dev && st.st_ino == ino;
+}
+
+void log_setup(int max_priority)
+{
+	log_max = max_priority;
+	log_journal = stderr_is_journal();
+}
+
+int log_parse_level(const char *name)
+{
+	for (int i = 0; i <= LOG_DEBUG; i++)
+		if (strcasecmp(name, level_names[i]) == 0)
+			return i;
+	return -EINVAL;
+}
+
+static void log_va(int priority, const char *suffix, const char *fmt, va_list ap)
+{
+	char text[1024];
+
+	if (priority > log_max)
+		return;
+	vsnprintf(text, sizeof(text), fmt, ap);
+	if (log_journal)
+		fprintf(stderr, "<%d>%s%s\n", priority, text, suffix);
+	else
+		fprintf(stderr, "odpd[%d]: %s: %s%s\n", (int)getpid(), level_names[priority], text, suffix);
+}
+
+void log_msg(int priority, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_va(priority, "", fmt, ap);
+	va_end(ap);
+}
+
+int log_errno(int priority, int err, const char *fmt, ...)
+{
+	char suffix[128];
+	va_list ap;
+
+	err = abs(err);
+	snprintf(suffix, sizeof(suffix), ": %s", strerror(err));
+	va_start(ap, fmt);
+	log_va(priority, suffix, fmt, ap);
+	va_end(ap);
+	return -err;
+}

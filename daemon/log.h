@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <syslog.h>
+
+/*
+ * Logging to stderr. When stderr is connected to journald (JOURNAL_STREAM is
+ * set and names our stderr), each line carries a "<N>" priority prefix that
+ * journald turns into PRIORITY=; otherwise lines are "odpd[pid]: level: text".
+ */
+void log_setup(int max_priority);
+int log_parse_level(const char *name);
+void log_msg(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Log "text: strerror(err)" and return -abs(err), for `return log_errno(...)`. */
+int log_errno(int priority, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_notice(...) log_msg(LOG_NOTICE, __VA_ARGS__)
+#define log_warning(...) log_msg(LOG_WARNING, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERR, __VA_ARGS__)

@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <systemd/sd-daemon.h>
+
+#include "config.h"
+#include "log.h"
+#include "manager.h"
+#include "odpd-wire.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: odpd [OPTION]...\n"
+		"Register RDMA memory for client processes.\n\n"
+		"  --socket PATH             listening socket (default %s)\n"
+		"  --foreground              do not daemonize\n"
+		"  --device NAME             use this RDMA device (repeatable; default all)\n"
+		"  --workers N               registration worker threads (default 2)\n"
+		"  --max-segment-size BYTES  largest segment (default 64G)\n"
+		"  --window-size BYTES       address window for segments (default 4T)\n"
+		"  --verify-buffer BYTES     per-client verify bounce buffer (default 1M)\n"
+		"  --max-clients N           (default 1024)\n"
+		"  --admin-group GROUP       group allowed admin requests besides root\n"
+		"  --log-level LEVEL         err, warning, notice, info, debug (default info)\n"
+		"  --help, --version\n",
+		ODPD_SOCKET_DEFAULT);
+}
+
+/* "64G", "1M", "4096": bytes, with binary K/M/G/T suffixes. */
+static int parse_size(const char *s, uint64_t *ret)
+{
+	char *end;
+	unsigned shift = 0;
+	uint64_t v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -EINVAL;
+	switch (*end) {
+	case 'T': shift += 10; /* fall through */
+	case 'G': shift += 10; /* fall through */
+	case 'M': shift += 10; /* fall through */
+	case 'K': shift += 10; end++; break;
+	case 0: break;
+	default: return -EINVAL;
+	}
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*ret = v << shift;
+	return 0;
+}
+
+static int parse_uint(const char *s, unsigned min, unsigned *ret)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < min || v > 1u << 20)
+		return -EINVAL;
+	*ret = (unsigned)v;
+	return 0;
+}
+
+enum { OPT_SOCKET = 256, OPT_FOREGROUND, OPT_DEVICE, OPT_WORKERS, OPT_MAX_SEGMENT,
+       OPT_WINDOW, OPT_VERIFY_BUFFER, OPT_MAX_CLIENTS, OPT_ADMIN_GROUP, OPT_LOG_LEVEL,
+       OPT_HELP, OPT_VERSION };
+
+static int parse_args(int argc, char **argv, struct odpd_config *cfg)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "foreground", no_argument, NULL, OPT_FOREGROUND },
+		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "workers", required_argument, NULL, OPT_WORKERS },
+		{ "max-segment-size", required_argument, NULL, OPT_MAX_SEGMENT },
+		{ "window-size", required_argument, NULL, OPT_WINDOW },
+		{ "verify-buffer", required_argument, NULL, OPT_VERIFY_BUFFER },
+		{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
+		{ "admin-group", required_argument, NULL, OPT_ADMIN_GROUP },
+		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+		{ "help", no_argument, NULL, OPT_HELP },
+		{ "version", no_argument, NULL, OPT_VERSION },
+		{ 0 }
+	};
+	int c, r = 0;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_SOCKET: cfg->socket_path = optarg; break;
+		case OPT_FOREGROUND: cfg->foreground = true; break;
+		case OPT_DEVICE: cfg->devices[cfg->n_devices++] = optarg; break;
+		case OPT_WORKERS: r = parse_uint(optarg, 1, &cfg->workers); break;
+		case OPT_MAX_SEGMENT: r = parse_size(optarg, &cfg->max_segment_size); break;
+		case OPT_WINDOW: r = parse_size(optarg, &cfg->window_size); break;
+		case OPT_VERIFY_BUFFER: r = parse_size(optarg, &cfg->verify_buffer); break;
+		case OPT_MAX_CLIENTS: r = parse_uint(optarg, 1, &cfg->max_clients); break;
+		case OPT_ADMIN_GROUP: {
+			struct group *g = getgrnam(optarg);
+			if (!g) {
+				fprintf(stderr, "odpd: no group named %s\n", optarg);
+				return -EINVAL;
+			}
+			cfg->has_admin_gid = true;
+			cfg->admin_gid = g->gr_gid;
+			break;
+		}
+		case OPT_LOG_LEVEL:
+			r = cfg->log_level = log_parse_level(optarg);
+			break;
+		case OPT_HELP: usage(stdout); exit(EXIT_SUCCESS);
+		case OPT_VERSION: printf("odpd %s\n", ODPD_VERSION); exit(EXIT_SUCCESS);
+		default: usage(stderr); return -EINVAL;
+		}
+		if (r < 0) {
+			fprintf(stderr, "odpd: invalid value for --%s: %s\n", opts[c - OPT_SOCKET].name, optarg);
+			return r;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "odpd: unexpected argument %s\n", argv[optind]);
+		return -EINVAL;
+	}
+	if (cfg->verify_buffer < 4096 || cfg->verify_buffer > (1u << 30) ||
+	    cfg->max_segment_size > cfg->window_size) {
+		fprintf(stderr, "odpd: need 4K <= --verify-buffer <= 1G and --max-segment-size <= --window-size\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct odpd_manager m = {
+		.cfg = {
+			.socket_path = ODPD_SOCKET_DEFAULT,
+			.workers = 2,
+			.max_segment_size = 64ull << 30,
+			.window_size = 4ull << 40,
+			.verify_buffer = 1u << 20,
+			.max_clients = 1024,
+			.max_segments = 1024,
+			.max_mrs = 65536,
+			.log_level = LOG_INFO,
+		},
+	};
+	int r;
+
+	m.cfg.devices = calloc((size_t)argc, sizeof(char *));
+	if (!m.cfg.devices || parse_args(argc, argv, &m.cfg) < 0)
+		return EXIT_FAILURE;
+	log_setup(m.cfg.log_level);
+	if (!m.cfg.foreground && daemon(0, 0) < 0) {
+		log_errno(LOG_ERR, errno, "daemon");
+		return EXIT_FAILURE;
+	}
+	r = odpd_manager_start(&m);
+	if (r == 0) {
+		sd_notifyf(0, "READY=1\nSTATUS=Serving %u device(s)\nMAINPID=%d", m.devices.n, (int)getpid());
+		log_notice("odpd %s ready: %u device(s)", ODPD_VERSION, m.devices.n);
+		event_base_dispatch(m.base);
+	}
+	sd_notify(0, "STOPPING=1");
+	odpd_manager_finish(&m);
+	free(m.cfg.devices);
+	log_info("stopped");
+	return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}

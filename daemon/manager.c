@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <systemd/sd-daemon.h>
+
+#include "client.h"
+#include "log.h"
+#include "odpd-wire.h"
+
+/* A socket from systemd (odpd.socket), or one we create and later unlink. */
+static int listen_socket(struct odpd_manager *m)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int n = sd_listen_fds(1), fd;
+
+	if (n > 1)
+		return log_errno(LOG_ERR, EINVAL, "systemd passed %d sockets, expected one", n);
+	if (n == 1) {
+		fd = SD_LISTEN_FDS_START;
+		if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
+			return log_errno(LOG_ERR, EINVAL, "the socket from systemd is not a listening "
+					 "AF_UNIX SOCK_SEQPACKET socket");
+		if (evutil_make_socket_nonblocking(fd) < 0)
+			return log_errno(LOG_ERR, errno, "O_NONBLOCK on the systemd socket");
+		m->listen_fd = fd;
+		log_info("listening on the socket passed by systemd");
+		return 0;
+	}
+	if (strlen(m->cfg.socket_path) >= sizeof(sa.sun_path))
+		return log_errno(LOG_ERR, ENAMETOOLONG, "socket path %s", m->cfg.socket_path);
+	strcpy(sa.sun_path, m->cfg.socket_path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return log_errno(LOG_ERR, errno, "socket");
+	unlink(sa.sun_path);                 /* a stale socket of an earlier odpd */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+		int r = log_errno(LOG_ERR, errno, "cannot listen on %s", sa.sun_path);
+		close(fd);
+		return r;
+	}
+	/* Access control is by SO_PEERCRED per request; the socket is open to all. */
+	chmod(sa.sun_path, 0666);
+	m->listen_fd = fd;
+	m->unlink_socket = true;
+	log_info("listening on %s", sa.sun_path);
+	return 0;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct odpd_manager *m = arg;
+
+	(void)what;
+	if (m->stopping)
+		return;
+	log_notice("%s: releasing every client and stopping", strsignal((int)sig));
+	sd_notify(0, "STOPPING=1");
+	m->stopping = true;
+	event_del(m->ev_listen);
+	while (!LIST_EMPTY(&m->clients))
+		odpd_client_disconnect(LIST_FIRST(&m->clients), "odpd is stopping");
+	if (m->n_clients == 0)
+		event_base_loopbreak(m->base);
+}
+
+void odpd_manager_client_released(struct odpd_manager *m)
+{
+	m->n_clients--;
+	if (m->stopping && m->n_clients == 0)
+		event_base_loopbreak(m->base);
+}
+
+int odpd_manager_start(struct odpd_manager *m)
+{
+	static const int sigs[2] = { SIGTERM, SIGINT };
+	int r;
+
+	LIST_INIT(&m->clients);
+	m->listen_fd = -1;
+	signal(SIGPIPE, SIG_IGN);
+	m->base = event_base_new();
+	m->rbuf = malloc(ODPD_MAX_PACKET + 1);
+	if (!m->base || !m->rbuf)
+		return log_errno(LOG_ERR, ENOMEM, "start-up");
+	r = odpd_window_new(m->cfg.window_size, &m->segs.window);
+	if (r < 0)
+		return log_errno(LOG_ERR, r, "cannot reserve a %llu-byte address window",
+				 (unsigned long long)m->cfg.window_size);
+	r = odpd_devices_open(m->cfg.devices, m->cfg.n_devices, &m->devices);
+	if (r < 0)
+		return r;
+	r = odpd_pool_new(m->base, m->cfg.workers, &m->pool);
+	if (r < 0)
+		return log_errno(LOG_ERR, r, "cannot start %u workers", m->cfg.workers);
+	r = listen_socket(m);
+	if (r < 0)
+		return r;
+	m->ev_listen = event_new(m->base, m->listen_fd, EV_READ | EV_PERSIST, odpd_client_accept, m);
+	if (!m->ev_listen || event_add(m->ev_listen, NULL) < 0)
+		return log_errno(LOG_ERR, ENOMEM, "listen event");
+	for (int i = 0; i < 2; i++) {
+		m->ev_signals[i] = evsignal_new(m->base, sigs[i], on_signal, m);
+		if (!m->ev_signals[i] || event_add(m->ev_signals[i], NULL) < 0)
+			return log_errno(LOG_ERR, ENOMEM, "signal event");
+	}
+	return 0;
+}
+
+void odpd_manager_finish(struct odpd_manager *m)
+{
+	odpd_pool_free(m->pool);              /* runs the last teardowns */
+	for (int i = 0; i < 2; i++)
+		if (m->ev_signals[i])
+			event_free(m->ev_signals[i]);
+	if (m->ev_listen)
+		event_free(m->ev_listen);
+	if (m->listen_fd >= 0)
+		close(m->listen_fd);
+	if (m->unlink_socket)
+		unlink(m->cfg.socket_path);
+	odpd_devices_close(&m->devices);
+	odpd_window_free(m->segs.window);
+	free(m->rbuf);
+	if (m->base)
+		event_base_free(m->base);
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+#include <event2/event.h>
+
+#include "device.h"
+#include "pool.h"
+#include "segment.h"
+
+struct odpd_client;
+
+struct odpd_config {
+	const char *socket_path;
+	bool foreground;
+	char **devices;                 /* --device, may be empty */
+	unsigned n_devices;
+	unsigned workers;
+	uint64_t max_segment_size;      /* bytes */
+	uint64_t window_size;           /* bytes */
+	uint64_t verify_buffer;         /* bytes */
+	unsigned max_clients;
+	unsigned max_segments;          /* per client */
+	unsigned max_mrs;               /* per client */
+	bool has_admin_gid;
+	gid_t admin_gid;
+	int log_level;
+};
+
+struct odpd_stats {
+	uint64_t registrations;
+	uint64_t deregistrations;
+	uint64_t errors;                /* error replies */
+};
+
+/* The daemon's state; owned by the event loop thread. */
+struct odpd_manager {
+	struct event_base *base;
+	struct odpd_config cfg;
+	struct odpd_devices devices;
+	struct odpd_segtable segs;
+	struct odpd_pool *pool;
+	LIST_HEAD(, odpd_client) clients;   /* connected */
+	unsigned n_clients;                 /* connected or still being torn down */
+	uint64_t next_client_id;
+	struct odpd_stats stats;
+	uint8_t *rbuf;                      /* ODPD_MAX_PACKET + 1: the receive buffer */
+	int listen_fd;
+	bool unlink_socket;                 /* we created it (not socket activation) */
+	struct event *ev_listen;
+	struct event *ev_signals[2];
+	bool stopping;
+};
+
+int odpd_manager_start(struct odpd_manager *m);
+void odpd_manager_finish(struct odpd_manager *m);
+/* A client is gone for good: stop the loop if we are shutting down and it was the last. */
+void odpd_manager_client_released(struct odpd_manager *m);

@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pool.h"
+
+struct odpd_pool {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct odpd_job *todo, **todo_tail;  /* FIFO */
+	struct odpd_job *finished;           /* LIFO, reversed when drained */
+	bool stopping;
+	unsigned pending;                    /* loop thread only */
+	unsigned long completed;             /* loop thread only */
+	int efd;
+	struct event *ev;
+	unsigned nthreads;
+	pthread_t threads[];
+};
+
+static void *worker_main(void *arg)
+{
+	struct odpd_pool *p = arg;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->todo && !p->stopping)
+			pthread_cond_wait(&p->cond, &p->lock);
+		struct odpd_job *job = p->todo;
+		if (!job)
+			break;
+		p->todo = job->next;
+		if (!p->todo)
+			p->todo_tail = &p->todo;
+		pthread_mutex_unlock(&p->lock);
+
+		job->run(job);
+
+		pthread_mutex_lock(&p->lock);
+		job->next = p->finished;
+		p->finished = job;
+		uint64_t one = 1;
+		if (write(p->efd, &one, sizeof(one)) < 0)
+			log_error("pool: eventfd write failed");
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static void run_finished(struct odpd_pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	struct odpd_job *list = p->finished, *rev = NULL;
+	p->finished = NULL;
+	pthread_mutex_unlock(&p->lock);
+
+	while (list) {                       /* oldest first */
+		struct odpd_job *n = list->next;
+		list->next = rev;
+		rev = list;
+		list = n;
+	}
+	while (rev) {
+		struct odpd_job *n = rev->next;
+		p->pending--;
+		p->completed++;
+		rev->done(rev);                /* may free rev or submit more */
+		rev = n;
+	}
+}
+
+static void on_eventfd(evutil_socket_t fd, short what, void *arg)
+{
+	uint64_t v;
+
+	(void)what;
+	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_error("pool: eventfd read failed");
+	run_finished(arg);
+}
+
+int odpd_pool_new(struct event_base *base, unsigned nthreads, struct odpd_pool **ret)
+{
+	struct odpd_pool *p = calloc(1, sizeof(*p) + nthreads * sizeof(pthread_t));
+	int r;
+
+	if (!p)
+		return -ENOMEM;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->todo_tail = &p->todo;
+	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->efd < 0) {
+		r = -errno;
+		free(p);
+		return r;
+	}
+	p->ev = event_new(base, p->efd, EV_READ | EV_PERSIST, on_eventfd, p);
+	if (!p->ev || event_add(p->ev, NULL) < 0) {
+		odpd_pool_free(p);
+		return -ENOMEM;
+	}
+	for (; p->nthreads < nthreads; p->nthreads++) {
+		r = pthread_create(&p->threads[p->nthreads], NULL, worker_main, p);
+		if (r) {
+			odpd_pool_free(p);
+			return -r;
+		}
+	}
+	*ret = p;
+	return 0;
+}
+
+void odpd_pool_submit(struct odpd_pool *p, struct odpd_job *job)
+{
+	job->next = NULL;
+	p->pending++;
+	pthread_mutex_lock(&p->lock);
+	*p->todo_tail = job;
+	p->todo_tail = &job->next;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+unsigned odpd_pool_pending(const struct odpd_pool *p)
+{
+	return p->pending;
+}
+
+unsigned long odpd_pool_completed(const struct odpd_pool *p)
+{
+	return p->completed;
+}
+
+void odpd_pool_free(struct odpd_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stopping = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	run_finished(p);
+	if (p->ev)
+		event_free(p->ev);
+	close(p->efd);
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "request.h"
+
+void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *err)
+{
+	odpd_client_send_error(c, id, err->code, err->msg);
+}
+
+/* One allocation: the pointer array, then the messages. free() releases both. */
+static int devices_to_proto(struct odpd_manager *m, Odpd__Device ***ret)
+{
+	unsigned n = m->devices.n;
+	Odpd__Device **ptrs = calloc(1, (n + 1) * sizeof(*ptrs) + n * sizeof(Odpd__Device));
+	Odpd__Device *devs;
+
+	if (!ptrs)
+		return -ENOMEM;
+	devs = (Odpd__Device *)(ptrs + n + 1);
+	for (unsigned i = 0; i < n; i++) {
+		odpd__device__init(&devs[i]);
+		odpd_device_to_proto(&m->devices.dev[i], &devs[i]);
+		ptrs[i] = &devs[i];
+	}
+	*ret = ptrs;
+	return 0;
+}
+
+/*
+ * Hello. Its reply's framing (Reply.id/status/message/hello and
+ * HelloReply.version/version_min/version_max) is frozen, so a client of any
+ * version can read a refusal.
+ */
+static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *req)
+{
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__HelloReply hr = ODPD__HELLO_REPLY__INIT;
+	Odpd__Device **devs = NULL;
+	char msg[160];
+
+	reply.has_id = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_HELLO;
+	reply.hello = &hr;
+	hr.has_version = hr.has_version_min = hr.has_version_max = 1;
+	hr.version_min = ODPD_PROTOCOL_VERSION_MIN;
+	hr.version_max = ODPD_PROTOCOL_VERSION_MAX;
+	reply.has_status = 1;
+	if (c->hello) {
+		reply.status = EALREADY;
+		reply.message = (char *)"Hello was already answered on this connection";
+	} else if (!req->has_version || req->version < ODPD_PROTOCOL_VERSION_MIN ||
+		   req->version > ODPD_PROTOCOL_VERSION_MAX) {
+		snprintf(msg, sizeof(msg), "protocol version %u is not supported; this daemon speaks %u..%u",
+			 req->version, ODPD_PROTOCOL_VERSION_MIN, ODPD_PROTOCOL_VERSION_MAX);
+		reply.status = EPROTONOSUPPORT;
+		reply.message = msg;
+	} else if (devices_to_proto(c->m, &devs) < 0) {
+		reply.status = ENOMEM;
+		reply.message = (char *)"out of memory";
+	} else {
+		c->hello = true;
+		hr.version = req->version;
+		hr.devices = devs;
+		hr.n_devices = c->m->devices.n;
+		hr.has_max_packet = 1;
+		hr.max_packet = ODPD_MAX_PACKET;
+		hr.has_client_id = 1;
+		hr.client_id = c->id;
+		hr.daemon_version = (char *)ODPD_VERSION;
+		if (req->client_name && *req->client_name)
+			snprintf(c->name, sizeof(c->name), "%s", req->client_name);
+	}
+	odpd_client_send(c, &reply);
+	free(devs);
+}
+
+static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
+{
+	uint64_t seg_bytes = 0;
+	const struct odpd_cseg *s;
+
+	LIST_FOREACH(s, &c->segs, link)
+		seg_bytes += s->length;
+	o->has_id = o->has_pid = o->has_uid = o->has_gid = 1;
+	o->id = c->id;
+	o->pid = c->cred.pid;
+	o->uid = c->cred.uid;
+	o->gid = c->cred.gid;
+	o->name = (char *)c->name;
+	o->has_segments = o->has_mrs = o->has_pinned_bytes = o->has_segment_bytes = 1;
+	o->segments = c->n_segs;
+	o->mrs = c->n_mrs;
+	o->pinned_bytes = c->mr_bytes;
+	o->segment_bytes = seg_bytes;
+}
+
+static void handle_status(struct odpd_client *c, uint64_t id)
+{
+	struct odpd_manager *m = c->m;
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__StatusReply sr = ODPD__STATUS_REPLY__INIT;
+	Odpd__ClientInfo *infos, **ptrs;
+	Odpd__Device **devs = NULL;
+	struct odpd_client *k;
+	unsigned n = 0;
+
+	if (!c->admin) {
+		odpd_client_send_error(c, id, EPERM, "status is an admin request: root or the admin group only");
+		return;
+	}
+	infos = calloc(m->n_clients + 1, sizeof(*infos));
+	ptrs = calloc(m->n_clients + 1, sizeof(*ptrs));
+	if (!infos || !ptrs || devices_to_proto(m, &devs) < 0) {
+		free(infos);
+		free(ptrs);
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		return;
+	}
+	sr.has_mrs = sr.has_pinned_bytes = 1;
+	LIST_FOREACH(k, &m->clients, link) {
+		odpd__client_info__init(&infos[n]);
+		client_info(k, &infos[n]);
+		ptrs[n] = &infos[n];
+		sr.mrs += k->n_mrs;
+		sr.pinned_bytes += k->mr_bytes;
+		n++;
+	}
+	sr.devices = devs;
+	sr.n_devices = m->devices.n;
+	sr.clients = ptrs;
+	sr.n_clients = n;
+	sr.has_segments = sr.has_segment_bytes = sr.has_registrations = 1;
+	sr.has_deregistrations = sr.has_errors = sr.has_daemon_pid = 1;
+	sr.segments = m->segs.count;
+	sr.segment_bytes = m->segs.bytes;
+	sr.registrations = m->stats.registrations;
+	sr.deregistrations = m->stats.deregistrations;
+	sr.errors = m->stats.errors;
+	sr.daemon_version = (char *)ODPD_VERSION;
+	sr.daemon_pid = (int32_t)getpid();
+	reply.has_id = reply.has_status = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_STATUS_REPLY;
+	reply.status_reply = &sr;
+	odpd_client_send(c, &reply);
+	free(devs);
+	free(ptrs);
+	free(infos);
+}
+
+/* How many fds a request must carry. */
+static unsigned fds_wanted(const Odpd__Request *req)
+{
+	switch (req->body_case) {
+	case ODPD__REQUEST__BODY_ATTACH_SEGMENT:
+		return 1;
+	case ODPD__REQUEST__BODY_REG_MR:
+		return req->reg_mr->has_client_pd && req->reg_mr->client_pd ? 1 : 0;
+	default:
+		return 0;
+	}
+}
+
+static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odpd_packet *pkt)
+{
+	uint64_t id = req->id;
+	int fd = pkt->nfds ? pkt->fds[0] : -1;
+
+	switch (req->body_case) {
+	case ODPD__REQUEST__BODY_ATTACH_SEGMENT:
+		pkt->nfds = 0;                   /* consumed */
+		odpd_attach_segment(c, id, req->attach_segment, fd);
+		break;
+	case ODPD__REQUEST__BODY_DETACH_SEGMENT:
+		odpd_detach_segment(c, id, req->detach_segment);
+		break;
+	case ODPD__REQUEST__BODY_REG_MR:
+		pkt->nfds = 0;
+		odpd_reg_mr(c, id, req->reg_mr, fd);
+		break;
+	case ODPD__REQUEST__BODY_DEREG_MR:
+		odpd_dereg_mr(c, id, req->dereg_mr);
+		break;
+	case ODPD__REQUEST__BODY_VERIFY:
+		odpd_verify(c, id, req->verify);
+		break;
+	case ODPD__REQUEST__BODY_STATUS:
+		handle_status(c, id);
+		break;
+	default:
+		odpd_client_send_error(c, id, EOPNOTSUPP, "unknown request type (a newer client?)");
+		break;
+	}
+}
+
+void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt)
+{
+	Odpd__Request *req;
+	char msg[128];
+
+	if (len == 0) {
+		odpd_client_send_error(c, 0, EBADMSG, "empty packet: expected one odpd.Request");
+		goto out;
+	}
+	req = odpd__request__unpack(NULL, len, buf);
+	if (!req) {
+		odpd_client_send_error(c, 0, EBADMSG, "cannot parse the packet as an odpd.Request");
+		goto out;
+	}
+	log_debug("client %llu: request %llu: %s", (unsigned long long)c->id,
+		  (unsigned long long)req->id, odpd_request_name(req->body_case));
+	if (!req->has_id || req->id == 0)
+		odpd_client_send_error(c, 0, EINVAL, "request id 0 is reserved for events");
+	else if (req->body_case == ODPD__REQUEST__BODY_HELLO)
+		handle_hello(c, req->id, req->hello);
+	else if (!c->hello)
+		odpd_client_send_error(c, req->id, EPROTO, "send Hello first");
+	else if (pkt->nfds != fds_wanted(req)) {
+		snprintf(msg, sizeof(msg), "%s takes %u file descriptor(s), the packet carried %u",
+			 odpd_request_name(req->body_case), fds_wanted(req), pkt->nfds);
+		odpd_client_send_error(c, req->id, EINVAL, msg);
+	} else
+		dispatch(c, req, pkt);
+	odpd__request__free_unpacked(req, NULL);
+out:
+	odpd_packet_close_fds(pkt);
+}

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "error.h"
+#include "odpd-wire.h"
+
+/* Decode and act on one packet of @c. Consumes @pkt's fds on every path. */
+void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt);
+
+/* Reply to request @id with @err. */
+void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *err);
+
+/* Segments (attach.c). @fd is consumed. */
+void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachSegment *req, int fd);
+void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachSegment *req);
+
+/* MRs (mr.c). @fd (client-PD mode, else -1) is consumed. */
+void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int fd);
+void odpd_dereg_mr(struct odpd_client *c, uint64_t id, const Odpd__DeregMr *req);
+void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req);
+/* On a worker: deregister @e's MR and release its imported objects. */
+void odpd_request_mr_release(struct odpd_mr_entry *e);

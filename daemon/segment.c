@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "segment.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, struct odpd_err *err)
+{
+	const int need = F_SEAL_SHRINK | F_SEAL_GROW;
+	struct stat st;
+	int seals, fl;
+
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0) {
+		if (errno == EINVAL)
+			return err_set(err, EINVAL, "segment fd is not a memfd (F_GET_SEALS refused it): "
+				       "create segments with memfd_create(MFD_ALLOW_SEALING)");
+		return err_set(err, errno, "F_GET_SEALS on segment fd: %s", strerror(errno));
+	}
+	if ((seals & need) != need) {
+		if (seals & F_SEAL_SEAL)
+			return err_set(err, EINVAL, "segment memfd was created without MFD_ALLOW_SEALING "
+				       "or sealed without F_SEAL_SHRINK|F_SEAL_GROW; it can never carry them");
+		return err_set(err, EINVAL, "segment memfd lacks seals%s%s: add them with "
+			       "fcntl(F_ADD_SEALS, F_SEAL_SHRINK|F_SEAL_GROW)",
+			       seals & F_SEAL_SHRINK ? "" : " F_SEAL_SHRINK",
+			       seals & F_SEAL_GROW ? "" : " F_SEAL_GROW");
+	}
+	if (fstat(fd, &st) < 0)
+		return err_set(err, errno, "fstat on segment fd: %s", strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return err_set(err, EINVAL, "segment fd is not a regular file");
+	if (st.st_size <= 0)
+		return err_set(err, EINVAL, "segment is empty (size 0)");
+	if ((uint64_t)st.st_size > max_size)
+		return err_set(err, EFBIG, "segment of %lld bytes exceeds the limit of %" PRIu64 " bytes",
+			       (long long)st.st_size, max_size);
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0)
+		return err_set(err, errno, "F_GETFL on segment fd: %s", strerror(errno));
+	if ((fl & O_ACCMODE) == O_WRONLY)
+		return err_set(err, EACCES, "segment fd is write-only; it must be readable");
+
+	ret->dev = st.st_dev;
+	ret->ino = st.st_ino;
+	ret->size = (uint64_t)st.st_size;
+	ret->page_size = st.st_blksize > 4096 ? (size_t)st.st_blksize : 4096;
+	ret->writable = (fl & O_ACCMODE) == O_RDWR &&
+			!(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
+	return 0;
+}
+
+static struct odpd_mapping *mapping_find(struct odpd_segtable *t, dev_t dev, ino_t ino)
+{
+	for (struct odpd_mapping *m = t->list; m; m = m->next)
+		if (m->dev == dev && m->ino == ino)
+			return m;
+	return NULL;
+}
+
+/* Map the file at @want (MAP_FIXED_NOREPLACE), or in the window. */
+static int mapping_place(struct odpd_segtable *t, struct odpd_mapping *m, uintptr_t want,
+			 size_t align, struct odpd_err *err)
+{
+	int prot = PROT_READ | (m->writable ? PROT_WRITE : 0);
+	void *p;
+
+	if (want && !odpd_window_contains(t->window, (void *)want, m->size)) {
+		p = mmap((void *)want, m->size, prot, MAP_SHARED | MAP_FIXED_NOREPLACE, m->fd, 0);
+		if (p == (void *)want) {
+			m->addr = p;
+			return 0;
+		}
+		if (p != MAP_FAILED)
+			munmap(p, m->size);      /* a kernel that ignores the flag */
+		else if (errno != EEXIST && errno != ENOMEM && errno != EINVAL && errno != EPERM)
+			return err_set(err, errno, "mmap of segment: %s", strerror(errno));
+		log_debug("segment: %#" PRIxPTR " is taken in odpd, using the window", want);
+	}
+	p = odpd_window_alloc(t->window, m->size, align);
+	if (!p)
+		return err_set(err, ENOMEM, "odpd's segment address window is full");
+	if (mmap(p, m->size, prot, MAP_SHARED | MAP_FIXED, m->fd, 0) == MAP_FAILED) {
+		int e = errno;
+		odpd_window_release(t->window, p, m->size);
+		return err_set(err, e, "mmap of segment: %s", strerror(e));
+	}
+	m->addr = p;
+	m->in_window = true;
+	return 0;
+}
+
+int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo *info,
+		     uintptr_t want_addr, struct odpd_mapping **ret, struct odpd_err *err)
+{
+	struct odpd_mapping *m = mapping_find(t, info->dev, info->ino);
+	size_t align = info->page_size > (2u << 20) ? info->page_size : (2u << 20);
+	int r;
+
+	if (m) {
+		close(fd);
+		m->refs++;
+		*ret = m;
+		return 0;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		close(fd);
+		return err_set(err, ENOMEM, "out of memory");
+	}
+	m->dev = info->dev;
+	m->ino = info->ino;
+	m->fd = fd;
+	m->size = (info->size + info->page_size - 1) & ~(uint64_t)(info->page_size - 1);
+	m->writable = info->writable;
+	r = mapping_place(t, m, want_addr, align, err);
+	if (r < 0) {
+		close(fd);
+		free(m);
+		return r;
+	}
+	/* A core dump of odpd must not contain clients' data. */
+	if (madvise(m->addr, m->size, MADV_DONTDUMP) < 0)
+		log_errno(LOG_WARNING, errno, "madvise(MADV_DONTDUMP) on segment");
+	m->refs = 1;
+	m->next = t->list;
+	t->list = m;
+	t->count++;
+	t->bytes += m->size;
+	*ret = m;
+	return 0;
+}
+
+void odpd_mapping_put(struct odpd_segtable *t, struct odpd_mapping *m)
+{
+	if (--m->refs > 0)
+		return;
+	for (struct odpd_mapping **pm = &t->list; *pm; pm = &(*pm)->next)
+		if (*pm == m) {
+			*pm = m->next;
+			break;
+		}
+	t->count--;
+	t->bytes -= m->size;
+	if (m->in_window)
+		odpd_window_release(t->window, m->addr, m->size); /* replaces the mapping */
+	else
+		munmap(m->addr, m->size);
+	close(m->fd);
+	free(m);
+}
+
+int odpd_maps_check(FILE *maps, uintptr_t addr, uint64_t length, uint64_t offset,
+		    dev_t dev, ino_t ino, struct odpd_err *err)
+{
+	uintptr_t want = addr;            /* next address that must be covered */
+	const uintptr_t end = addr + length;
+	char line[512];
+
+	while (want < end && fgets(line, sizeof(line), maps)) {
+		unsigned long long start, stop, off, inode;
+		unsigned maj, min;
+		char perms[8];
+
+		if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &start, &stop, perms, &off,
+			   &maj, &min, &inode) != 7)
+			continue;
+		if (stop <= want)
+			continue;
+		if (start > want)
+			break;                    /* a hole */
+		if (inode != ino || maj != major(dev) || min != minor(dev))
+			return err_set(err, EINVAL, "address %#" PRIxPTR " is not a mapping of the "
+				       "segment fd you sent", want);
+		if (perms[3] != 's')
+			return err_set(err, EINVAL, "address %#" PRIxPTR " is a MAP_PRIVATE mapping: the "
+				       "HCA would never see your writes; map the segment MAP_SHARED", want);
+		if (off + (want - start) != offset + (want - addr))
+			return err_set(err, EINVAL, "mapping at %#" PRIxPTR " is of file offset %#llx, "
+				       "not the offset you sent", want, off + (want - start));
+		want = stop;
+	}
+	if (want < end)
+		return err_set(err, EINVAL, "[%#" PRIxPTR ", +%" PRIu64 ") is not mapped in your process",
+			       addr, length);
+	return 0;
+}
+
+int odpd_client_mapping_check(pid_t pid, int pidfd, uintptr_t addr, uint64_t length,
+			      uint64_t offset, dev_t dev, ino_t ino, struct odpd_err *err)
+{
+	char path[64];
+	FILE *f;
+	int r;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return err_set(err, ESRCH, "cannot read your process's memory map: %s", strerror(errno));
+	r = odpd_maps_check(f, addr, length, offset, dev, ino, err);
+	fclose(f);
+	/* The pid is still the peer only if the pidfd's process is alive. */
+	if (r == 0 && pidfd >= 0 && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
+		return err_set(err, ESRCH, "client process is gone");
+	return r;
+}

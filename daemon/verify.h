@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "domain.h"
+#include "error.h"
+
+/*
+ * verify: read an MR back with the HCA. A loopback RC QP pair on the
+ * client's PD and a bounce buffer (a memfd of the client's, not odpd heap:
+ * the context could one day be exported to the client). Runs on a worker.
+ */
+struct odpd_verifier;
+
+int odpd_verifier_new(struct odpd_domain *dom, size_t buf_size, struct odpd_verifier **ret,
+		      struct odpd_err *err);
+void odpd_verifier_free(struct odpd_verifier *v);
+
+/*
+ * CRC-32 of [iova, iova + length) of @mr as the HCA reads it, in chunks of
+ * at most the bounce buffer. With @use_rkey, RDMA READ from the MR (iova as
+ * remote address, rkey); else RDMA WRITE from the MR (iova as local address,
+ * lkey) into the bounce buffer. Returns the method's name in *ret_method.
+ */
+int odpd_verify_mr(struct odpd_verifier *v, struct ibv_mr *mr, uint64_t iova, uint64_t length,
+		   bool use_rkey, uint32_t *ret_crc, const char **ret_method, struct odpd_err *err);

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "odpd-wire.h"
+
+int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsigned nfds, int flags)
+{
+	uint8_t buf[ODPD_MAX_PACKET];
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * ODPD_MAX_FDS)];
+	} control;
+	size_t len = protobuf_c_message_get_packed_size(msg);
+
+	if (len > sizeof(buf) || nfds > ODPD_MAX_FDS)
+		return -EMSGSIZE;
+	protobuf_c_message_pack(msg, buf);
+
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds > 0) {
+		memset(&control, 0, sizeof(control));
+		mh.msg_control = control.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	return 0;
+}
+
+/* recvmsg returned 0: an empty record, or the peer shut down? */
+static bool peer_shut_down(int sock)
+{
+	struct pollfd p = { .fd = sock, .events = POLLIN | POLLRDHUP };
+
+	if (poll(&p, 1, 0) < 0)
+		return true;
+	return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+int odpd_wire_recv(int sock, uint8_t *buf, size_t cap, struct odpd_packet *ret, int flags)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * ODPD_MAX_FDS)];
+	} control;
+	struct iovec iov = { .iov_base = buf, .iov_len = cap };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = control.buf, .msg_controllen = sizeof(control.buf),
+	};
+	ssize_t n;
+
+	memset(ret, 0, sizeof(*ret));
+	do
+		n = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		unsigned k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		int got[ODPD_MAX_FDS];
+		memcpy(got, CMSG_DATA(c), k * sizeof(int));
+		for (unsigned i = 0; i < k; i++) {
+			if (ret->nfds < ODPD_MAX_FDS)
+				ret->fds[ret->nfds++] = got[i];
+			else
+				close(got[i]);
+		}
+	}
+	ret->len = (size_t)n;
+	ret->truncated = (mh.msg_flags & MSG_TRUNC) != 0;
+	ret->ctrunc = (mh.msg_flags & MSG_CTRUNC) != 0;
+	ret->eof = n == 0 && peer_shut_down(sock);
+	return 0;
+}
+
+void odpd_packet_close_fds(struct odpd_packet *p)
+{
+	for (unsigned i = 0; i < p->nfds; i++)
+		close(p->fds[i]);
+	p->nfds = 0;
+}
+
+const char *odpd_request_name(Odpd__Request__BodyCase c)
+{
+	switch (c) {
+	case ODPD__REQUEST__BODY_HELLO: return "hello";
+	case ODPD__REQUEST__BODY_ATTACH_SEGMENT: return "attach_segment";
+	case ODPD__REQUEST__BODY_DETACH_SEGMENT: return "detach_segment";
+	case ODPD__REQUEST__BODY_REG_MR: return "reg_mr";
+	case ODPD__REQUEST__BODY_DEREG_MR: return "dereg_mr";
+	case ODPD__REQUEST__BODY_VERIFY: return "verify";
+	case ODPD__REQUEST__BODY_STATUS: return "status";
+	default: return "unknown";
+	}
+}
