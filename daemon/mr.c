@@ -233,11 +233,6 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	if ((access & ACCESS_WRITES) && !s->writable)
 		return err_set(err, EACCES, "segment %" PRIu64 " is read-only (fd mode or write seal): "
 			       "register it without write access", s->handle);
-	j->dev = odpd_devices_find(&m->devices, req->device);
-	if (!j->dev)
-		return err_set(err, ENODEV, m->devices.n ? "no device named %s" : "odpd has no RDMA device%s",
-			       m->devices.n ? req->device : "");
-	j->dev_index = (unsigned)(j->dev - m->devices.dev);
 	if (client_pd) {
 		if (!is_uverbs_fd(fd))
 			return err_set(err, EINVAL, "client-PD mode: the fd is not a uverbs device of this host");
@@ -245,6 +240,11 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 			return err_set(err, EPERM, "client-PD mode: remote access is granted to root and "
 				       "the admin group only");
 	}
+	j->dev = odpd_devices_find(&m->devices, req->device);
+	if (!j->dev)
+		return err_set(err, ENODEV, m->devices.n ? "no device named %s" : "odpd has no RDMA device%s",
+			       m->devices.n ? req->device : "");
+	j->dev_index = (unsigned)(j->dev - m->devices.dev);
 	j->e->seg = s;
 	j->e->iova = req->addr;
 	j->e->length = req->length;

@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <json-c/json.h>
+
+#include "harness.h"
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+bool test_require_device(void)
+{
+	const char *e = getenv("ODPD_TEST_REQUIRE_DEVICE");
+
+	return e && strcmp(e, "1") == 0;
+}
+
+int raw_connect(const char *sock)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+void daemon_start(struct test_daemon *d, const char *const *args)
+{
+	const char *bin = getenv("ODPD_TEST_DAEMON");
+	const char *argv[32] = { bin, "--foreground", "--socket", d->sock, "--log-level", "debug" };
+	int n = 6;
+
+	assert_non_null(bin);
+	snprintf(d->dir, sizeof(d->dir), "/tmp/odpd-test.XXXXXX");
+	assert_non_null(mkdtemp(d->dir));
+	chmod(d->dir, 0755);                         /* other users reach the socket too */
+	snprintf(d->sock, sizeof(d->sock), "%s/odpd.sock", d->dir);
+	for (; args && *args && n < 31; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	d->pid = fork();
+	assert_true(d->pid >= 0);
+	if (d->pid == 0) {
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 400; i++) {              /* up to 20 s: TCG is slow */
+		int fd = raw_connect(d->sock);
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		int st;
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid)
+			fail_msg("odpd exited during start-up (status %#x)", st);
+		sleep_ms(50);
+	}
+	fail_msg("odpd did not start listening on %s", d->sock);
+}
+
+void daemon_stop(struct test_daemon *d)
+{
+	int st = 0;
+
+	if (d->pid <= 0)
+		return;
+	kill(d->pid, SIGTERM);
+	for (int i = 0; i < 400; i++) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid)
+			break;
+		sleep_ms(50);
+		if (i == 399) {
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, &st, 0);
+			fail_msg("odpd did not stop on SIGTERM");
+		}
+	}
+	d->pid = 0;
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	unlink(d->sock);
+	rmdir(d->dir);
+}
+
+void raw_send(int fd, Odpd__Request *req, const int *fds, unsigned nfds)
+{
+	assert_int_equal(odpd_wire_send(fd, &req->base, fds, nfds, 0), 0);
+}
+
+void raw_send_bytes(int fd, const void *buf, size_t len)
+{
+	assert_int_equal(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+Odpd__Reply *raw_recv(int fd)
+{
+	static uint8_t buf[ODPD_MAX_PACKET + 1];
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct odpd_packet pkt;
+	Odpd__Reply *r;
+
+	assert_int_equal(poll(&p, 1, 20000), 1);
+	assert_int_equal(odpd_wire_recv(fd, buf, sizeof(buf), &pkt, 0), 0);
+	assert_false(pkt.eof);
+	assert_false(pkt.truncated);
+	assert_int_equal(pkt.nfds, 0);
+	r = odpd__reply__unpack(NULL, pkt.len, buf);
+	assert_non_null(r);
+	return r;
+}
+
+Odpd__Reply *raw_call(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds)
+{
+	Odpd__Reply *r;
+
+	req->has_id = 1;
+	req->id = id;
+	raw_send(fd, req, fds, nfds);
+	r = raw_recv(fd);
+	assert_int_equal(r->id, id);
+	return r;
+}
+
+void raw_expect_error(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,
+		      int status)
+{
+	Odpd__Reply *r = raw_call(fd, id, req, fds, nfds);
+
+	if (r->status != status)
+		fail_msg("request %llu: expected %s, got %s: %s", (unsigned long long)id,
+			 strerror(status), strerror(r->status), r->message ? r->message : "");
+	assert_non_null(r->message);
+	assert_true(strlen(r->message) > 0);
+	odpd__reply__free_unpacked(r, NULL);
+}
+
+int raw_connect_hello(const char *sock)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Hello h = ODPD__HELLO__INIT;
+	Odpd__Reply *r;
+	int fd = raw_connect(sock);
+
+	assert_true(fd >= 0);
+	h.has_version = 1;
+	h.version = ODPD_PROTOCOL_VERSION;
+	h.client_name = (char *)"odpd-test";
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	r = raw_call(fd, 1, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	return fd;
+}
+
+int fd_count(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+long vmpin_kb(pid_t pid)
+{
+	char path[64], line[256];
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmPin: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/* The kernel's restrack names the task that created an MR: for odpd that is
+ * a worker thread, so "odpd's MRs" are those of any thread of the process. */
+static bool is_thread_of(pid_t pid, int tid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)pid, tid);
+	return access(path, F_OK) == 0;
+}
+
+int kernel_mr_count(pid_t pid)
+{
+	static char out[1 << 20];
+	size_t len;
+	FILE *p;
+	int n = 0;
+
+	p = popen("rdma -j resource show mr 2>/dev/null", "r");
+	if (!p)
+		return -1;
+	len = fread(out, 1, sizeof(out) - 1, p);
+	if (pclose(p) != 0)
+		return -1;
+	out[len] = 0;
+	json_object *arr = json_tokener_parse(out);
+	if (!arr)
+		return -1;
+	for (size_t i = 0; json_object_is_type(arr, json_type_array) && i < json_object_array_length(arr); i++) {
+		json_object *mr = json_object_array_get_idx(arr, i), *jp;
+		if (json_object_object_get_ex(mr, "pid", &jp) && is_thread_of(pid, json_object_get_int(jp)))
+			n++;
+	}
+	json_object_put(arr);
+	return n;
+}
+
+Odpd__StatusReply *status_get(int admin_fd, Odpd__Reply **ret_reply)
+{
+	static uint64_t id = 1000;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Status st = ODPD__STATUS__INIT;
+	Odpd__Reply *r;
+
+	req.body_case = ODPD__REQUEST__BODY_STATUS;
+	req.status = &st;
+	r = raw_call(admin_fd, ++id, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_STATUS_REPLY);
+	*ret_reply = r;
+	return r->status_reply;
+}
+
+void snapshot_take(const struct test_daemon *d, int admin_fd, struct snapshot *s)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr = status_get(admin_fd, &r);
+
+	s->segments = sr->segments;
+	s->segment_bytes = sr->segment_bytes;
+	s->mrs = sr->mrs;
+	s->pinned_bytes = sr->pinned_bytes;
+	s->clients = (unsigned)sr->n_clients;
+	odpd__reply__free_unpacked(r, NULL);
+	s->daemon_fds = fd_count(d->pid);
+	s->kernel_mrs = kernel_mr_count(d->pid);
+	s->vmpin_kb = vmpin_kb(d->pid);
+}
+
+void snapshot_assert_equal(const struct snapshot *a, const struct snapshot *b)
+{
+	assert_int_equal(a->segments, b->segments);
+	assert_int_equal(a->segment_bytes, b->segment_bytes);
+	assert_int_equal(a->mrs, b->mrs);
+	assert_int_equal(a->pinned_bytes, b->pinned_bytes);
+	assert_int_equal(a->daemon_fds, b->daemon_fds);
+	assert_int_equal(a->kernel_mrs, b->kernel_mrs);
+	assert_int_equal(a->vmpin_kb, b->vmpin_kb);
+}
+
+bool wait_until(bool (*cond)(void *arg), void *arg)
+{
+	for (int i = 0; i < 400; i++) {
+		if (cond(arg))
+			return true;
+		sleep_ms(50);
+	}
+	return cond(arg);
+}
+
+int sealed_memfd(size_t size)
+{
+	int fd = memfd_create("odpd-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)size), 0);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	return fd;
+}

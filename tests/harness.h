@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * harness.h - integration tests against a real odpd: start one on a private
+ * socket, talk the raw protocol (to send what libodpd never would), and look
+ * at the kernel's side (rdma resource show mr, VmPin) rather than odpd's.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "odpd-wire.h"
+
+struct test_daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[128];
+};
+
+/* Start $ODPD_TEST_DAEMON --foreground --socket DIR/odpd.sock [@args]
+ * (NULL-terminated) and wait until it accepts connections. */
+void daemon_start(struct test_daemon *d, const char *const *args);
+/* SIGTERM, then require a clean exit within 20 s. */
+void daemon_stop(struct test_daemon *d);
+
+/* Does the VM tier require a device (ODPD_TEST_REQUIRE_DEVICE=1)? */
+bool test_require_device(void);
+
+/* Raw protocol. raw_connect returns a SOCK_SEQPACKET fd. */
+int raw_connect(const char *sock);
+/* raw_connect + a successful Hello. */
+int raw_connect_hello(const char *sock);
+void raw_send(int fd, Odpd__Request *req, const int *fds, unsigned nfds);
+void raw_send_bytes(int fd, const void *buf, size_t len);
+/* The next reply (events included); fails the test after 10 s. Free with
+ * odpd__reply__free_unpacked(r, NULL). */
+Odpd__Reply *raw_recv(int fd);
+/* Send @req with id @id and return the reply to it. */
+Odpd__Reply *raw_call(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds);
+/* Expect an error reply to id @id with @status. */
+void raw_expect_error(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,
+		      int status);
+
+/* odpd's view (admin Status) and the kernel's view, for "nothing changed". */
+struct snapshot {
+	unsigned segments;
+	uint64_t segment_bytes;
+	unsigned mrs;
+	uint64_t pinned_bytes;
+	unsigned clients;
+	int daemon_fds;          /* entries in /proc/PID/fd */
+	int kernel_mrs;          /* rdma resource show mr of odpd's pid, -1 without rdma */
+	long vmpin_kb;
+};
+/* Taken over a long-lived admin connection, so that the snapshot itself
+ * opens no socket in odpd. */
+void snapshot_take(const struct test_daemon *d, int admin_fd, struct snapshot *s);
+/* Admin Status; free *ret_reply with odpd__reply__free_unpacked. */
+Odpd__StatusReply *status_get(int admin_fd, Odpd__Reply **ret_reply);
+void snapshot_assert_equal(const struct snapshot *a, const struct snapshot *b);
+
+/* MRs the kernel holds for any thread of @pid (rdma -j resource show mr),
+ * -1 if no rdma tool/device. */
+int kernel_mr_count(pid_t pid);
+/* VmPin of @pid in kB. */
+long vmpin_kb(pid_t pid);
+/* Open fds of @pid. */
+int fd_count(pid_t pid);
+
+/* Poll @cond up to 20 s (not a timing assertion: the release runs on a worker). */
+bool wait_until(bool (*cond)(void *arg), void *arg);
+
+/* A sealed memfd of @size bytes (F_SEAL_SHRINK | F_SEAL_GROW). */
+int sealed_memfd(size_t size);

@@ -1,0 +1,607 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The protocol and every bad input of the issue, against a real odpd. Each
+ * bad request must get an error reply with a message, change nothing (odpd's
+ * counts, its open fds, the kernel's MRs and VmPin), and leave the
+ * connection usable. Runs on the host (no RDMA device) and in the rxe VM.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+static struct test_daemon daemon_;
+static int admin_fd = -1;
+
+static int group_setup(void **state)
+{
+	(void)state;
+	daemon_start(&daemon_, NULL);
+	admin_fd = raw_connect_hello(daemon_.sock);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	close(admin_fd);
+	daemon_stop(&daemon_);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static Odpd__Request status_req(void)
+{
+	static Odpd__Status st = ODPD__STATUS__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+
+	req.body_case = ODPD__REQUEST__BODY_STATUS;
+	req.status = &st;
+	return req;
+}
+
+/* The connection still answers a well-formed request. */
+static void assert_usable(int fd)
+{
+	Odpd__Request req = status_req();
+	Odpd__Reply *r = raw_call(fd, 999, &req, NULL, 0);
+
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+}
+
+static void expect_event_error(int fd, int status)
+{
+	Odpd__Reply *r = raw_recv(fd);
+
+	assert_int_equal(r->id, 0);
+	if (r->status != status)
+		fail_msg("expected %s, got %s: %s", strerror(status), strerror(r->status),
+			 r->message ? r->message : "");
+	assert_non_null(r->message);
+	odpd__reply__free_unpacked(r, NULL);
+}
+
+static Odpd__Request attach_req(Odpd__AttachSegment *a, uint64_t addr, uint64_t off, uint64_t len)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+
+	odpd__attach_segment__init(a);
+	a->has_client_addr = a->has_file_offset = a->has_length = 1;
+	a->client_addr = addr;
+	a->file_offset = off;
+	a->length = len;
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = a;
+	return req;
+}
+
+/* Attach @fd and expect @status; the snapshot around it must not change. */
+static void attach_refused(int fd, uint64_t addr, uint64_t off, uint64_t len, int status)
+{
+	Odpd__AttachSegment a;
+	Odpd__Request req = attach_req(&a, addr, off, len);
+	struct snapshot before, after;
+	int conn = raw_connect_hello(daemon_.sock);
+
+	snapshot_take(&daemon_, admin_fd, &before);
+	raw_expect_error(conn, 10, &req, &fd, 1, status);
+	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	assert_usable(conn);
+	close(conn);
+}
+
+/* Attach a whole sealed memfd where odpd chooses; returns the reply. */
+static Odpd__Reply *attach_ok(int conn, int fd)
+{
+	Odpd__AttachSegment a;
+	Odpd__Request req = attach_req(&a, 0, 0, 0);
+	Odpd__Reply *r = raw_call(conn, 20, &req, &fd, 1);
+
+	if (r->status)
+		fail_msg("attach: %s: %s", strerror(r->status), r->message);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_SEGMENT);
+	return r;
+}
+
+/* ---------------------------------------------------------------- framing */
+
+static void test_request_before_hello(void **state)
+{
+	Odpd__Request req = status_req();
+	int fd = raw_connect(daemon_.sock);
+
+	(void)state;
+	raw_expect_error(fd, 5, &req, NULL, 0, EPROTO);
+	close(fd);
+	close(raw_connect_hello(daemon_.sock));
+}
+
+static void test_wrong_version(void **state)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Hello h = ODPD__HELLO__INIT;
+	Odpd__Reply *r;
+	int fd = raw_connect(daemon_.sock);
+
+	(void)state;
+	h.has_version = 1;
+	h.version = 9999;
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	r = raw_call(fd, 3, &req, NULL, 0);
+	assert_int_equal(r->status, EPROTONOSUPPORT);
+	assert_non_null(strstr(r->message, "9999"));
+	/* the frozen part: any client can learn what to speak */
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_HELLO);
+	assert_true(r->hello->has_version_min && r->hello->has_version_max);
+	assert_int_equal(r->hello->version_min, ODPD_PROTOCOL_VERSION_MIN);
+	assert_int_equal(r->hello->version_max, ODPD_PROTOCOL_VERSION_MAX);
+	assert_int_equal(r->hello->version, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	/* still before Hello: no other request is served */
+	Odpd__Request st = status_req();
+	raw_expect_error(fd, 4, &st, NULL, 0, EPROTO);
+	/* the client may retry with a version from the range */
+	h.version = ODPD_PROTOCOL_VERSION;
+	r = raw_call(fd, 5, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	assert_int_equal(r->hello->version, ODPD_PROTOCOL_VERSION);
+	odpd__reply__free_unpacked(r, NULL);
+	/* and a second Hello is refused */
+	raw_expect_error(fd, 6, &req, NULL, 0, EALREADY);
+	close(fd);
+}
+
+static void test_zero_length_packet(void **state)
+{
+	int fd = raw_connect_hello(daemon_.sock);
+
+	(void)state;
+	raw_send_bytes(fd, "", 0);
+	expect_event_error(fd, EBADMSG);
+	assert_usable(fd);
+	close(fd);
+}
+
+static void test_unparsable_packet(void **state)
+{
+	static const uint8_t junk[] = { 0xff, 0xff, 0xff, 0xff, 0x0f, 0x99 };
+	int fd = raw_connect_hello(daemon_.sock);
+
+	(void)state;
+	raw_send_bytes(fd, junk, sizeof(junk));
+	expect_event_error(fd, EBADMSG);
+	assert_usable(fd);
+	close(fd);
+}
+
+static void test_short_packet(void **state)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Hello h = ODPD__HELLO__INIT;
+	uint8_t buf[256];
+	size_t len;
+	int fd = raw_connect_hello(daemon_.sock);
+
+	(void)state;
+	h.client_name = (char *)"a name long enough to be cut in the middle";
+	req.has_id = 1;
+	req.id = 77;
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	len = odpd__request__pack(&req, buf);
+	raw_send_bytes(fd, buf, len / 2);            /* a valid message, cut short */
+	expect_event_error(fd, EBADMSG);
+	assert_usable(fd);
+	close(fd);
+}
+
+static void test_oversized_packet(void **state)
+{
+	size_t len = ODPD_MAX_PACKET + 4096;
+	uint8_t *big = calloc(1, len);
+	int fd = raw_connect_hello(daemon_.sock);
+	int sz = (int)len * 2;
+
+	(void)state;
+	assert_non_null(big);
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	raw_send_bytes(fd, big, len);
+	expect_event_error(fd, EMSGSIZE);
+	assert_usable(fd);
+	free(big);
+	close(fd);
+}
+
+static void test_request_id_zero(void **state)
+{
+	Odpd__Request req = status_req();
+	int fd = raw_connect_hello(daemon_.sock);
+
+	(void)state;
+	req.has_id = 1;
+	req.id = 0;
+	raw_send(fd, &req, NULL, 0);
+	expect_event_error(fd, EINVAL);
+	assert_usable(fd);
+	close(fd);
+}
+
+static void test_unknown_request(void **state)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;     /* no body: a newer client's request */
+	int fd = raw_connect_hello(daemon_.sock);
+
+	(void)state;
+	raw_expect_error(fd, 8, &req, NULL, 0, EOPNOTSUPP);
+	assert_usable(fd);
+	close(fd);
+}
+
+/* An fd where none is expected is refused and closed (no fd leak in odpd). */
+static void test_unexpected_fd(void **state)
+{
+	Odpd__Request req = status_req();
+	struct snapshot before, after;
+	int fd = raw_connect_hello(daemon_.sock);
+	int memfd = sealed_memfd(4096);
+
+	(void)state;
+	snapshot_take(&daemon_, admin_fd, &before);
+	raw_expect_error(fd, 9, &req, &memfd, 1, EINVAL);
+	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	close(memfd);
+	close(fd);
+}
+
+/* Status is an admin request: a client that is neither root nor in the
+ * admin group gets EPERM (checked from SO_PEERCRED). */
+static void test_status_needs_admin(void **state)
+{
+	int st;
+	pid_t pid;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		Odpd__Request req = status_req();
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(10);
+		int fd = raw_connect_hello(daemon_.sock);
+		Odpd__Reply *r = raw_call(fd, 2, &req, NULL, 0);
+		_exit(r->status == EPERM && r->message && *r->message ? 0 : 11);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_usable(admin_fd);                    /* root is admin */
+}
+
+/* ---------------------------------------------------------------- segments */
+
+static void test_attach_regular_file(void **state)
+{
+	char path[] = "/var/tmp/odpd-test-file.XXXXXX";
+	int fd = mkstemp(path);
+
+	(void)state;
+	assert_true(fd >= 0);
+	unlink(path);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	attach_refused(fd, 0, 0, 0, EINVAL);
+	close(fd);
+}
+
+static void test_attach_pipe(void **state)
+{
+	int p[2];
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	attach_refused(p[0], 0, 0, 0, EINVAL);
+	close(p[0]);
+	close(p[1]);
+}
+
+static void test_attach_memfd_without_sealing(void **state)
+{
+	int fd = memfd_create("no-sealing", MFD_CLOEXEC);
+
+	(void)state;
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	attach_refused(fd, 0, 0, 0, EINVAL);
+	close(fd);
+}
+
+static void test_attach_memfd_without_seals(void **state)
+{
+	int fd = memfd_create("no-seals", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	(void)state;
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	attach_refused(fd, 0, 0, 0, EINVAL);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);   /* still one missing */
+	attach_refused(fd, 0, 0, 0, EINVAL);
+	close(fd);
+}
+
+static void test_attach_map_private(void **state)
+{
+	const size_t len = 1 << 20;
+	int fd = sealed_memfd(len);
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+
+	(void)state;
+	assert_true(p != MAP_FAILED);
+	attach_refused(fd, (uintptr_t)p, 0, len, EINVAL);
+	munmap(p, len);
+	close(fd);
+}
+
+static void test_attach_unmapped_or_wrong_range(void **state)
+{
+	const size_t len = 1 << 20;
+	int fd = sealed_memfd(len);
+	uint8_t *p = mmap(NULL, 2 * len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	(void)state;
+	assert_true(p != MAP_FAILED);
+	attach_refused(fd, (uintptr_t)p, 0, 2 * len, EINVAL);      /* past the file's end */
+	attach_refused(fd, (uintptr_t)p + 4096, 0, len - 4096, EINVAL); /* wrong file offset */
+	attach_refused(fd, (uintptr_t)p + 1, 0, 4096, EINVAL);     /* not page aligned */
+	attach_refused(fd, UINT64_MAX - 4095, 0, 8192, EINVAL);    /* address + length overflows */
+	munmap(p, 2 * len);
+	attach_refused(fd, (uintptr_t)p, 0, len, EINVAL);          /* not mapped at all */
+	close(fd);
+}
+
+static void test_attach_and_detach(void **state)
+{
+	const size_t len = 4 << 20;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__DetachSegment d = ODPD__DETACH_SEGMENT__INIT;
+	struct snapshot before, mid, after;
+	int conn = raw_connect_hello(daemon_.sock);
+	int fd = sealed_memfd(len);
+	Odpd__Reply *r;
+
+	(void)state;
+	snapshot_take(&daemon_, admin_fd, &before);
+	r = attach_ok(conn, fd);
+	assert_int_equal(r->segment->length, len);
+	assert_true(r->segment->iova_is_addr);
+	/* the client can map it at the daemon's address */
+	void *p = mmap((void *)(uintptr_t)r->segment->addr, len, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+	assert_ptr_equal(p, (void *)(uintptr_t)r->segment->addr);
+	snapshot_take(&daemon_, admin_fd, &mid);
+	assert_int_equal(mid.segments, before.segments + 1);
+	assert_int_equal(mid.segment_bytes, before.segment_bytes + len);
+	d.has_segment = 1;
+	d.segment = r->segment->segment;
+	odpd__reply__free_unpacked(r, NULL);
+	req.body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
+	req.detach_segment = &d;
+	r = raw_call(conn, 21, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	raw_expect_error(conn, 22, &req, NULL, 0, ENOENT);          /* twice */
+	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	munmap(p, len);
+	close(fd);
+	close(conn);
+}
+
+static void test_attach_at_client_address(void **state)
+{
+	const size_t len = 2 << 20;
+	Odpd__AttachSegment a;
+	int conn = raw_connect_hello(daemon_.sock);
+	int fd = sealed_memfd(len);
+	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	Odpd__Request req = attach_req(&a, (uintptr_t)p + 4096, 4096, len - 4096);
+	Odpd__Reply *r;
+
+	(void)state;
+	r = raw_call(conn, 30, &req, &fd, 1);
+	if (r->status)
+		fail_msg("attach: %s", r->message);
+	assert_int_equal(r->segment->addr, (uintptr_t)p + 4096);
+	assert_int_equal(r->segment->file_offset, 4096);
+	odpd__reply__free_unpacked(r, NULL);
+	/* the same range again overlaps */
+	raw_expect_error(conn, 31, &req, &fd, 1, EEXIST);
+	munmap(p, len);
+	close(fd);
+	close(conn);
+}
+
+/* ---------------------------------------------------------------- registration */
+
+static Odpd__Request reg_req(Odpd__RegMr *m, uint64_t addr, uint64_t len, uint32_t access)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+
+	odpd__reg_mr__init(m);
+	m->has_addr = m->has_length = m->has_access = 1;
+	m->addr = addr;
+	m->length = len;
+	m->access = access;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = m;
+	return req;
+}
+
+static void reg_refused(int conn, uint64_t addr, uint64_t len, uint32_t access, int kind, int status)
+{
+	Odpd__RegMr m;
+	Odpd__Request req = reg_req(&m, addr, len, access);
+	struct snapshot before, after;
+
+	if (kind >= 0) {
+		m.has_kind = 1;
+		m.kind = kind;
+	}
+	snapshot_take(&daemon_, admin_fd, &before);
+	raw_expect_error(conn, 40, &req, NULL, 0, status);
+	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	assert_usable(conn);
+}
+
+static void test_reg_bad_ranges_and_flags(void **state)
+{
+	const size_t len = 1 << 20;
+	const uint32_t lw = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	int conn = raw_connect_hello(daemon_.sock);
+	int fd = sealed_memfd(len);
+	Odpd__Reply *r = attach_ok(conn, fd);
+	uint64_t base = r->segment->addr;
+
+	(void)state;
+	odpd__reply__free_unpacked(r, NULL);
+	reg_refused(conn, base, len + 4096, lw, -1, EINVAL);             /* past the segment end */
+	reg_refused(conn, base + len - 4096, 8192, lw, -1, EINVAL);      /* straddles the end */
+	reg_refused(conn, base + 4096, UINT64_MAX - 4096, lw, -1, EINVAL); /* offset + length overflows */
+	reg_refused(conn, base, 0, lw, -1, EINVAL);                       /* length 0 */
+	reg_refused(conn, base, 4096, 0x100, -1, EINVAL);                 /* unknown access value */
+	reg_refused(conn, base, 4096, ODPD__ACCESS__ACCESS_REMOTE_WRITE, -1, EINVAL); /* no local write */
+	reg_refused(conn, base, 4096, lw, 77, EINVAL);                    /* unknown MR kind */
+	reg_refused(conn, base, 4096, lw, ODPD__MR_KIND__MR_ODP, EOPNOTSUPP);
+	reg_refused(conn, base, 4096, lw, ODPD__MR_KIND__MR_IMPLICIT_ODP, EOPNOTSUPP);
+	reg_refused(conn, 4096, 4096, lw, -1, EINVAL);                    /* in no segment */
+	close(fd);
+	close(conn);
+}
+
+/* A segment sealed against writes may only be registered read-only. */
+static void test_reg_write_on_read_only_segment(void **state)
+{
+	const size_t len = 1 << 20;
+	int conn = raw_connect_hello(daemon_.sock);
+	int fd = sealed_memfd(len);
+	Odpd__Reply *r;
+
+	(void)state;
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+	r = attach_ok(conn, fd);
+	reg_refused(conn, r->segment->addr, 4096, ODPD__ACCESS__ACCESS_LOCAL_WRITE, -1, EACCES);
+	odpd__reply__free_unpacked(r, NULL);
+	close(fd);
+	close(conn);
+}
+
+static void test_reg_without_device(void **state)
+{
+	Odpd__RegMr m;
+	int conn = raw_connect_hello(daemon_.sock);
+	int fd = sealed_memfd(1 << 20);
+	Odpd__Reply *r = attach_ok(conn, fd);
+	Odpd__Request req = reg_req(&m, r->segment->addr, 4096, 0);
+
+	(void)state;
+	odpd__reply__free_unpacked(r, NULL);
+	if (test_require_device()) {
+		/* with a device: an unknown device name */
+		m.device = (char *)"no-such-device";
+		raw_expect_error(conn, 50, &req, NULL, 0, ENODEV);
+	} else {
+		raw_expect_error(conn, 50, &req, NULL, 0, ENODEV);
+	}
+	close(fd);
+	close(conn);
+}
+
+/* Client-PD mode with an fd that is not a uverbs device: refused before
+ * any ioctl could reach it. */
+static void test_client_pd_not_uverbs(void **state)
+{
+	const size_t len = 1 << 20;
+	Odpd__RegMr m;
+	int conn = raw_connect_hello(daemon_.sock);
+	int fd = sealed_memfd(len);
+	Odpd__Reply *r = attach_ok(conn, fd);
+	Odpd__Request req = reg_req(&m, r->segment->addr, 4096, ODPD__ACCESS__ACCESS_LOCAL_WRITE);
+	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	struct snapshot before, after;
+
+	(void)state;
+	odpd__reply__free_unpacked(r, NULL);
+	m.has_client_pd = m.has_client_pd_handle = 1;
+	m.client_pd = 1;
+	snapshot_take(&daemon_, admin_fd, &before);
+	raw_expect_error(conn, 60, &req, &devnull, 1, EINVAL);
+	raw_expect_error(conn, 61, &req, NULL, 0, EINVAL);           /* no fd at all */
+	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	close(devnull);
+	close(fd);
+	close(conn);
+}
+
+/* Many bad packets in a row from one client while another is served. */
+static void test_other_clients_unaffected(void **state)
+{
+	int bad = raw_connect_hello(daemon_.sock);
+	int good = raw_connect_hello(daemon_.sock);
+
+	(void)state;
+	for (int i = 0; i < 50; i++)
+		raw_send_bytes(bad, "\xff\xff", 2);
+	assert_usable(good);
+	for (int i = 0; i < 50; i++)
+		expect_event_error(bad, EBADMSG);
+	close(bad);
+	assert_usable(good);
+	close(good);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_request_before_hello),
+		cmocka_unit_test(test_wrong_version),
+		cmocka_unit_test(test_zero_length_packet),
+		cmocka_unit_test(test_unparsable_packet),
+		cmocka_unit_test(test_short_packet),
+		cmocka_unit_test(test_oversized_packet),
+		cmocka_unit_test(test_request_id_zero),
+		cmocka_unit_test(test_unknown_request),
+		cmocka_unit_test(test_unexpected_fd),
+		cmocka_unit_test(test_status_needs_admin),
+		cmocka_unit_test(test_attach_regular_file),
+		cmocka_unit_test(test_attach_pipe),
+		cmocka_unit_test(test_attach_memfd_without_sealing),
+		cmocka_unit_test(test_attach_memfd_without_seals),
+		cmocka_unit_test(test_attach_map_private),
+		cmocka_unit_test(test_attach_unmapped_or_wrong_range),
+		cmocka_unit_test(test_attach_and_detach),
+		cmocka_unit_test(test_attach_at_client_address),
+		cmocka_unit_test(test_reg_bad_ranges_and_flags),
+		cmocka_unit_test(test_reg_write_on_read_only_segment),
+		cmocka_unit_test(test_reg_without_device),
+		cmocka_unit_test(test_client_pd_not_uverbs),
+		cmocka_unit_test(test_other_clients_unaffected),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

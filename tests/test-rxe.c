@@ -1,0 +1,461 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Real verbs on Soft-RoCE (run inside the test VM): libodpd against a real
+ * odpd. That an MR maps the client's bytes is proved by verify (RDMA READ by
+ * the HCA); that an MR is gone is proved from the kernel's side (rdma
+ * resource show mr, VmPin of odpd), never from odpd's own table.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <cmocka.h>
+#include <json-c/json.h>
+#include <rdma/rdma_cma.h>
+#include <zlib.h>
+
+#include "harness.h"
+#include "odpd.h"
+
+static struct test_daemon daemon_;
+static int admin_fd = -1;
+
+static int group_setup(void **state)
+{
+	(void)state;
+	daemon_start(&daemon_, NULL);
+	admin_fd = raw_connect_hello(daemon_.sock);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	close(admin_fd);
+	daemon_stop(&daemon_);
+	return 0;
+}
+
+static struct odpd_conn *connect_or_fail(void)
+{
+	struct odpd_conn *c = odpd_connect(daemon_.sock, NULL);
+
+	if (!c)
+		fail_msg("odpd_connect: %s: %s", strerror(errno), odpd_errmsg());
+	return c;
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(seed * 131 + i * 7 + (i >> 12));
+}
+
+static uint32_t crc_of(const void *p, size_t n)
+{
+	return (uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)n);
+}
+
+static uint32_t verify_or_fail(struct odpd_mr *mr, void *addr, size_t len)
+{
+	uint32_t crc = 0;
+
+	if (odpd_verify(mr, addr, len, &crc) < 0)
+		fail_msg("odpd_verify: %s: %s", strerror(errno), odpd_errmsg());
+	return crc;
+}
+
+struct release_check {
+	const struct snapshot *base;
+};
+
+static bool released(void *arg)
+{
+	const struct release_check *rc = arg;
+	struct snapshot now;
+
+	snapshot_take(&daemon_, admin_fd, &now);
+	return now.clients == rc->base->clients && now.kernel_mrs == rc->base->kernel_mrs &&
+	       now.vmpin_kb == rc->base->vmpin_kb && now.segments == rc->base->segments &&
+	       now.daemon_fds == rc->base->daemon_fds;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_hello_reports_rxe(void **state)
+{
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_device_attr a;
+
+	(void)state;
+	assert_true(odpd_device_count(c) >= 1);
+	assert_int_equal(odpd_query_device(c, 0, &a, sizeof(a)), 0);
+	assert_string_equal(a.name, "rxe0");
+	assert_string_equal(a.transport, "RoCE");
+	assert_true(a.odp);                                   /* rxe in 7.2 has ODP */
+	assert_int_equal(a.import, ODPD_SUPPORT_NO);          /* only mlx5 imports */
+	assert_int_equal(a.import_errno, EOPNOTSUPP);
+	assert_true(a.advise_mr != ODPD_SUPPORT_UNKNOWN);     /* probed on an ODP MR */
+	assert_int_equal(odpd_query_device(c, 99, &a, sizeof(a)), -1);
+	assert_int_equal(errno, ENODEV);
+	odpd_disconnect(c);
+}
+
+static void test_register_verify_dereg(void **state)
+{
+	const size_t len = 4 << 20;
+	struct snapshot base, before, held, after;
+	struct release_check rc = { &base };
+	struct odpd_conn *c = (snapshot_take(&daemon_, admin_fd, &base), connect_or_fail());
+	struct odpd_segment *seg = odpd_alloc(c, len, 0);
+	struct odpd_mr *mr;
+	uint8_t *p;
+	uint32_t crc1, crc2;
+
+	(void)state;
+	assert_non_null(seg);
+	p = odpd_segment_addr(seg);
+	fill(p, len, 1);
+	snapshot_take(&daemon_, admin_fd, &before);
+	mr = odpd_reg(c, p, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!mr)
+		fail_msg("odpd_reg: %s: %s", strerror(errno), odpd_errmsg());
+	assert_int_equal(mr->iova, (uintptr_t)p);
+	assert_int_equal(mr->length, len);
+	assert_true(mr->lkey != 0 && mr->rkey != 0);
+	snapshot_take(&daemon_, admin_fd, &held);
+	assert_int_equal(held.kernel_mrs, before.kernel_mrs + 1);   /* the kernel has it */
+	assert_int_equal(held.vmpin_kb, before.vmpin_kb + (long)(len >> 10));
+	assert_int_equal(held.mrs, before.mrs + 1);
+
+	crc1 = verify_or_fail(mr, NULL, 0);
+	assert_int_equal(crc1, crc_of(p, len));
+	/* change one page: the HCA sees the change */
+	fill(p + 3 * 4096, 4096, 2);
+	crc2 = verify_or_fail(mr, NULL, 0);
+	assert_int_not_equal(crc2, crc1);
+	assert_int_equal(crc2, crc_of(p, len));
+	/* a sub-range, not page aligned */
+	assert_int_equal(verify_or_fail(mr, p + 100, 3 * 4096 + 17), crc_of(p + 100, 3 * 4096 + 17));
+	/* out of range */
+	uint32_t x;
+	assert_int_equal(odpd_verify(mr, p + len - 10, 20, &x), -1);
+	assert_int_equal(errno, EINVAL);
+
+	assert_int_equal(odpd_dereg(mr), 0);
+	/* the MR is gone from the kernel at once; the bounce buffer's MR stays
+	 * until the client goes */
+	snapshot_take(&daemon_, admin_fd, &after);
+	assert_int_equal(after.kernel_mrs, before.kernel_mrs + 1);
+	assert_int_equal(after.mrs, before.mrs);
+	assert_int_equal(odpd_detach(seg), 0);
+	odpd_disconnect(c);
+	assert_true(wait_until(released, &rc));
+}
+
+/* Without remote read, verify pushes the MR's bytes with its lkey instead. */
+static void test_verify_local_only_mr(void **state)
+{
+	const size_t len = 1 << 20;
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, len, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *mr;
+
+	(void)state;
+	fill(p, len, 3);
+	mr = odpd_reg(c, p + 8192, len - 8192, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
+	assert_int_equal(verify_or_fail(mr, NULL, 0), crc_of(p + 8192, len - 8192));
+	assert_int_equal(odpd_dereg(mr), 0);
+	assert_int_equal(odpd_detach(seg), 0);
+	odpd_disconnect(c);
+}
+
+/*
+ * The same memfd attached by two clients at different addresses: odpd maps
+ * it once, at the first client's address, so the second client's MR needs
+ * ibv_reg_mr_iova (iova = its own address, addr = odpd's mapping).
+ */
+static void test_shared_segment_other_address(void **state)
+{
+	const size_t len = 2 << 20;
+	struct odpd_conn *c1 = connect_or_fail(), *c2 = connect_or_fail();
+	int fd = sealed_memfd(len);
+	uint8_t *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	uint8_t *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	struct odpd_segment *s1, *s2;
+	struct odpd_mr *m1, *m2;
+
+	(void)state;
+	assert_true(a != MAP_FAILED && b != MAP_FAILED && a != b);
+	s1 = odpd_attach(c1, fd, a, len);
+	s2 = odpd_attach(c2, fd, b, len);
+	if (!s1 || !s2)
+		fail_msg("odpd_attach: %s: %s", strerror(errno), odpd_errmsg());
+	fill(a, len, 4);
+	m1 = odpd_reg(c1, a, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	m2 = odpd_reg(c2, b + 4096, len - 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	assert_non_null(m1);
+	if (!m2)
+		fail_msg("odpd_reg (iova != odpd address): %s: %s", strerror(errno), odpd_errmsg());
+	assert_int_equal(m2->iova, (uintptr_t)b + 4096);
+	assert_int_equal(verify_or_fail(m1, NULL, 0), crc_of(a, len));
+	assert_int_equal(verify_or_fail(m2, NULL, 0), crc_of(b + 4096, len - 4096));
+	fill(b + 4096, 4096, 5);                      /* written through the second view */
+	assert_int_equal(verify_or_fail(m1, a + 4096, 4096), crc_of(b + 4096, 4096));
+	assert_int_equal(odpd_detach(s2), -1);        /* an MR is still over it */
+	assert_int_equal(errno, EBUSY);
+	odpd_dereg(m1);
+	odpd_dereg(m2);
+	odpd_detach(s1);
+	odpd_detach(s2);
+	odpd_disconnect(c1);
+	odpd_disconnect(c2);
+	munmap(a, len);
+	munmap(b, len);
+	close(fd);
+}
+
+/* A client that registers, verifies and dies (SIGKILL) without a word:
+ * nothing it held stays in the kernel. */
+static void test_disconnect_releases_everything(void **state)
+{
+	struct snapshot before, held, after;
+	struct release_check rc = { &before };
+	int pipefd[2], st;
+	char ok;
+	pid_t pid;
+
+	(void)state;
+	snapshot_take(&daemon_, admin_fd, &before);
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct odpd_conn *c = odpd_connect(daemon_.sock, NULL);
+		struct odpd_segment *seg = c ? odpd_alloc(c, 8 << 20, 0) : NULL;
+		uint8_t *p = seg ? odpd_segment_addr(seg) : NULL;
+		struct odpd_mr *m1 = p ? odpd_reg(c, p, 4 << 20, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ) : NULL;
+		struct odpd_mr *m2 = m1 ? odpd_reg(c, p + (4 << 20), 4 << 20, IBV_ACCESS_LOCAL_WRITE) : NULL;
+		uint32_t crc;
+		if (!m2 || odpd_verify(m1, NULL, 0, &crc) < 0)
+			_exit(1);
+		if (write(pipefd[1], "k", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(3);
+	}
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &ok, 1), 1);
+	close(pipefd[0]);
+	snapshot_take(&daemon_, admin_fd, &held);
+	/* two MRs + the verify bounce buffer's MR; 8 MiB + the bounce buffer pinned */
+	assert_int_equal(held.kernel_mrs, before.kernel_mrs + 3);
+	assert_true(held.vmpin_kb >= before.vmpin_kb + (8 << 10));
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(wait_until(released, &rc));
+	snapshot_take(&daemon_, admin_fd, &after);
+	assert_int_equal(after.kernel_mrs, before.kernel_mrs);
+	assert_int_equal(after.vmpin_kb, before.vmpin_kb);
+	assert_int_equal(after.segments, before.segments);
+	assert_int_equal(after.daemon_fds, before.daemon_fds);
+}
+
+/* The librdmacm mirror on a device that cannot import: NULL/EOPNOTSUPP,
+ * and nothing registered anywhere. */
+static void test_mirror_fails_fast_without_import(void **state)
+{
+	struct rdma_cm_id *id = NULL;
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct snapshot before, after;
+	struct odpd_segment *seg;
+	struct ibv_mr *mr;
+	void *p;
+
+	(void)state;
+	setenv(ODPD_SOCKET_ENV, daemon_.sock, 1);
+	/* a synchronous id (no channel); resolving an address binds it to rxe0 */
+	assert_int_equal(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP), 0);
+	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000) != 0 || !id->verbs)
+		fail_msg("rdma_resolve_addr(127.0.0.1): %s (is rdma_ucm loaded?)", strerror(errno));
+	id->pd = ibv_alloc_pd(id->verbs);
+	assert_non_null(id->pd);
+	seg = odpd_alloc(odpd_default_conn(), 1 << 20, 0);
+	assert_non_null(seg);
+	p = odpd_segment_addr(seg);
+	snapshot_take(&daemon_, admin_fd, &before);
+	struct ibv_mr *(*const calls[3])(struct rdma_cm_id *, void *, size_t) = {
+		odpd_reg_msgs, odpd_reg_read, odpd_reg_write,
+	};
+	for (int i = 0; i < 3; i++) {
+		errno = 0;
+		mr = calls[i](id, p, 4096);
+		assert_null(mr);
+		assert_int_equal(errno, EOPNOTSUPP);
+		assert_non_null(strstr(odpd_errmsg(), "import"));
+	}
+	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	assert_int_equal(kernel_mr_count(getpid()), 0);
+	assert_int_equal(odpd_detach(seg), 0);
+	ibv_dealloc_pd(id->pd);
+	rdma_destroy_id(id);
+}
+
+/* The daemon's own import path, reached with the raw protocol (the library
+ * fails fast before it): a real uverbs cmd_fd gets ibv_import_device's
+ * EOPNOTSUPP from rxe, and nothing stays behind (no fd, no MR). */
+static void test_client_pd_import_error_path(void **state)
+{
+	const size_t len = 1 << 20;
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = list ? ibv_open_device(list[0]) : NULL;
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	int conn = raw_connect_hello(daemon_.sock);
+	int fd = sealed_memfd(len);
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+	Odpd__RegMr m = ODPD__REG_MR__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	struct snapshot before, after;
+	Odpd__Reply *r;
+
+	(void)state;
+	assert_non_null(pd);
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	r = raw_call(conn, 2, &req, &fd, 1);
+	assert_int_equal(r->status, 0);
+	m.has_addr = m.has_length = m.has_access = m.has_client_pd = m.has_client_pd_handle = 1;
+	m.addr = r->segment->addr;
+	m.length = 4096;
+	m.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	m.client_pd = 1;
+	m.client_pd_handle = pd->handle;
+	odpd__reply__free_unpacked(r, NULL);
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &m;
+	snapshot_take(&daemon_, admin_fd, &before);
+	raw_expect_error(conn, 3, &req, &ctx->cmd_fd, 1, EOPNOTSUPP);
+	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	close(conn);
+	close(fd);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+}
+
+/* A child after fork() cannot use its parent's connection; the parent can. */
+static void test_fork_child_does_not_use_parent_connection(void **state)
+{
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, 1 << 20, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *mr;
+	int st;
+	pid_t pid;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct odpd_mr *m = odpd_reg(c, p, 4096, IBV_ACCESS_LOCAL_WRITE);
+		_exit(!m && errno == ENOTCONN ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	mr = odpd_reg(c, p, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	assert_non_null(mr);
+	fill(p, 4096, 9);
+	assert_int_equal(verify_or_fail(mr, NULL, 0), crc_of(p, 4096));
+	odpd_dereg(mr);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
+static void test_address_outside_segments(void **state)
+{
+	struct odpd_conn *c = connect_or_fail();
+	static uint8_t heap[8192];
+
+	(void)state;
+	assert_null(odpd_reg(c, heap, sizeof(heap), IBV_ACCESS_LOCAL_WRITE));
+	assert_int_equal(errno, EINVAL);
+	assert_non_null(strstr(odpd_errmsg(), "odpd_alloc"));
+	odpd_disconnect(c);
+}
+
+/* odpctl status --json as an operator sees it, while we hold an MR. */
+static void test_odpctl_status(void **state)
+{
+	const char *odpctl = getenv("ODPD_TEST_ODPCTL");
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, 1 << 20, 0);
+	struct odpd_mr *mr = odpd_reg(c, odpd_segment_addr(seg), 1 << 20, IBV_ACCESS_LOCAL_WRITE);
+	char cmd[512], out[1 << 16];
+	json_object *root, *devs, *clients, *v;
+	bool found = false;
+	size_t n;
+	FILE *p;
+
+	(void)state;
+	assert_non_null(odpctl);
+	assert_non_null(mr);
+	snprintf(cmd, sizeof(cmd), "%s --socket %s status --json", odpctl, daemon_.sock);
+	p = popen(cmd, "r");
+	n = fread(out, 1, sizeof(out) - 1, p);
+	assert_int_equal(pclose(p), 0);
+	out[n] = 0;
+	root = json_tokener_parse(out);
+	assert_non_null(root);
+	assert_true(json_object_object_get_ex(root, "devices", &devs));
+	v = json_object_object_get(json_object_array_get_idx(devs, 0), "name");
+	assert_string_equal(json_object_get_string(v), "rxe0");
+	v = json_object_object_get(json_object_array_get_idx(devs, 0), "import");
+	assert_string_equal(json_object_get_string(v), "no");
+	assert_true(json_object_object_get_ex(root, "clients", &clients));
+	for (size_t i = 0; i < json_object_array_length(clients); i++) {
+		json_object *cl = json_object_array_get_idx(clients, i);
+		if (json_object_get_int(json_object_object_get(cl, "pid")) != getpid() ||
+		    json_object_get_int(json_object_object_get(cl, "mrs")) != 1)
+			continue;
+		found |= json_object_get_uint64(json_object_object_get(cl, "pinned_bytes")) == 1 << 20;
+	}
+	if (!found)
+		fail_msg("no client with pid %d, 1 MR, 1 MiB pinned in:\n%s", (int)getpid(), out);
+	json_object_put(root);
+	odpd_dereg(mr);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hello_reports_rxe),
+		cmocka_unit_test(test_register_verify_dereg),
+		cmocka_unit_test(test_verify_local_only_mr),
+		cmocka_unit_test(test_shared_segment_other_address),
+		cmocka_unit_test(test_disconnect_releases_everything),
+		cmocka_unit_test(test_mirror_fails_fast_without_import),
+		cmocka_unit_test(test_client_pd_import_error_path),
+		cmocka_unit_test(test_fork_child_does_not_use_parent_connection),
+		cmocka_unit_test(test_address_outside_segments),
+		cmocka_unit_test(test_odpctl_status),
+	};
+
+	if (!test_require_device())
+		fprintf(stderr, "test-rxe: meant for the VM (ODPD_TEST_REQUIRE_DEVICE=1)\n");
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
