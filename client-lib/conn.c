@@ -460,9 +460,11 @@ static int conn_connect(const char *path, const char *device, struct odpd_conn *
 _public_ struct odpd_conn *odpd_connect(const char *socket_path, const char *device)
 {
 	struct odpd_conn *c = NULL;
+	int r;
 
 	errmsg_clear();
-	return public_ptr(conn_connect(socket_path, device, &c), c);
+	r = conn_connect(socket_path, device, &c);
+	return public_ptr(r, c);
 }
 
 static bool conn_is_default(struct odpd_conn *c)
@@ -498,9 +500,11 @@ int conn_default(struct odpd_conn **ret)
 _public_ struct odpd_conn *odpd_default_conn(void)
 {
 	struct odpd_conn *c = NULL;
+	int r;
 
 	errmsg_clear();
-	return public_ptr(conn_default(&c), c);
+	r = conn_default(&c);
+	return public_ptr(r, c);
 }
 
 /* ---------------------------------------------------------------- devices API */

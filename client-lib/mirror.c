@@ -184,30 +184,32 @@ static int mirror_reg(const char *what, struct rdma_cm_id *id, void *addr, size_
 	return 0;
 }
 
-_public_ struct ibv_mr *odpd_reg_msgs(struct rdma_cm_id *id, void *addr, size_t length)
+static struct ibv_mr *mirror_public(const char *what, struct rdma_cm_id *id, void *addr,
+				    size_t length, unsigned access)
 {
 	struct ibv_mr *mr = NULL;
+	int r;
 
 	errmsg_clear();
-	return public_ptr(mirror_reg("odpd_reg_msgs", id, addr, length, IBV_ACCESS_LOCAL_WRITE, &mr), mr);
+	r = mirror_reg(what, id, addr, length, access, &mr);
+	return public_ptr(r, mr);
+}
+
+_public_ struct ibv_mr *odpd_reg_msgs(struct rdma_cm_id *id, void *addr, size_t length)
+{
+	return mirror_public("odpd_reg_msgs", id, addr, length, IBV_ACCESS_LOCAL_WRITE);
 }
 
 _public_ struct ibv_mr *odpd_reg_read(struct rdma_cm_id *id, void *addr, size_t length)
 {
-	struct ibv_mr *mr = NULL;
-
-	errmsg_clear();
-	return public_ptr(mirror_reg("odpd_reg_read", id, addr, length,
-				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, &mr), mr);
+	return mirror_public("odpd_reg_read", id, addr, length,
+			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 }
 
 _public_ struct ibv_mr *odpd_reg_write(struct rdma_cm_id *id, void *addr, size_t length)
 {
-	struct ibv_mr *mr = NULL;
-
-	errmsg_clear();
-	return public_ptr(mirror_reg("odpd_reg_write", id, addr, length,
-				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &mr), mr);
+	return mirror_public("odpd_reg_write", id, addr, length,
+			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 }
 
 /* ---------------------------------------------------------------- odpd_dereg_mr */

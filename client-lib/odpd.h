@@ -5,8 +5,11 @@
  * Conventions (as librdmacm): calls that return int return 0 on success and
  * -1 with errno set on failure; calls that return a pointer return NULL with
  * errno set. After any failure odpd_errmsg() gives a human-readable reason
- * (the daemon's message when the daemon refused). Lengths and offsets are in
- * bytes. Access flags are the IBV_ACCESS_* values of <infiniband/verbs.h>.
+ * (the daemon's message when the daemon refused). A NULL connection, segment
+ * or MR argument is EINVAL. Any call that talks to the daemon can also fail
+ * with EIO (a reply the library cannot read) and ENOTCONN (the daemon closed
+ * the connection). Lengths and offsets are in bytes. Access flags are the
+ * IBV_ACCESS_* values of <infiniband/verbs.h>.
  *
  * Memory must live in a segment: a memfd sealed against shrinking and growing
  * (F_SEAL_SHRINK | F_SEAL_GROW) that the daemon maps too. odpd_alloc() makes
@@ -42,27 +45,32 @@ struct odpd_segment;
 
 /*
  * Thread-local text of the last failure of a libodpd call in this thread,
- * or "" if none. Valid until the next libodpd call in the same thread.
+ * "what failed: reason", or "" if none. Every call that can fail resets it
+ * to "" on entry. Valid until the next libodpd call in the same thread.
  */
 const char *odpd_errmsg(void);
 
 /*
  * Connect to the daemon at @socket_path (NULL: $ODPD_SOCKET, else
- * ODPD_SOCKET_DEFAULT) and negotiate the protocol version (Hello).
+ * ODPD_SOCKET_DEFAULT; set-user-ID and set-group-ID programs ignore the
+ * environment) and negotiate the protocol version (Hello).
  * @device names the RDMA device this connection registers on (NULL: the
  * daemon's first device).
  * Errors: ENOENT / ECONNREFUSED (no daemon at the path), EACCES (socket
- * permissions), EPROTONOSUPPORT (the daemon speaks no version of ours),
- * ENODEV (@device is not one of the daemon's devices), ENOMEM, EIO
- * (malformed reply).
+ * permissions), EINVAL (empty path, or longer than sun_path),
+ * EPROTONOSUPPORT (the daemon speaks no version of ours), ENODEV (@device
+ * is not one of the daemon's devices), ENOMEM, EIO (malformed reply), and
+ * the errors of socket(2) and connect(2).
  */
 struct odpd_conn *odpd_connect(const char *socket_path, const char *device);
 
 /*
  * Close the connection. The daemon then deregisters every MR and detaches
- * every segment the connection still held; memory mapped by odpd_alloc() is
- * unmapped and its struct odpd_mr / struct odpd_segment objects are freed.
- * Accepts NULL.
+ * every segment the connection still held. Memory the library mapped
+ * (odpd_alloc(), odpd_attach() with @addr NULL) is unmapped, the memfds of
+ * odpd_alloc() are closed, and every struct odpd_mr and struct odpd_segment
+ * of the connection is freed. Accepts NULL; does nothing on
+ * odpd_default_conn().
  */
 void odpd_disconnect(struct odpd_conn *conn);
 
@@ -100,7 +108,8 @@ unsigned odpd_device_count(const struct odpd_conn *conn);
  * @attr_size is sizeof(*attr) at the caller's compile time, so that the
  * struct can grow: fields past @attr_size are not written.
  * Errors: ENODEV (@index out of range), EINVAL (@attr NULL or @attr_size
- * smaller than the first version of the struct).
+ * smaller than the first version of the struct). A larger @attr_size (a
+ * caller built against a newer header) gets zeros past this struct.
  */
 int odpd_query_device(const struct odpd_conn *conn, unsigned index,
 		      struct odpd_device_attr *attr, size_t attr_size);
@@ -116,10 +125,11 @@ int odpd_query_device(const struct odpd_conn *conn, unsigned index,
  * address on both sides. If that address is taken here, the library maps it
  * elsewhere and attaches it at that address instead (pinned MRs still work;
  * see odpd_attach()). The memory is zero-filled, readable and writable.
- * Errors: EINVAL (@length 0, unknown @flags), ENOMEM (no memory, or the
- * daemon's window is full), EFBIG (larger than the daemon's segment limit),
- * ENOTCONN (connection lost, or inherited across fork), and the errors of
- * memfd_create(2), ftruncate(2) and mmap(2).
+ * Errors: EINVAL (@length 0, unknown @flags), ENOMEM (no memory, @length
+ * too large, or the daemon's window is full), EFBIG (larger than the
+ * daemon's segment limit), EMFILE (the daemon's limit of segments per
+ * connection), ENOTCONN (connection lost, or inherited across fork), and
+ * the errors of memfd_create(2), ftruncate(2) and mmap(2).
  */
 struct odpd_segment *odpd_alloc(struct odpd_conn *conn, size_t length, unsigned flags);
 
@@ -128,18 +138,22 @@ struct odpd_segment *odpd_alloc(struct odpd_conn *conn, size_t length, unsigned 
  * MFD_ALLOW_SEALING) sealed with F_SEAL_SHRINK and F_SEAL_GROW. The library
  * sends the daemon a duplicate; @fd stays yours.
  *  - @addr == NULL: the library maps the whole file (@length must be 0),
- *    where the daemon mapped it, as odpd_alloc() does.
+ *    where the daemon mapped it, as odpd_alloc() does; read-only if @fd is
+ *    O_RDONLY or sealed against writing. odpd_detach() unmaps it.
  *  - @addr != NULL: [@addr, @addr + @length) must lie in one MAP_SHARED
  *    mapping of @fd in this process; the file offset is read from
  *    /proc/self/maps. The daemon maps the file at the same address where
  *    that is free in the daemon (iova == address for every MR kind);
  *    otherwise pinned MRs use an iova different from the daemon's address
  *    and ODP MRs over the segment are refused.
- * Errors: EINVAL (not a sealable memfd, seals missing, @addr not page
- * aligned, the range is not one MAP_SHARED mapping of @fd - MAP_PRIVATE is
- * refused because the HCA would never see this process's writes), EFBIG
- * (file larger than the daemon's limit), EBADF (@fd not open), ENOMEM,
- * ENOTCONN.
+ * Errors: EINVAL (not a sealable memfd, seals missing, empty file, @addr
+ * NULL with @length not 0, @length 0 with @addr, @addr not page aligned,
+ * the range is not one MAP_SHARED mapping of @fd or runs past the end of
+ * the file - MAP_PRIVATE is refused because the HCA would never see this
+ * process's writes), EEXIST (the range overlaps a segment of this
+ * connection), EFBIG (file larger than the daemon's limit), EMFILE (the
+ * daemon's limit of segments per connection), EACCES (@fd is write-only),
+ * EBADF (@fd not open), ENOMEM, ENOTCONN, and the errors of mmap(2).
  */
 struct odpd_segment *odpd_attach(struct odpd_conn *conn, int fd, void *addr, size_t length);
 
@@ -151,10 +165,11 @@ size_t odpd_segment_length(const struct odpd_segment *seg);
 int odpd_segment_fd(const struct odpd_segment *seg);
 
 /*
- * Detach a segment. For odpd_alloc() segments the library also unmaps the
- * memory and closes the memfd.
- * Errors: EBUSY (MRs over the segment are still registered: deregister them
- * first), ENOTCONN.
+ * Detach a segment. Where the library mapped it (odpd_alloc(), odpd_attach()
+ * with @addr NULL) it also unmaps the memory; for odpd_alloc() it closes the
+ * memfd. On failure @seg stays attached and valid.
+ * Errors: EBUSY (MRs over the segment are still registered, through
+ * odpd_reg() or the mirror: deregister them first), ENOTCONN.
  */
 int odpd_detach(struct odpd_segment *seg);
 
@@ -201,7 +216,8 @@ int odpd_dereg(struct odpd_mr *mr);
  * the MR's iova and rkey when @mr has IBV_ACCESS_REMOTE_READ, else RDMA
  * WRITE with the MR's lkey as the source, over its own loopback RC QP pair
  * on the connection's PD, through a bounded bounce buffer.
- * Errors: EINVAL (range outside @mr), ENOENT (@mr not registered), EIO
+ * Errors: EINVAL (range outside @mr, or only one of @addr and @length
+ * given), ENOENT (@mr not registered), EIO
  * (a work completion failed; odpd_errmsg() names its status), ETIMEDOUT
  * (no completion in time), ENOTCONN.
  */
@@ -222,9 +238,12 @@ int odpd_verify(struct odpd_mr *mr, void *addr, size_t length, uint32_t *ret_crc
  *
  * Errors: EOPNOTSUPP (the device cannot import - Soft-RoCE (rxe) and every
  * provider but mlx5 today; checked before anything is sent), EINVAL (NULL
- * @id or @id->pd, range outside every segment), EPERM (remote access not
- * granted to this user by the daemon's policy), and those of odpd_reg().
- * odpd_dereg_mr: ENOENT (@mr did not come from these calls).
+ * @id, @id->verbs or @id->pd, range outside every segment), ENODEV
+ * (@id's device is not one of the daemon's), EPERM (remote access not
+ * granted to this user by the daemon's policy), the errors of
+ * ibv_import_mr(3), and those of odpd_reg() and odpd_default_conn().
+ * odpd_dereg_mr: ENOENT (@mr did not come from these calls), EINVAL (@mr
+ * NULL), ENOTCONN; on failure @mr stays valid.
  */
 struct ibv_mr *odpd_reg_msgs(struct rdma_cm_id *id, void *addr, size_t length);
 struct ibv_mr *odpd_reg_read(struct rdma_cm_id *id, void *addr, size_t length);
@@ -233,8 +252,10 @@ int odpd_dereg_mr(struct ibv_mr *mr);
 
 /*
  * The process-wide connection the mirror uses, connected on first use to
- * $ODPD_SOCKET or ODPD_SOCKET_DEFAULT with the daemon's first device.
- * Do not odpd_disconnect() it. Errors: those of odpd_connect().
+ * $ODPD_SOCKET or ODPD_SOCKET_DEFAULT with the daemon's first device. A
+ * failed attempt is retried by the next call. In a child after fork() the
+ * parent's default connection is dead (ENOTCONN) and the next call makes a
+ * new one. odpd_disconnect() ignores it. Errors: those of odpd_connect().
  */
 struct odpd_conn *odpd_default_conn(void);
 

@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Linked against the real libodpd.so: every API function resolves, and the
- * calls that need no daemon behave as odpd.h says.
+ * Linked against the real libodpd.so: every API function resolves, the
+ * calls that need no daemon behave as odpd.h says, and (with nm) the library
+ * exports exactly the functions odpd.h declares, each at version ODPD_1.0.
+ *
+ * Usage: test-abi [NM LIBODPD.so ODPD.h]
  */
+#include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +41,114 @@ static void *const api[] = {
 	(void *)odpd_reg_write, (void *)odpd_dereg_mr, (void *)odpd_default_conn,
 };
 
-int main(void)
+#define MAX_NAMES 256
+
+struct names {
+	char *v[MAX_NAMES];
+	size_t n;
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void names_add(struct names *s, const char *name, size_t len)
+{
+	CHECK(s->n < MAX_NAMES);
+	s->v[s->n] = strndup(name, len);
+	CHECK(s->v[s->n]);
+	s->n++;
+}
+
+/*
+ * The functions odpd.h declares: on lines that begin at column 0 with a
+ * lower-case letter (comment lines begin with "/" or " "), the odpd_ name
+ * that is followed by "(".
+ */
+static void read_declared(const char *header, struct names *s)
+{
+	FILE *f = fopen(header, "re");
+	char *line = NULL;
+	size_t cap = 0;
+
+	CHECK(f);
+	while (getline(&line, &cap, f) >= 0) {
+		if (!islower((unsigned char)line[0]))
+			continue;
+		for (char *p = strstr(line, "odpd_"); p; p = strstr(p + 1, "odpd_")) {
+			size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+
+			if (p[len] == '(' && (p == line || p[-1] == ' ' || p[-1] == '*'))
+				names_add(s, p, len);
+		}
+	}
+	free(line);
+	fclose(f);
+	qsort(s->v, s->n, sizeof(s->v[0]), cmp_str);
+}
+
+/* "ADDR T name@@ODPD_1.0" from nm; the version node itself is an "A" symbol. */
+static void read_exported(const char *nm, const char *lib, struct names *s)
+{
+	char cmd[4096], *line = NULL;
+	size_t cap = 0;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "'%s' -D --defined-only --with-symbol-versions '%s'", nm, lib);
+	p = popen(cmd, "re");
+	CHECK(p);
+	while (getline(&line, &cap, p) >= 0) {
+		char type, name[256];
+
+		if (sscanf(line, "%*s %c %255s", &type, name) == 2 && type != 'A')
+			names_add(s, name, strlen(name));
+	}
+	free(line);
+	CHECK(pclose(p) == 0);
+	qsort(s->v, s->n, sizeof(s->v[0]), cmp_str);
+}
+
+static void test_exports(const char *nm, const char *lib, const char *header)
+{
+	struct names declared = { .n = 0 }, exported = { .n = 0 };
+	bool ok;
+
+	read_declared(header, &declared);
+	read_exported(nm, lib, &exported);
+	CHECK(declared.n == sizeof(api) / sizeof(api[0]));
+	ok = declared.n == exported.n;
+	for (size_t i = 0; i < declared.n && i < exported.n; i++) {
+		size_t len = strlen(declared.v[i]);
+
+		if (strncmp(exported.v[i], declared.v[i], len) != 0 ||
+		    strcmp(exported.v[i] + len, "@@ODPD_1.0") != 0) {
+			fprintf(stderr, "declared %s, exported %s\n", declared.v[i], exported.v[i]);
+			ok = false;
+		}
+	}
+	if (!ok) {
+		fprintf(stderr, "exported:\n");
+		for (size_t i = 0; i < exported.n; i++)
+			fprintf(stderr, "  %s\n", exported.v[i]);
+	}
+	CHECK(ok);
+	for (size_t i = 0; i < declared.n; i++)
+		free(declared.v[i]);
+	for (size_t i = 0; i < exported.n; i++)
+		free(exported.v[i]);
+	printf("exports: %zu functions, all ODPD_1.0\n", exported.n);
+}
+
+int main(int argc, char **argv)
 {
 	struct odpd_device_attr attr;
 	uint32_t crc;
+
+	if (argc == 4)
+		test_exports(argv[1], argv[2], argv[3]);
+	else
+		printf("exports: not checked (no nm)\n");
 
 	for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++)
 		CHECK(api[i] != NULL);

@@ -1,1 +1,955 @@
-int main(void){return 0;}
+/* SPDX-License-Identifier: MIT */
+/*
+ * libodpd against a scripted fake daemon.
+ *
+ * The fake is a forked process on a private socket. It speaks the real wire
+ * protocol, maps the segments it is sent from an address window of its own
+ * (as odpd does), computes verify CRCs through its own mapping of the memfd,
+ * answers every request after an asynchronous event (id 0), and records what
+ * it was asked in shared memory for the test to check. Special requests
+ * script failures: RegMr of 12345 bytes is refused with ENOMEM, of 7777
+ * bytes closes the connection; client-PD RegMr is refused with EPERM;
+ * Verify of 333 bytes is answered with garbage, of 334 bytes with an
+ * oversized packet, of 335 bytes with garbage and then, late, the reply.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "odpd.h"
+#include "odpd-wire.h"
+
+#define CHECK(expr) do { \
+	if (!(expr)) { \
+		fprintf(stderr, "%s:%d: CHECK(%s) failed (errno %d %s, errmsg \"%s\")\n", \
+			__FILE__, __LINE__, #expr, errno, strerror(errno), odpd_errmsg()); \
+		exit(1); \
+	} \
+} while (0)
+
+/* A call fails with @err and odpd_errmsg() contains @text. */
+#define CHECK_FAIL(call, err, text) do { \
+	errno = 0; \
+	CHECK(!(call)); \
+	CHECK(errno == (err)); \
+	CHECK(strstr(odpd_errmsg(), (text)) != NULL); \
+} while (0)
+
+#define FAKE_WINDOW 0x500000000000ull   /* where the fake maps segments */
+#define FAKE_CLIENTS 8
+#define FAKE_SEGS 32
+#define FAKE_MRS 64
+#define QUOTA_LENGTH 12345
+#define HANGUP_LENGTH 7777
+#define GARBAGE_LENGTH 333
+#define HUGE_LENGTH 334
+#define LATE_LENGTH 335
+
+/* What the fake saw; in shared memory. */
+struct fake_log {
+	unsigned hellos, attaches, detaches, regs, deregs, verifies;
+	uint32_t hello_version;
+	char client_name[64];
+	uint64_t attach_client_addr, attach_file_offset, attach_length;
+	unsigned attach_nfds;
+	uint64_t attach_file_size;
+	uint64_t next_window;           /* where the next segment goes */
+	char reg_device[64];
+	uint32_t reg_access;
+	int reg_kind;
+	int reg_client_pd;
+	uint32_t reg_pd_handle;
+	unsigned reg_nfds;
+};
+
+struct fake_opts {
+	uint32_t version;               /* HelloReply.version; 0: ours */
+	int hello_status;               /* refuse the Hello with this errno */
+};
+
+struct fake_seg {
+	bool used;
+	uint64_t handle, client_addr, length;
+	uint8_t *map;
+};
+
+struct fake_mr {
+	bool used;
+	uint64_t handle, addr, length;
+};
+
+struct fake_client {
+	int sock;
+	struct fake_seg segs[FAKE_SEGS];
+	struct fake_mr mrs[FAKE_MRS];
+	uint64_t next_handle;
+};
+
+/* What one request produced: a status, or one of the bodies. */
+struct fake_reply {
+	Odpd__Reply r;
+	Odpd__HelloReply hello;
+	Odpd__Device dev[2];
+	Odpd__Device *devp[2];
+	Odpd__SegmentReply seg;
+	Odpd__MrReply mr;
+	Odpd__VerifyReply verify;
+};
+
+static struct fake_log *flog;
+static char test_dir[64];
+
+/* ---------------------------------------------------------------- fake daemon */
+
+static void fake_fail(struct fake_reply *f, int status, const char *msg)
+{
+	f->r.has_status = true;
+	f->r.status = status;
+	f->r.message = (char *)msg;
+}
+
+static void fake_hello(const Odpd__Hello *h, const struct fake_opts *o, struct fake_reply *f)
+{
+	flog->hellos++;
+	flog->hello_version = h->version;
+	snprintf(flog->client_name, sizeof(flog->client_name), "%s", h->client_name ? h->client_name : "");
+	if (o->hello_status)
+		return fake_fail(f, o->hello_status, "fake: protocol version refused");
+
+	odpd__hello_reply__init(&f->hello);
+	f->hello.has_version = f->hello.has_version_min = f->hello.has_version_max = true;
+	f->hello.version = o->version ? o->version : ODPD_PROTOCOL_VERSION;
+	f->hello.version_min = f->hello.version_max = ODPD_PROTOCOL_VERSION;
+	for (int i = 0; i < 2; i++) {
+		odpd__device__init(&f->dev[i]);
+		f->dev[i].name = i == 0 ? "rxe0" : "mlx5_0";
+		f->dev[i].transport = "RoCE";
+		f->dev[i].has_node_guid = true;
+		f->dev[i].node_guid = 0x1122334455667788ull + (uint64_t)i;
+		f->dev[i].has_import = f->dev[i].has_import_errno = true;
+		f->dev[i].import = i == 0 ? ODPD__SUPPORT__SUPPORT_NO : ODPD__SUPPORT__SUPPORT_YES;
+		f->dev[i].import_errno = i == 0 ? EOPNOTSUPP : 0;
+		f->dev[i].has_odp = true;
+		f->dev[i].odp = true;
+		f->devp[i] = &f->dev[i];
+	}
+	f->hello.n_devices = 2;
+	f->hello.devices = f->devp;
+	f->r.body_case = ODPD__REPLY__BODY_HELLO;
+	f->r.hello = &f->hello;
+}
+
+static struct fake_seg *fake_seg_slot(struct fake_client *c)
+{
+	for (int i = 0; i < FAKE_SEGS; i++)
+		if (!c->segs[i].used)
+			return &c->segs[i];
+	return NULL;
+}
+
+/* Map the file from the window, as odpd does. */
+static void fake_attach(struct fake_client *c, const Odpd__AttachSegment *a,
+			const struct odpd_packet *p, struct fake_reply *f)
+{
+	struct fake_seg *s = fake_seg_slot(c);
+	struct stat st;
+	uint64_t len;
+	void *map;
+
+	flog->attaches++;
+	flog->attach_client_addr = a->client_addr;
+	flog->attach_file_offset = a->file_offset;
+	flog->attach_length = a->length;
+	flog->attach_nfds = p->nfds;
+	if (p->nfds != 1 || !s || fstat(p->fds[0], &st) < 0)
+		return fake_fail(f, EINVAL, "fake: one memfd expected");
+	flog->attach_file_size = (uint64_t)st.st_size;
+	len = a->length ? a->length : (uint64_t)st.st_size;
+	map = mmap((void *)(uintptr_t)flog->next_window, len, PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_FIXED_NOREPLACE, p->fds[0], (off_t)a->file_offset);
+	if (map == MAP_FAILED)
+		return fake_fail(f, errno, "fake: mmap failed");
+	flog->next_window += (len + 0xffffffull) & ~0xffffffull;
+
+	*s = (struct fake_seg) {
+		.used = true, .handle = ++c->next_handle, .length = len, .map = map,
+		.client_addr = a->client_addr ? a->client_addr : (uintptr_t)map,
+	};
+	odpd__segment_reply__init(&f->seg);
+	f->seg.has_segment = f->seg.has_addr = f->seg.has_length = f->seg.has_file_offset = true;
+	f->seg.segment = s->handle;
+	f->seg.addr = s->client_addr;
+	f->seg.length = len;
+	f->seg.file_offset = a->file_offset;
+	f->r.body_case = ODPD__REPLY__BODY_SEGMENT;
+	f->r.segment = &f->seg;
+}
+
+static void fake_detach(struct fake_client *c, const Odpd__DetachSegment *d, struct fake_reply *f)
+{
+	flog->detaches++;
+	for (int i = 0; i < FAKE_SEGS; i++) {
+		struct fake_seg *s = &c->segs[i];
+
+		if (s->used && s->handle == d->segment) {
+			munmap(s->map, s->length);
+			s->used = false;
+			return;
+		}
+	}
+	fake_fail(f, ENOENT, "fake: no such segment");
+}
+
+static struct fake_seg *fake_seg_of(struct fake_client *c, uint64_t addr, uint64_t length)
+{
+	for (int i = 0; i < FAKE_SEGS; i++) {
+		struct fake_seg *s = &c->segs[i];
+
+		if (s->used && addr >= s->client_addr && addr + length <= s->client_addr + s->length)
+			return s;
+	}
+	return NULL;
+}
+
+static struct fake_mr *fake_mr_find(struct fake_client *c, uint64_t handle)
+{
+	for (int i = 0; i < FAKE_MRS; i++)
+		if (c->mrs[i].used && c->mrs[i].handle == handle)
+			return &c->mrs[i];
+	return NULL;
+}
+
+/* false: hang up on the client. */
+static bool fake_reg(struct fake_client *c, const Odpd__RegMr *m, const struct odpd_packet *p,
+		     struct fake_reply *f)
+{
+	struct fake_mr *mr = fake_mr_find(c, 0);
+
+	flog->regs++;
+	snprintf(flog->reg_device, sizeof(flog->reg_device), "%s", m->device ? m->device : "");
+	flog->reg_access = m->access;
+	flog->reg_kind = m->kind;
+	flog->reg_client_pd = m->client_pd;
+	flog->reg_pd_handle = m->client_pd_handle;
+	flog->reg_nfds = p->nfds;
+	for (int i = 0; i < FAKE_MRS && !mr; i++)
+		if (!c->mrs[i].used)
+			mr = &c->mrs[i];
+	if (m->length == HANGUP_LENGTH)
+		return false;
+	if (m->length == QUOTA_LENGTH)
+		fake_fail(f, ENOMEM, "fake: pinned quota exceeded");
+	else if (m->client_pd)
+		fake_fail(f, EPERM, "fake: remote access not granted");
+	else if (m->kind == ODPD__MR_KIND__MR_ODP)
+		fake_fail(f, EOPNOTSUPP, "fake: ODP registration is not implemented yet");
+	else if (!fake_seg_of(c, m->addr, m->length) || !mr)
+		fake_fail(f, EINVAL, "fake: not inside a segment");
+	if (f->r.status)
+		return true;
+
+	*mr = (struct fake_mr) { .used = true, .handle = ++c->next_handle, .addr = m->addr,
+				 .length = m->length };
+	odpd__mr_reply__init(&f->mr);
+	f->mr.has_handle = f->mr.has_lkey = f->mr.has_rkey = f->mr.has_iova = true;
+	f->mr.has_length = f->mr.has_access = true;
+	f->mr.handle = mr->handle;
+	f->mr.lkey = 0x1000 + (uint32_t)mr->handle;
+	f->mr.rkey = 0x2000 + (uint32_t)mr->handle;
+	f->mr.iova = m->addr;
+	f->mr.length = m->length;
+	f->mr.access = m->access;
+	f->r.body_case = ODPD__REPLY__BODY_MR;
+	f->r.mr = &f->mr;
+	return true;
+}
+
+static void fake_dereg(struct fake_client *c, const Odpd__DeregMr *d, struct fake_reply *f)
+{
+	struct fake_mr *mr = fake_mr_find(c, d->handle);
+
+	flog->deregs++;
+	if (!mr)
+		return fake_fail(f, ENOENT, "fake: no such MR");
+	mr->used = false;
+}
+
+/* The CRC of the bytes through the fake's own mapping of the memfd. */
+static void fake_verify(struct fake_client *c, const Odpd__Verify *v, struct fake_reply *f)
+{
+	struct fake_mr *mr = fake_mr_find(c, v->handle);
+	uint64_t addr = v->length ? v->addr : mr ? mr->addr : 0;
+	uint64_t len = v->length ? v->length : mr ? mr->length : 0;
+	struct fake_seg *s = fake_seg_of(c, addr, len);
+
+	flog->verifies++;
+	if (!mr || !s)
+		return fake_fail(f, !mr ? ENOENT : EINVAL, "fake: bad verify");
+	odpd__verify_reply__init(&f->verify);
+	f->verify.has_crc32 = f->verify.has_length = true;
+	f->verify.crc32 = (uint32_t)crc32(0, s->map + (addr - s->client_addr), (uInt)len);
+	f->verify.length = len;
+	f->verify.method = "fake";
+	f->r.body_case = ODPD__REPLY__BODY_VERIFY;
+	f->r.verify = &f->verify;
+}
+
+static bool fake_dispatch(struct fake_client *c, const Odpd__Request *q, const struct odpd_packet *p,
+			  const struct fake_opts *o, struct fake_reply *f)
+{
+	switch (q->body_case) {
+	case ODPD__REQUEST__BODY_HELLO:
+		fake_hello(q->hello, o, f);
+		return true;
+	case ODPD__REQUEST__BODY_ATTACH_SEGMENT:
+		fake_attach(c, q->attach_segment, p, f);
+		return true;
+	case ODPD__REQUEST__BODY_DETACH_SEGMENT:
+		fake_detach(c, q->detach_segment, f);
+		return true;
+	case ODPD__REQUEST__BODY_REG_MR:
+		return fake_reg(c, q->reg_mr, p, f);
+	case ODPD__REQUEST__BODY_DEREG_MR:
+		fake_dereg(c, q->dereg_mr, f);
+		return true;
+	case ODPD__REQUEST__BODY_VERIFY:
+		fake_verify(c, q->verify, f);
+		return true;
+	default:
+		fake_fail(f, EINVAL, "fake: unknown request");
+		return true;
+	}
+}
+
+static void fake_drop(struct fake_client *c)
+{
+	for (int i = 0; i < FAKE_SEGS; i++)
+		if (c->segs[i].used)
+			munmap(c->segs[i].map, c->segs[i].length);
+	close(c->sock);
+	memset(c, 0, sizeof(*c));
+	c->sock = -1;
+}
+
+/* Scripted bad answers to Verify; true if the normal reply is not to follow. */
+static bool fake_misbehave(struct fake_client *c, const Odpd__Request *q)
+{
+	static uint8_t junk[ODPD_MAX_PACKET + 100];
+	uint64_t len = q->body_case == ODPD__REQUEST__BODY_VERIFY ? q->verify->length : 0;
+
+	memset(junk, 0xff, sizeof(junk));
+	if (len == GARBAGE_LENGTH || len == LATE_LENGTH)
+		send(c->sock, junk, 16, MSG_NOSIGNAL);
+	else if (len == HUGE_LENGTH)
+		send(c->sock, junk, sizeof(junk), MSG_NOSIGNAL);
+	return len == GARBAGE_LENGTH || len == HUGE_LENGTH;
+}
+
+/* One request: an event first (which the library must skip), then the reply. */
+static void fake_handle(struct fake_client *c, const struct fake_opts *o)
+{
+	static uint8_t buf[ODPD_MAX_PACKET + 1];
+	Odpd__Reply event = ODPD__REPLY__INIT;
+	struct fake_reply f;
+	struct odpd_packet p;
+	Odpd__Request *q;
+	bool keep, quiet;
+
+	if (odpd_wire_recv(c->sock, buf, sizeof(buf), &p, 0) < 0 || p.eof)
+		return fake_drop(c);
+	q = odpd__request__unpack(NULL, p.len, buf);
+	if (!q) {
+		odpd_packet_close_fds(&p);
+		return fake_drop(c);
+	}
+	memset(&f, 0, sizeof(f));
+	odpd__reply__init(&f.r);
+	f.r.has_id = true;
+	f.r.id = q->id;
+	keep = fake_dispatch(c, q, &p, o, &f);
+	odpd_packet_close_fds(&p);
+	if (!keep) {
+		odpd__request__free_unpacked(q, NULL);
+		return fake_drop(c);
+	}
+	event.has_id = true;
+	odpd_wire_send(c->sock, &event.base, NULL, 0, 0);
+	quiet = fake_misbehave(c, q);
+	odpd__request__free_unpacked(q, NULL);
+	if (!quiet)
+		odpd_wire_send(c->sock, &f.r.base, NULL, 0, 0);
+}
+
+static void fake_accept(int listener, struct fake_client *cl)
+{
+	int s = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+
+	for (int i = 0; s >= 0 && i < FAKE_CLIENTS; i++) {
+		if (cl[i].sock < 0) {
+			cl[i].sock = s;
+			return;
+		}
+	}
+	if (s >= 0)
+		close(s);
+}
+
+static void fake_serve(int listener, const struct fake_opts *o)
+{
+	struct fake_client cl[FAKE_CLIENTS];
+
+	memset(cl, 0, sizeof(cl));
+	for (int i = 0; i < FAKE_CLIENTS; i++)
+		cl[i].sock = -1;
+	for (;;) {
+		struct pollfd p[FAKE_CLIENTS + 1] = { { .fd = listener, .events = POLLIN } };
+
+		for (int i = 0; i < FAKE_CLIENTS; i++)
+			p[i + 1] = (struct pollfd) { .fd = cl[i].sock, .events = POLLIN };
+		if (poll(p, FAKE_CLIENTS + 1, -1) < 0)
+			continue;
+		if (p[0].revents & POLLIN)
+			fake_accept(listener, cl);
+		for (int i = 0; i < FAKE_CLIENTS; i++)
+			if (cl[i].sock >= 0 && p[i + 1].revents)
+				fake_handle(&cl[i], o);
+	}
+}
+
+/* Listen at @path and serve there from a child process. */
+static pid_t fake_start(const char *path, const struct fake_opts *o)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	pid_t pid;
+
+	CHECK(listener >= 0 && strlen(path) < sizeof(sa.sun_path));
+	strcpy(sa.sun_path, path);
+	CHECK(bind(listener, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	CHECK(listen(listener, 8) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		fake_serve(listener, o);
+		_exit(0);
+	}
+	close(listener);
+	return pid;
+}
+
+static void fake_stop(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static size_t page_size(void)
+{
+	return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static int sealed_memfd(size_t size)
+{
+	int fd = memfd_create("test-client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	CHECK(fd >= 0);
+	CHECK(ftruncate(fd, (off_t)size) == 0);
+	CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+	return fd;
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_connect(const char *path)
+{
+	struct odpd_device_attr attr;
+	struct odpd_conn *c;
+
+	c = odpd_connect(path, NULL);
+	CHECK(c);
+	CHECK(strcmp(odpd_errmsg(), "") == 0);
+	CHECK(flog->hello_version == ODPD_PROTOCOL_VERSION);
+	CHECK(strcmp(flog->client_name, program_invocation_short_name) == 0);
+	CHECK(odpd_device_count(c) == 2);
+	CHECK(odpd_query_device(c, 1, &attr, sizeof(attr)) == 0);
+	CHECK(strcmp(attr.name, "mlx5_0") == 0 && strcmp(attr.transport, "RoCE") == 0);
+	CHECK(attr.import == ODPD_SUPPORT_YES && attr.odp && attr.node_guid == 0x1122334455667789ull);
+	CHECK(odpd_query_device(c, 0, &attr, sizeof(attr)) == 0);
+	CHECK(attr.import == ODPD_SUPPORT_NO && attr.import_errno == EOPNOTSUPP);
+	CHECK(attr.advise_mr == ODPD_SUPPORT_UNKNOWN);
+	CHECK_FAIL(odpd_query_device(c, 2, &attr, sizeof(attr)) == 0, ENODEV, "no device 2");
+	CHECK_FAIL(odpd_query_device(c, 0, &attr, 8) == 0, EINVAL, "attr_size");
+	CHECK_FAIL(odpd_query_device(c, 0, NULL, sizeof(attr)) == 0, EINVAL, "attr");
+	odpd_disconnect(c);
+
+	CHECK_FAIL(odpd_connect(path, "nodev9"), ENODEV, "nodev9");
+	CHECK_FAIL(odpd_connect("", NULL), EINVAL, "socket path");
+}
+
+static void test_version(void)
+{
+	char path[128];
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/refuse.sock", test_dir);
+	pid = fake_start(path, &(struct fake_opts) { .hello_status = EPROTONOSUPPORT });
+	CHECK_FAIL(odpd_connect(path, NULL), EPROTONOSUPPORT, "odpd_connect: hello: fake: protocol version refused");
+	fake_stop(pid);
+	unlink(path);
+
+	snprintf(path, sizeof(path), "%s/v7.sock", test_dir);
+	pid = fake_start(path, &(struct fake_opts) { .version = 7 });
+	CHECK_FAIL(odpd_connect(path, NULL), EPROTONOSUPPORT, "libodpd speaks 1");
+	fake_stop(pid);
+	unlink(path);
+}
+
+static void test_alloc_reg_verify(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, "mlx5_0");
+	uint64_t window = flog->next_window;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr, *mr2;
+	unsigned regs;
+	uint8_t *p, local[64];
+	uint32_t crc;
+
+	CHECK(c);
+	CHECK_FAIL(odpd_alloc(c, 0, 0), EINVAL, "length is 0");
+	CHECK_FAIL(odpd_alloc(c, 4096, 0x80), EINVAL, "unknown flags");
+	CHECK_FAIL(odpd_alloc(c, SIZE_MAX - 5, 0), ENOMEM, "too large");
+
+	seg = odpd_alloc(c, 5000, 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	/* mapped where the daemon mapped it: iova == address on both sides */
+	CHECK((uintptr_t)p == window && flog->attach_client_addr == 0);
+	CHECK(odpd_segment_length(seg) == 2 * page_size());
+	CHECK(flog->attach_nfds == 1 && odpd_segment_fd(seg) >= 0);
+	CHECK(fcntl(odpd_segment_fd(seg), F_GET_SEALS) == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+	CHECK(all_zero(p, odpd_segment_length(seg)));
+	for (size_t i = 0; i < odpd_segment_length(seg); i++)
+		p[i] = (uint8_t)(i * 7);
+
+	mr = odpd_reg(c, p + 100, 4000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	CHECK(mr);
+	CHECK(mr->addr == p + 100 && mr->length == 4000 && mr->iova == (uintptr_t)(p + 100));
+	CHECK(mr->access == (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ));
+	CHECK(mr->lkey == 0x1000 + mr->handle && mr->rkey == 0x2000 + mr->handle);
+	CHECK(strcmp(flog->reg_device, "mlx5_0") == 0 && flog->reg_kind == ODPD__MR_KIND__MR_PINNED);
+	CHECK(flog->reg_access == (ODPD__ACCESS__ACCESS_LOCAL_WRITE | ODPD__ACCESS__ACCESS_REMOTE_READ));
+	CHECK(!flog->reg_client_pd && flog->reg_nfds == 0);
+
+	/* The daemon sees this process's writes: the memory is shared. */
+	CHECK(odpd_verify(mr, NULL, 0, &crc) == 0);
+	CHECK(crc == crc32(0, p + 100, 4000));
+	CHECK(odpd_verify(mr, p + 200, 64, &crc) == 0);
+	CHECK(crc == crc32(0, p + 200, 64));
+	memset(p + 200, 0xab, 64);
+	CHECK(odpd_verify(mr, p + 200, 64, &crc) == 0 && crc == crc32(0, p + 200, 64));
+	CHECK_FAIL(odpd_verify(mr, p + 50, 64, &crc) == 0, EINVAL, "not inside the MR");
+	CHECK_FAIL(odpd_verify(mr, p + 4000, 200, &crc) == 0, EINVAL, "not inside the MR");
+	CHECK_FAIL(odpd_verify(mr, NULL, 64, &crc) == 0, EINVAL, "whole MR");
+
+	/* Checked here, before anything is sent. */
+	regs = flog->regs;
+	CHECK_FAIL(odpd_reg(c, local, sizeof(local), 0), EINVAL, "allocate the buffer with odpd_alloc()");
+	CHECK_FAIL(odpd_reg(c, p, 2 * page_size() + 1, 0), EINVAL, "odpd_attach()");
+	CHECK_FAIL(odpd_reg(c, (void *)(UINTPTR_MAX - 10), 100, 0), EINVAL, "overflows");
+	CHECK_FAIL(odpd_reg(c, p, 0, 0), EINVAL, "length is 0");
+	CHECK_FAIL(odpd_reg(c, p, 64, IBV_ACCESS_REMOTE_WRITE), EINVAL, "LOCAL_WRITE");
+	CHECK_FAIL(odpd_reg(c, p, 64, IBV_ACCESS_MW_BIND), EINVAL, "not supported");
+	CHECK(flog->regs == regs);
+
+	/* The daemon's refusal, with its errno and message. */
+	mr2 = odpd_reg(c, p, 64, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr2 && errno == EOPNOTSUPP && flog->reg_kind == ODPD__MR_KIND__MR_ODP);
+	CHECK(strcmp(odpd_errmsg(), "odpd_reg: fake: ODP registration is not implemented yet") == 0);
+
+	/* EBUSY while an MR lies in the segment. */
+	CHECK_FAIL(odpd_detach(seg) == 0, EBUSY, "deregister them first");
+	CHECK(odpd_dereg(mr) == 0);
+	CHECK(odpd_detach(seg) == 0);
+	CHECK(strcmp(odpd_errmsg(), "") == 0);
+	odpd_disconnect(c);
+}
+
+/* The daemon's answer with errno and message, for a quota refusal. */
+static void test_daemon_error(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	struct odpd_segment *seg;
+
+	CHECK(c);
+	seg = odpd_alloc(c, 4 * page_size(), 0);
+	CHECK(seg);
+	CHECK_FAIL(odpd_reg(c, odpd_segment_addr(seg), QUOTA_LENGTH, IBV_ACCESS_LOCAL_WRITE), ENOMEM,
+		   "odpd_reg: fake: pinned quota exceeded");
+	CHECK(strcmp(flog->reg_device, "rxe0") == 0);   /* NULL device: the first */
+	/* Disconnect with a segment and an MR still there frees them. */
+	CHECK(odpd_reg(c, odpd_segment_addr(seg), 100, 0));
+	odpd_disconnect(c);
+}
+
+/* The daemon's address is taken here: map elsewhere and attach there. */
+static void test_alloc_taken(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	void *blocker = mmap((void *)(uintptr_t)flog->next_window, page_size(), PROT_NONE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	unsigned attaches = flog->attaches, detaches = flog->detaches;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr;
+	uint8_t *p;
+	uint32_t crc;
+
+	CHECK(c && blocker == (void *)(uintptr_t)flog->next_window);
+	seg = odpd_alloc(c, 3 * page_size(), 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	CHECK(p != blocker);
+	CHECK(flog->attaches == attaches + 2 && flog->detaches == detaches + 1);
+	CHECK(flog->attach_client_addr == (uintptr_t)p && flog->attach_file_offset == 0);
+	CHECK(flog->attach_length == 3 * page_size());
+	memset(p, 0x5a, 3 * page_size());
+	mr = odpd_reg(c, p, 3 * page_size(), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && odpd_verify(mr, NULL, 0, &crc) == 0 && crc == crc32(0, p, 3 * (uInt)page_size()));
+	CHECK(odpd_dereg(mr) == 0);
+	CHECK(odpd_detach(seg) == 0);
+	munmap(blocker, page_size());
+	odpd_disconnect(c);
+}
+
+static void test_attach(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	size_t pg = page_size();
+	int fd = sealed_memfd(4 * pg), other = sealed_memfd(4 * pg), unsealed;
+	struct odpd_segment *seg;
+	uint8_t *shared, *priv, *p;
+	struct odpd_mr *mr;
+	uint32_t crc;
+
+	CHECK(c);
+	/* The whole file where the daemon put it; the fd stays the caller's. */
+	seg = odpd_attach(c, fd, NULL, 0);
+	CHECK(seg && odpd_segment_fd(seg) == fd && odpd_segment_length(seg) == 4 * pg);
+	CHECK(flog->attach_client_addr == 0 && flog->attach_length == 0);
+	p = odpd_segment_addr(seg);
+	p[0] = 42;
+	CHECK(odpd_detach(seg) == 0);
+	CHECK(fcntl(fd, F_GETFD) >= 0);
+
+	/* A mapping the caller made: pages 1 and 2 of the file. */
+	shared = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)pg);
+	CHECK(shared != MAP_FAILED);
+	seg = odpd_attach(c, fd, shared, 2 * pg);
+	CHECK(seg && odpd_segment_addr(seg) == shared && odpd_segment_length(seg) == 2 * pg);
+	CHECK(flog->attach_client_addr == (uintptr_t)shared && flog->attach_file_offset == pg);
+	CHECK(flog->attach_length == 2 * pg);
+	memset(shared, 0x33, 2 * pg);
+	mr = odpd_reg(c, shared + pg, pg, 0);
+	CHECK(mr && odpd_verify(mr, NULL, 0, &crc) == 0 && crc == crc32(0, shared + pg, (uInt)pg));
+	CHECK(odpd_dereg(mr) == 0);
+	/* Inside the mapping, at an offset. */
+	CHECK(odpd_detach(seg) == 0);
+	seg = odpd_attach(c, fd, shared + pg, pg);
+	CHECK(seg && flog->attach_file_offset == 2 * pg);
+	CHECK(odpd_detach(seg) == 0);
+
+	CHECK_FAIL(odpd_attach(c, fd, shared, 3 * pg), EINVAL, "not inside one mapping");
+	CHECK_FAIL(odpd_attach(c, fd, shared + 1, pg), EINVAL, "page aligned");
+	CHECK_FAIL(odpd_attach(c, fd, shared, 0), EINVAL, "length is 0");
+	CHECK_FAIL(odpd_attach(c, fd, NULL, pg), EINVAL, "must be 0");
+	CHECK_FAIL(odpd_attach(c, other, shared, pg), EINVAL, "is not of fd");
+	CHECK_FAIL(odpd_attach(c, -1, NULL, 0), EBADF, "fd -1");
+	CHECK_FAIL(odpd_attach(c, 1000, NULL, 0), EBADF, "fd 1000");
+
+	priv = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	CHECK(priv != MAP_FAILED);
+	CHECK_FAIL(odpd_attach(c, fd, priv, pg), EINVAL, "MAP_PRIVATE");
+	CHECK(strstr(odpd_errmsg(), "MAP_SHARED"));
+
+	unsealed = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	CHECK(unsealed >= 0 && ftruncate(unsealed, (off_t)pg) == 0);
+	CHECK_FAIL(odpd_attach(c, unsealed, NULL, 0), EINVAL, "F_SEAL_SHRINK | F_SEAL_GROW");
+	CHECK_FAIL(odpd_attach(c, 0, NULL, 0), EINVAL, "not a memfd");
+
+	munmap(priv, pg);
+	munmap(shared, 2 * pg);
+	close(unsealed);
+	close(other);
+	close(fd);
+	odpd_disconnect(c);
+}
+
+/* After fork the child's copy is dead; the parent's connection is untouched. */
+static void test_fork(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	struct odpd_segment *seg = c ? odpd_alloc(c, page_size(), 0) : NULL;
+	struct odpd_mr *mr = seg ? odpd_reg(c, odpd_segment_addr(seg), 64, 0) : NULL;
+	uint32_t crc;
+	int status;
+	pid_t pid;
+
+	CHECK(mr);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		const char *msg = "connection belongs to the parent process (fork)";
+
+		CHECK_FAIL(odpd_reg(c, odpd_segment_addr(seg), 64, 0), ENOTCONN, msg);
+		CHECK_FAIL(odpd_verify(mr, NULL, 0, &crc) == 0, ENOTCONN, msg);
+		CHECK_FAIL(odpd_dereg(mr) == 0, ENOTCONN, msg);
+		CHECK_FAIL(odpd_detach(seg) == 0, ENOTCONN, msg);
+		CHECK_FAIL(odpd_alloc(c, 4096, 0), ENOTCONN, msg);
+		odpd_disconnect(c);
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(odpd_verify(mr, NULL, 0, &crc) == 0);
+	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+}
+
+/* The daemon hangs up: ENOTCONN now and for every later call. */
+static void test_hangup(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	struct odpd_segment *seg = c ? odpd_alloc(c, 4 * page_size(), 0) : NULL;
+
+	CHECK(seg);
+	CHECK_FAIL(odpd_reg(c, odpd_segment_addr(seg), HANGUP_LENGTH, 0), ENOTCONN,
+		   "the daemon closed the connection");
+	CHECK_FAIL(odpd_reg(c, odpd_segment_addr(seg), 64, 0), ENOTCONN, "the daemon closed");
+	CHECK_FAIL(odpd_detach(seg) == 0, ENOTCONN, "odpd_detach");
+	odpd_disconnect(c);
+}
+
+/* Unreadable replies are EIO; the connection stays usable. */
+static void test_bad_replies(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	struct odpd_segment *seg = c ? odpd_alloc(c, page_size(), 0) : NULL;
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *mr = seg ? odpd_reg(c, p, page_size(), 0) : NULL;
+	uint32_t crc;
+
+	CHECK(mr);
+	CHECK_FAIL(odpd_verify(mr, p, GARBAGE_LENGTH, &crc) == 0, EIO, "malformed reply");
+	CHECK(odpd_verify(mr, p, 64, &crc) == 0 && crc == crc32(0, p, 64));
+	CHECK_FAIL(odpd_verify(mr, p, HUGE_LENGTH, &crc) == 0, EIO, "larger than");
+	CHECK(odpd_verify(mr, p, 64, &crc) == 0 && crc == crc32(0, p, 64));
+	/* The late reply to the failed request is skipped by the next call. */
+	CHECK_FAIL(odpd_verify(mr, p, LATE_LENGTH, &crc) == 0, EIO, "malformed reply");
+	CHECK(odpd_verify(mr, p + 64, 128, &crc) == 0 && crc == crc32(0, p + 64, 128));
+	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+}
+
+/* Huge pages: rounded to the huge page size, or refused where none are reserved. */
+static void test_hugetlb(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	struct odpd_segment *seg;
+
+	CHECK(c);
+	seg = odpd_alloc(c, 5000, ODPD_ALLOC_HUGETLB);
+	if (seg) {
+		CHECK(odpd_segment_length(seg) > page_size());
+		CHECK(odpd_segment_length(seg) == flog->attach_file_size);
+		CHECK(odpd_detach(seg) == 0);
+	} else {
+		/* ENOMEM without reserved huge pages; the errno is the fake's mmap's */
+		CHECK(errno != 0 && strstr(odpd_errmsg(), "odpd_alloc: fake: mmap failed"));
+		CHECK(flog->attach_file_size > page_size());
+	}
+	odpd_disconnect(c);
+}
+
+struct thread_arg {
+	struct odpd_conn *conn;
+	uint8_t *base;
+};
+
+static void *thread_main(void *p)
+{
+	struct thread_arg *a = p;
+
+	for (int i = 0; i < 200; i++) {
+		struct odpd_mr *mr = odpd_reg(a->conn, a->base + i, 64, IBV_ACCESS_LOCAL_WRITE);
+		uint32_t crc;
+
+		if (!mr || odpd_verify(mr, NULL, 0, &crc) < 0 || crc != crc32(0, a->base + i, 64) ||
+		    odpd_dereg(mr) < 0)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+/* Calls from several threads on one connection are serialized. */
+static void test_threads(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	struct odpd_segment *seg = c ? odpd_alloc(c, 4 * page_size(), 0) : NULL;
+	struct thread_arg a[4];
+	pthread_t t[4];
+	void *ret;
+
+	CHECK(seg);
+	for (int i = 0; i < 4; i++) {
+		a[i] = (struct thread_arg) { c, (uint8_t *)odpd_segment_addr(seg) + (size_t)i * page_size() };
+		memset(a[i].base, i + 1, page_size());
+		CHECK(pthread_create(&t[i], NULL, thread_main, &a[i]) == 0);
+	}
+	for (int i = 0; i < 4; i++)
+		CHECK(pthread_join(t[i], &ret) == 0 && ret == NULL);
+	CHECK(odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+}
+
+/* The librdmacm mirror, up to what can run without an importing device. */
+static void test_mirror(const char *path)
+{
+	struct ibv_device dev;
+	struct ibv_context ctx;
+	struct ibv_pd pd;
+	struct rdma_cm_id id;
+	struct odpd_segment *seg;
+	struct odpd_conn *dc;
+	struct ibv_mr fake_mr;
+	unsigned regs;
+	void *p;
+
+	memset(&dev, 0, sizeof(dev));
+	memset(&ctx, 0, sizeof(ctx));
+	memset(&pd, 0, sizeof(pd));
+	memset(&id, 0, sizeof(id));
+	strcpy(dev.name, "rxe0");
+	ctx.device = &dev;
+	ctx.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	pd.context = &ctx;
+	pd.handle = 77;
+	id.verbs = &ctx;
+	id.pd = &pd;
+
+	CHECK(setenv(ODPD_SOCKET_ENV, path, 1) == 0);
+	dc = odpd_default_conn();
+	CHECK(dc && odpd_default_conn() == dc);
+	odpd_disconnect(dc);                    /* does nothing */
+	seg = odpd_alloc(dc, page_size(), 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+
+	regs = flog->regs;
+	CHECK_FAIL(odpd_reg_msgs(&id, p, 64), EOPNOTSUPP, "only mlx5 implements ibv_import_device");
+	CHECK(strstr(odpd_errmsg(), "rxe0") && strstr(odpd_errmsg(), "Soft-RoCE (rxe)"));
+	id.pd = NULL;
+	CHECK_FAIL(odpd_reg_read(&id, p, 64), EINVAL, "id->pd is NULL");
+	id.pd = &pd;
+	id.verbs = NULL;
+	CHECK_FAIL(odpd_reg_write(&id, p, 64), EINVAL, "id->verbs is NULL");
+	id.verbs = &ctx;
+	strcpy(dev.name, "nodev9");
+	CHECK_FAIL(odpd_reg_msgs(&id, p, 64), ENODEV, "nodev9");
+	strcpy(dev.name, "mlx5_0");
+	CHECK_FAIL(odpd_reg_read(&id, &regs, sizeof(regs)), EINVAL, "odpd_alloc()");
+	CHECK(flog->regs == regs);
+
+	/* Sent in client-PD mode with the cmd_fd; the fake refuses it. */
+	CHECK_FAIL(odpd_reg_write(&id, p, 64), EPERM, "odpd_reg_write: fake: remote access not granted");
+	CHECK(flog->regs == regs + 1 && flog->reg_client_pd && flog->reg_nfds == 1);
+	CHECK(flog->reg_pd_handle == 77 && strcmp(flog->reg_device, "mlx5_0") == 0);
+	CHECK(flog->reg_access == (ODPD__ACCESS__ACCESS_LOCAL_WRITE | ODPD__ACCESS__ACCESS_REMOTE_WRITE));
+
+	memset(&fake_mr, 0, sizeof(fake_mr));
+	CHECK_FAIL(odpd_dereg_mr(&fake_mr) == 0, ENOENT, "did not come from");
+	CHECK(odpd_detach(seg) == 0);
+	close(ctx.cmd_fd);
+}
+
+/* The default connection is made anew in a child after fork. */
+static void test_default_fork(void)
+{
+	struct odpd_conn *dc = odpd_default_conn();
+	int status;
+	pid_t pid;
+
+	CHECK(dc);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		unsigned hellos = flog->hellos;
+		struct odpd_conn *child = odpd_default_conn();
+
+		CHECK(child && child != dc && flog->hellos == hellos + 1);
+		CHECK_FAIL(odpd_alloc(dc, 4096, 0), ENOTCONN, "(fork)");
+		CHECK(odpd_detach(odpd_alloc(child, 4096, 0)) == 0);
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(odpd_default_conn() == dc);
+	CHECK(odpd_detach(odpd_alloc(dc, 4096, 0)) == 0);
+}
+
+int main(void)
+{
+	char path[128];
+	pid_t pid;
+
+	flog = mmap(NULL, sizeof(*flog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(flog != MAP_FAILED);
+	flog->next_window = FAKE_WINDOW;
+	strcpy(test_dir, "/tmp/test-libodpd-XXXXXX");
+	CHECK(mkdtemp(test_dir));
+	snprintf(path, sizeof(path), "%s/odpd.sock", test_dir);
+	pid = fake_start(path, &(struct fake_opts) { 0 });
+
+	CHECK_FAIL(odpd_connect("/nonexistent/odpd.sock", NULL), ENOENT, "/nonexistent/odpd.sock");
+	test_connect(path);
+	test_version();
+	test_alloc_reg_verify(path);
+	test_daemon_error(path);
+	test_alloc_taken(path);
+	test_attach(path);
+	test_fork(path);
+	test_hangup(path);
+	test_bad_replies(path);
+	test_hugetlb(path);
+	test_threads(path);
+	test_mirror(path);
+	test_default_fork();
+
+	fake_stop(pid);
+	unlink(path);
+	rmdir(test_dir);
+	printf("ok\n");
+	return 0;
+}

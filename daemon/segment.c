@@ -2,12 +2,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -213,8 +212,12 @@ int odpd_client_mapping_check(pid_t pid, int pidfd, uintptr_t addr, uint64_t len
 		return err_set(err, ESRCH, "cannot read your process's memory map: %s", strerror(errno));
 	r = odpd_maps_check(f, addr, length, offset, dev, ino, err);
 	fclose(f);
-	/* The pid is still the peer only if the pidfd's process is alive. */
-	if (r == 0 && pidfd >= 0 && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
-		return err_set(err, ESRCH, "client process is gone");
+	/* The pid still names the peer only if the pidfd's process is alive: a
+	 * pidfd becomes readable when its process exits. */
+	if (r == 0 && pidfd >= 0) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		if (poll(&p, 1, 0) != 0)
+			return err_set(err, ESRCH, "client process is gone");
+	}
 	return r;
 }

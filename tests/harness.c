@@ -52,24 +52,39 @@ int raw_connect(const char *sock)
 void daemon_start(struct test_daemon *d, const char *const *args)
 {
 	const char *bin = getenv("ODPD_TEST_DAEMON");
-	const char *argv[32] = { bin, "--foreground", "--socket", d->sock, "--log-level", "debug" };
-	int n = 6;
+	const char *wrapper = getenv("ODPD_TEST_WRAPPER");   /* e.g. valgrind and its options */
+	const char *extra = getenv("ODPD_TEST_DAEMON_ARGS"); /* e.g. a smaller --window-size */
+	char *wrap = wrapper ? strdup(wrapper) : NULL, *more = extra ? strdup(extra) : NULL, *save = NULL;
+	const char *argv[48];
+	int n = 0;
 
 	assert_non_null(bin);
 	snprintf(d->dir, sizeof(d->dir), "/tmp/odpd-test.XXXXXX");
 	assert_non_null(mkdtemp(d->dir));
 	chmod(d->dir, 0755);                         /* other users reach the socket too */
 	snprintf(d->sock, sizeof(d->sock), "%s/odpd.sock", d->dir);
-	for (; args && *args && n < 31; args++)
+	for (char *w = wrap ? strtok_r(wrap, " ", &save) : NULL; w && n < 24; w = strtok_r(NULL, " ", &save))
+		argv[n++] = w;
+	argv[n++] = bin;
+	argv[n++] = "--foreground";
+	argv[n++] = "--socket";
+	argv[n++] = d->sock;
+	argv[n++] = "--log-level";
+	argv[n++] = "debug";
+	for (char *w = more ? strtok_r(more, " ", &save) : NULL; w && n < 40; w = strtok_r(NULL, " ", &save))
+		argv[n++] = w;
+	for (; args && *args && n < 47; args++)
 		argv[n++] = *args;
 	argv[n] = NULL;
 	d->pid = fork();
 	assert_true(d->pid >= 0);
 	if (d->pid == 0) {
-		execv(bin, (char *const *)argv);
+		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	for (int i = 0; i < 400; i++) {              /* up to 20 s: TCG is slow */
+	free(wrap);
+	free(more);
+	for (int i = 0; i < 1200; i++) {             /* up to 60 s: TCG and valgrind are slow */
 		int fd = raw_connect(d->sock);
 		if (fd >= 0) {
 			close(fd);
@@ -90,11 +105,11 @@ void daemon_stop(struct test_daemon *d)
 	if (d->pid <= 0)
 		return;
 	kill(d->pid, SIGTERM);
-	for (int i = 0; i < 400; i++) {
+	for (int i = 0; i < 1200; i++) {
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid)
 			break;
 		sleep_ms(50);
-		if (i == 399) {
+		if (i == 1199) {
 			kill(d->pid, SIGKILL);
 			waitpid(d->pid, &st, 0);
 			fail_msg("odpd did not stop on SIGTERM");
@@ -307,4 +322,24 @@ int sealed_memfd(size_t size)
 	assert_int_equal(ftruncate(fd, (off_t)size), 0);
 	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
 	return fd;
+}
+
+static int idle_admin_fd = -1;
+
+static bool daemon_idle(void *arg)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr = status_get(idle_admin_fd, &r);
+	bool idle = sr->n_clients == 1 && sr->segments == 0 && sr->mrs == 0;
+
+	(void)arg;
+	odpd__reply__free_unpacked(r, NULL);
+	return idle;
+}
+
+void wait_idle(int admin_fd)
+{
+	idle_admin_fd = admin_fd;
+	if (!wait_until(daemon_idle, NULL))
+		fail_msg("odpd did not release the previous test's clients");
 }

@@ -72,5 +72,9 @@ int fd_count(pid_t pid);
 /* Poll @cond up to 20 s (not a timing assertion: the release runs on a worker). */
 bool wait_until(bool (*cond)(void *arg), void *arg);
 
+/* Wait until odpd serves only the admin connection and holds no segment or
+ * MR: earlier clients are released on a worker after they close. */
+void wait_idle(int admin_fd);
+
 /* A sealed memfd of @size bytes (F_SEAL_SHRINK | F_SEAL_GROW). */
 int sealed_memfd(size_t size);
