@@ -47,6 +47,7 @@ int log_parse_level(const char *name)
 	return -EINVAL;
 }
 
+__attribute__((format(printf, 3, 0)))
 static void log_va(int priority, const char *suffix, const char *fmt, va_list ap)
 {
 	char text[1024];

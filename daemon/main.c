@@ -36,6 +36,7 @@ static void usage(FILE *f)
 /* "64G", "1M", "4096": bytes, with binary K/M/G/T suffixes. */
 static int parse_size(const char *s, uint64_t *ret)
 {
+	static const char suffixes[] = "KMGT";
 	char *end;
 	unsigned shift = 0;
 	uint64_t v;
@@ -44,15 +45,13 @@ static int parse_size(const char *s, uint64_t *ret)
 	v = strtoull(s, &end, 10);
 	if (errno || end == s || *s == '-')
 		return -EINVAL;
-	switch (*end) {
-	case 'T': shift += 10; /* fall through */
-	case 'G': shift += 10; /* fall through */
-	case 'M': shift += 10; /* fall through */
-	case 'K': shift += 10; end++; break;
-	case 0: break;
-	default: return -EINVAL;
+	if (*end) {
+		const char *p = strchr(suffixes, *end);
+		if (!p || end[1])
+			return -EINVAL;
+		shift = 10 * (unsigned)(p - suffixes + 1);
 	}
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
+	if (shift && v > (UINT64_MAX >> shift))
 		return -EINVAL;
 	*ret = v << shift;
 	return 0;

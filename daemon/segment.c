@@ -103,6 +103,26 @@ static int mapping_place(struct odpd_segtable *t, struct odpd_mapping *m, uintpt
 	return 0;
 }
 
+/*
+ * The mapping was made from a read-only fd and a client now brings a
+ * writable one: map the same file writable at the same address. The shmem
+ * pages are the same, so MRs over the old mapping keep their pages.
+ * Consumes @fd.
+ */
+static int mapping_make_writable(struct odpd_mapping *m, int fd, struct odpd_err *err)
+{
+	if (mmap(m->addr, m->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		return err_set(err, e, "remapping the segment writable: %s", strerror(e));
+	}
+	madvise(m->addr, m->size, MADV_DONTDUMP);
+	close(m->fd);
+	m->fd = fd;
+	m->writable = true;
+	return 0;
+}
+
 int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo *info,
 		     uintptr_t want_addr, struct odpd_mapping **ret, struct odpd_err *err)
 {
@@ -111,7 +131,13 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	int r;
 
 	if (m) {
-		close(fd);
+		if (info->writable && !m->writable) {
+			r = mapping_make_writable(m, fd, err);
+			if (r < 0)
+				return r;
+		} else {
+			close(fd);
+		}
 		m->refs++;
 		*ret = m;
 		return 0;
@@ -168,9 +194,13 @@ int odpd_maps_check(FILE *maps, uintptr_t addr, uint64_t length, uint64_t offset
 {
 	uintptr_t want = addr;            /* next address that must be covered */
 	const uintptr_t end = addr + length;
-	char line[512];
+	size_t cap = 0;
+	char *line = NULL;
+	int r = 0;
 
-	while (want < end && fgets(line, sizeof(line), maps)) {
+	/* getline: a path chosen by the client can make a line of any length,
+	 * and its tail must never be read as a line of its own. */
+	while (want < end && getline(&line, &cap, maps) > 0) {
 		unsigned long long start, stop, off, inode;
 		unsigned maj, min;
 		char perms[8];
@@ -182,21 +212,28 @@ int odpd_maps_check(FILE *maps, uintptr_t addr, uint64_t length, uint64_t offset
 			continue;
 		if (start > want)
 			break;                    /* a hole */
-		if (inode != ino || maj != major(dev) || min != minor(dev))
-			return err_set(err, EINVAL, "address %#" PRIxPTR " is not a mapping of the "
-				       "segment fd you sent", want);
-		if (perms[3] != 's')
-			return err_set(err, EINVAL, "address %#" PRIxPTR " is a MAP_PRIVATE mapping: the "
-				       "HCA would never see your writes; map the segment MAP_SHARED", want);
-		if (off + (want - start) != offset + (want - addr))
-			return err_set(err, EINVAL, "mapping at %#" PRIxPTR " is of file offset %#llx, "
-				       "not the offset you sent", want, off + (want - start));
+		if (inode != ino || maj != major(dev) || min != minor(dev)) {
+			r = err_set(err, EINVAL, "address %#" PRIxPTR " is not a mapping of the "
+				    "segment fd you sent", want);
+			break;
+		}
+		if (perms[3] != 's') {
+			r = err_set(err, EINVAL, "address %#" PRIxPTR " is a MAP_PRIVATE mapping: the "
+				    "HCA would never see your writes; map the segment MAP_SHARED", want);
+			break;
+		}
+		if (off + (want - start) != offset + (want - addr)) {
+			r = err_set(err, EINVAL, "mapping at %#" PRIxPTR " is of file offset %#llx, "
+				    "not the offset you sent", want, off + (want - start));
+			break;
+		}
 		want = stop;
 	}
-	if (want < end)
-		return err_set(err, EINVAL, "[%#" PRIxPTR ", +%" PRIu64 ") is not mapped in your process",
-			       addr, length);
-	return 0;
+	free(line);
+	if (r == 0 && want < end)
+		r = err_set(err, EINVAL, "[%#" PRIxPTR ", +%" PRIu64 ") is not mapped in your process",
+			    addr, length);
+	return r;
 }
 
 int odpd_client_mapping_check(pid_t pid, int pidfd, uintptr_t addr, uint64_t length,

@@ -624,5 +624,7 @@ int main(void)
 		cmocka_unit_test(test_daemon_exits_cleanly),
 	};
 
+	if (getenv("ODPD_TEST_FILTER"))           /* e.g. "test_disconnect*" */
+		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

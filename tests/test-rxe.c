@@ -283,7 +283,13 @@ static void test_disconnect_releases_everything(void **state)
 	assert_true(held.vmpin_kb >= before.vmpin_kb + (8 << 10));
 	kill(pid, SIGKILL);
 	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(wait_until(released, &rc));
+	if (!wait_until(released, &rc)) {
+		snapshot_take(&daemon_, admin_fd, &after);
+		fail_msg("not released: clients %u/%u kernel MRs %d/%d VmPin %ld/%ld kB segments %u/%u "
+			 "odpd fds %d/%d", after.clients, before.clients, after.kernel_mrs, before.kernel_mrs,
+			 after.vmpin_kb, before.vmpin_kb, after.segments, before.segments,
+			 after.daemon_fds, before.daemon_fds);
+	}
 	snapshot_take(&daemon_, admin_fd, &after);
 	assert_int_equal(after.kernel_mrs, before.kernel_mrs);
 	assert_int_equal(after.vmpin_kb, before.vmpin_kb);
@@ -512,5 +518,7 @@ int main(void)
 
 	if (!test_require_device())
 		fprintf(stderr, "test-rxe: meant for the VM (ODPD_TEST_REQUIRE_DEVICE=1)\n");
+	if (getenv("ODPD_TEST_FILTER"))           /* e.g. "test_disconnect*" */
+		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -909,6 +909,43 @@ static void test_mapping_read_only(void **state)
 	odpd_mapping_put(t, m);
 }
 
+/* A read-only first attach must not make the inode read-only for everyone:
+ * a later writable fd remaps it writable at the same address. */
+static void test_mapping_read_only_then_writable(void **state)
+{
+	struct seg_fixture *f = *state;
+	struct odpd_segtable *t = &f->t;
+	struct odpd_seginfo info, info_rw;
+	struct odpd_mapping *m = NULL, *m2 = NULL;
+	struct odpd_err err = { 0 };
+	int fd = good_memfd(4 * PAGE), ro = reopen(fd, O_RDONLY), rw = reopen(fd, O_RDWR);
+	char perms[8], flags[256];
+	unsigned long long ino;
+	uint8_t *addr;
+
+	validate_ok(ro, &info);
+	validate_ok(rw, &info_rw);
+	assert_int_equal(odpd_mapping_get(t, ro, &info, 0, &m, &err), 0);
+	addr = m->addr;
+	assert_false(m->writable);
+	assert_int_equal(odpd_mapping_get(t, rw, &info_rw, 0, &m2, &err), 0);
+	assert_ptr_equal(m2, m);
+	assert_ptr_equal(m->addr, addr);
+	assert_true(m->writable);
+	assert_int_equal(m->refs, 2);
+	assert_true(smaps_of((uintptr_t)m->addr, perms, &ino, flags, sizeof(flags)));
+	assert_string_equal(perms, "rw-s");
+	assert_non_null(strstr(flags, "dd"));
+	m->addr[0] = 42;                         /* the same pages as the client's */
+	assert_int_equal(pread(fd, perms, 1, 0), 1);
+	assert_int_equal(perms[0], 42);
+	assert_false(fd_is_open(ro));            /* the read-only fd was replaced */
+	odpd_mapping_put(t, m);
+	odpd_mapping_put(t, m);
+	assert_int_equal(t->count, 0);
+	close(fd);
+}
+
 static void test_mapping_dontdump(void **state)
 {
 	struct seg_fixture *f = *state;
@@ -990,6 +1027,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_mapping_want_addr, seg_setup, seg_teardown),
 		cmocka_unit_test_setup_teardown(test_mapping_want_addr_taken, seg_setup, seg_teardown),
 		cmocka_unit_test_setup_teardown(test_mapping_read_only, seg_setup, seg_teardown),
+		cmocka_unit_test_setup_teardown(test_mapping_read_only_then_writable, seg_setup, seg_teardown),
 		cmocka_unit_test_setup_teardown(test_mapping_dontdump, seg_setup, seg_teardown),
 		cmocka_unit_test(test_mapping_window_full),
 	};

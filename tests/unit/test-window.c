@@ -76,6 +76,9 @@ static bool range_has_inode(uintptr_t addr, size_t len, unsigned long long ino)
 		unsigned maj, min;
 		char p[8];
 
+		if (!strchr(line, '\n'))
+			while (fgetc(f) != '\n' && !feof(f))
+				;
 		if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &start, &stop, p, &off,
 			   &maj, &min, &inode) != 7)
 			continue;

@@ -1,0 +1,641 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench-reg: what registering through odpd costs next to doing it in-process,
+ * measured side by side in one process against a running odpd. Prints medians
+ * (µs) and ratios; exits non-zero only on errors, never on speed. bench/run
+ * runs it in the rxe VM.
+ *
+ *  - verbs:   ibv_reg_mr / ibv_dereg_mr on a touched MAP_SHARED memfd, own
+ *             context and PD on the first device (the baseline);
+ *  - odpd:    odpd_reg / odpd_dereg on a touched odpd_alloc() segment;
+ *  - rtt:     one bare daemon round trip: DeregMr of an unknown handle on a
+ *             raw protocol connection (ENOENT, no kernel work);
+ *  - verify:  odpd_verify, the first one of a connection (sets up the
+ *             loopback QP pair) against later ones, and 64 MiB throughput;
+ *  - memory:  odpd's VmRSS / RssShmem / VmPin idle and holding a 64 MiB MR.
+ *
+ * One iteration of each size runs verbs, odpd (and at 4 KiB the round trip)
+ * back to back, so slow drift of the VM hits every series alike.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "odpd.h"
+#include "odpd-wire.h"
+
+#define KiB (1024ul)
+#define MiB (1024ul * KiB)
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
+#define WARMUP 2u
+
+static __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fputs("bench-reg: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(EXIT_FAILURE);
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+struct series {
+	char name[48];
+	double *us;
+	unsigned n, cap;
+	double median, p10, p90;
+};
+
+static struct series *series_new(unsigned cap, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static struct series *series_new(unsigned cap, const char *fmt, ...)
+{
+	struct series *s = calloc(1, sizeof(*s));
+	va_list ap;
+
+	if (!s || !(s->us = calloc(cap, sizeof(double))))
+		die("out of memory");
+	s->cap = cap;
+	va_start(ap, fmt);
+	vsnprintf(s->name, sizeof(s->name), fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+static void add(struct series *s, double us)
+{
+	if (s->n < s->cap)
+		s->us[s->n++] = us;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double pct(const double *v, unsigned n, double p)
+{
+	double r = ceil(p * n);
+	unsigned i = r < 1 ? 0 : (unsigned)r - 1;
+
+	return v[i < n ? i : n - 1];
+}
+
+static void summarize(struct series *s)
+{
+	if (!s->n)
+		die("%s: no samples", s->name);
+	qsort(s->us, s->n, sizeof(double), cmp_double);
+	s->median = s->n % 2 ? s->us[s->n / 2] : (s->us[s->n / 2 - 1] + s->us[s->n / 2]) / 2;
+	s->p10 = pct(s->us, s->n, 0.10);
+	s->p90 = pct(s->us, s->n, 0.90);
+}
+
+static void print_header(void)
+{
+	printf("%-36s %5s %11s %11s %11s %8s  %s\n",
+	       "measurement", "n", "median_us", "p10_us", "p90_us", "ratio", "ratio of medians to");
+}
+
+/* One table line; @base NULL: no ratio. @note: free text after the ratio column. */
+static void print_row(struct series *s, struct series *base, const char *note)
+{
+	summarize(s);
+	printf("%-36s %5u %11.1f %11.1f %11.1f ", s->name, s->n, s->median, s->p10, s->p90);
+	if (base)
+		printf("%8.2f  %s%s%s\n", s->median / base->median, base->name,
+		       note ? "; " : "", note ? note : "");
+	else
+		printf("%8s  %s\n", "-", note ? note : "");
+}
+
+/* ---------------------------------------------------------------- verbs */
+
+struct verbs {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	const char *name;
+};
+
+static void verbs_open(struct verbs *v)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+
+	if (!list)
+		die("ibv_get_device_list: %s", strerror(errno));
+	if (n < 1)
+		die("no RDMA device");
+	v->name = strdup(ibv_get_device_name(list[0]));
+	v->ctx = ibv_open_device(list[0]);
+	if (!v->name || !v->ctx)
+		die("ibv_open_device %s: %s", ibv_get_device_name(list[0]), strerror(errno));
+	ibv_free_device_list(list);
+	v->pd = ibv_alloc_pd(v->ctx);
+	if (!v->pd)
+		die("ibv_alloc_pd: %s", strerror(errno));
+}
+
+/* A MAP_SHARED memfd of @len bytes with every page written. */
+static void *memfd_buffer(size_t len)
+{
+	int fd = memfd_create("bench-reg", MFD_CLOEXEC);
+	void *p;
+
+	if (fd < 0 || ftruncate(fd, (off_t)len) < 0)
+		die("memfd of %zu bytes: %s", len, strerror(errno));
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		die("mmap %zu bytes: %s", len, strerror(errno));
+	close(fd);
+	memset(p, 0xa5, len);
+	return p;
+}
+
+/* ---------------------------------------------------------------- raw protocol */
+
+static uint8_t rx_buf[ODPD_MAX_PACKET + 1];
+
+static Odpd__Reply *raw_call(int fd, Odpd__Request *req)
+{
+	static uint64_t next_id = 1;
+	struct odpd_packet pkt;
+	Odpd__Reply *r;
+	int e;
+
+	req->has_id = 1;
+	req->id = next_id++;
+	e = odpd_wire_send(fd, &req->base, NULL, 0, 0);
+	if (e < 0)
+		die("send %s: %s", odpd_request_name(req->body_case), strerror(-e));
+	e = odpd_wire_recv(fd, rx_buf, sizeof(rx_buf), &pkt, 0);
+	if (e < 0)
+		die("recv: %s", strerror(-e));
+	if (pkt.eof || pkt.truncated || pkt.nfds) {
+		odpd_packet_close_fds(&pkt);
+		die("bad reply packet (eof %d, truncated %d, %u fds)", pkt.eof, pkt.truncated, pkt.nfds);
+	}
+	r = odpd__reply__unpack(NULL, pkt.len, rx_buf);
+	if (!r || r->id != req->id)
+		die("malformed reply to %s", odpd_request_name(req->body_case));
+	return r;
+}
+
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Hello h = ODPD__HELLO__INIT;
+	Odpd__Reply *r;
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		die("socket path too long: %s", path);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		die("connect %s: %s", path, strerror(errno));
+	h.has_version = 1;
+	h.version = ODPD_PROTOCOL_VERSION;
+	h.client_name = (char *)"bench-reg";
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	r = raw_call(fd, &req);
+	if (r->status)
+		die("hello: %s", r->message ? r->message : strerror(r->status));
+	odpd__reply__free_unpacked(r, NULL);
+	return fd;
+}
+
+static pid_t daemon_pid(int fd)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Status st = ODPD__STATUS__INIT;
+	Odpd__Reply *r;
+	pid_t pid;
+
+	req.body_case = ODPD__REQUEST__BODY_STATUS;
+	req.status = &st;
+	r = raw_call(fd, &req);
+	if (r->status || r->body_case != ODPD__REPLY__BODY_STATUS_REPLY ||
+	    !r->status_reply->has_daemon_pid)
+		die("status: no daemon pid (%s)", r->message ? r->message : "no message");
+	pid = r->status_reply->daemon_pid;
+	odpd__reply__free_unpacked(r, NULL);
+	return pid;
+}
+
+/* One bare round trip: DeregMr of a handle nobody has; the daemon answers ENOENT. */
+static void raw_rtt(int fd)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+	Odpd__Reply *r;
+
+	d.has_handle = 1;
+	d.handle = UINT64_MAX;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &d;
+	r = raw_call(fd, &req);
+	if (r->status != ENOENT)
+		die("DeregMr of an unknown handle: expected ENOENT, got %d", r->status);
+	odpd__reply__free_unpacked(r, NULL);
+}
+
+/* ---------------------------------------------------------------- socket baseline */
+
+/* A forked child echoing every packet of a SOCK_SEQPACKET socketpair: the bare
+ * cost of a Unix socket round trip between two processes, no daemon. */
+static int echo_start(pid_t *ret_pid)
+{
+	int sv[2];
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		char b[256];
+		ssize_t n;
+
+		close(sv[0]);
+		while ((n = recv(sv[1], b, sizeof(b), 0)) > 0)
+			if (send(sv[1], b, (size_t)n, MSG_NOSIGNAL) != n)
+				_exit(1);
+		_exit(n == 0 ? 0 : 1);
+	}
+	close(sv[1]);
+	*ret_pid = pid;
+	return sv[0];
+}
+
+static void echo_rtt(int fd)
+{
+	char b[64] = { 1 };
+
+	if (send(fd, b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b) ||
+	    recv(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
+		die("echo: %s", strerror(errno));
+}
+
+static void echo_stop(int fd, pid_t pid)
+{
+	int st;
+
+	close(fd);
+	if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+		die("echo child failed");
+}
+
+/* ---------------------------------------------------------------- odpd helpers */
+
+struct mem {
+	long rss_kb, shmem_kb, pin_kb;
+};
+
+static struct mem proc_mem(pid_t pid)
+{
+	struct mem m = { -1, -1, -1 };
+	char path[64], line[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		die("%s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		sscanf(line, "VmRSS: %ld kB", &m.rss_kb);
+		sscanf(line, "RssShmem: %ld kB", &m.shmem_kb);
+		sscanf(line, "VmPin: %ld kB", &m.pin_kb);
+	}
+	fclose(f);
+	if (m.rss_kb < 0 || m.shmem_kb < 0 || m.pin_kb < 0)
+		die("%s: no VmRSS, RssShmem or VmPin", path);
+	return m;
+}
+
+static void print_mem(const char *state, struct mem m, struct mem idle)
+{
+	printf("%-44s %9ld %9ld %9ld   %+9ld %+9ld\n", state, m.rss_kb, m.shmem_kb, m.pin_kb,
+	       m.rss_kb - idle.rss_kb, m.pin_kb - idle.pin_kb);
+}
+
+static struct odpd_segment *segment(struct odpd_conn *c, size_t len)
+{
+	struct odpd_segment *s = odpd_alloc(c, len, 0);
+
+	if (!s)
+		die("odpd_alloc %zu: %s", len, odpd_errmsg());
+	memset(odpd_segment_addr(s), 0xa5, len);
+	return s;
+}
+
+static struct odpd_mr *reg(struct odpd_conn *c, void *addr, size_t len)
+{
+	struct odpd_mr *mr = odpd_reg(c, addr, len, ACCESS);
+
+	if (!mr)
+		die("odpd_reg %zu: %s", len, odpd_errmsg());
+	return mr;
+}
+
+static void dereg(struct odpd_mr *mr)
+{
+	if (odpd_dereg(mr) < 0)
+		die("odpd_dereg: %s", odpd_errmsg());
+}
+
+static uint32_t verify(struct odpd_mr *mr)
+{
+	uint32_t crc;
+
+	if (odpd_verify(mr, NULL, 0, &crc) < 0)
+		die("odpd_verify %zu: %s", mr->length, odpd_errmsg());
+	return crc;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static unsigned parse_n(const char *s)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (*s < '1' || *s > '9' || *end || v > 100000)
+		die("bad count %s (1..100000)", s);
+	return (unsigned)v;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: bench-reg [--socket PATH] [--iters N] [--big-iters N]\n"
+		   "                 [--verify-iters N] [--first-iters N]\n"
+		   "  --iters N         iterations at 4 KiB and 1 MiB, round trips and\n"
+		   "                    later 4 KiB verifies (default 200)\n"
+		   "  --big-iters N     registrations at 64 MiB (default 20)\n"
+		   "  --verify-iters N  verifies of 64 MiB (default 10)\n"
+		   "  --first-iters N   fresh connections for the first verify (default 10)\n"
+		   "The socket defaults to $%s, else %s.\n", ODPD_SOCKET_ENV, ODPD_SOCKET_DEFAULT);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "iters", required_argument, NULL, 'n' },
+		{ "big-iters", required_argument, NULL, 'b' },
+		{ "verify-iters", required_argument, NULL, 'v' },
+		{ "first-iters", required_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	static const size_t sizes[] = { 4 * KiB, MiB, 64 * MiB };
+	static const char *const size_names[] = { "4 KiB", "1 MiB", "64 MiB" };
+	const char *sock = getenv(ODPD_SOCKET_ENV);
+	unsigned iters = 200, big_iters = 20, verify_iters = 10, first_iters = 10;
+	struct series *vreg[3], *vdereg[3], *vpair[3], *oreg[3], *odereg[3], *opair[3], *rtt, *echo;
+	struct series *vfirst, *vlater, *vbig;
+	struct odpd_segment *seg[3];
+	struct odpd_mr *mr;
+	struct odpd_conn *conn;
+	struct verbs v;
+	struct utsname u;
+	struct mem idle, m;
+	void *buf[3];
+	int c, raw, echo_fd;
+	pid_t pid, echo_pid;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': sock = optarg; break;
+		case 'n': iters = parse_n(optarg); break;
+		case 'b': big_iters = parse_n(optarg); break;
+		case 'v': verify_iters = parse_n(optarg); break;
+		case 'f': first_iters = parse_n(optarg); break;
+		case 'h': usage(stdout); return EXIT_SUCCESS;
+		default: usage(stderr); return EXIT_FAILURE;
+		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		return EXIT_FAILURE;
+	}
+	if (!sock || !*sock)
+		sock = ODPD_SOCKET_DEFAULT;
+
+	printf("bench-reg:");
+	for (int i = 0; i < argc; i++)
+		printf(" %s", argv[i]);
+	if (uname(&u) < 0)
+		die("uname: %s", strerror(errno));
+	printf("\nkernel %s %s, socket %s\n", u.release, u.machine, sock);
+
+	echo_fd = echo_start(&echo_pid);   /* fork before any verbs or odpd state exists */
+	verbs_open(&v);
+	conn = odpd_connect(sock, NULL);
+	if (!conn)
+		die("odpd_connect %s: %s", sock, odpd_errmsg());
+	raw = raw_connect(sock);
+	pid = daemon_pid(raw);
+	{
+		struct odpd_device_attr a;
+
+		if (odpd_query_device(conn, 0, &a, sizeof(a)) < 0)
+			die("odpd_query_device: %s", odpd_errmsg());
+		printf("device: verbs %s, odpd %s (%s, fw %s); odpd pid %d\n",
+		       v.name, a.name, a.transport, a.fw_ver, (int)pid);
+	}
+	printf("access LOCAL_WRITE|REMOTE_READ|REMOTE_WRITE, pinned; %u warm-up iterations not counted\n\n",
+	       WARMUP);
+
+	/* ---- memory, on a daemon that has done nothing yet for us */
+	idle = proc_mem(pid);
+	for (int i = 0; i < 3; i++) {
+		buf[i] = memfd_buffer(sizes[i]);
+		seg[i] = segment(conn, sizes[i]);
+	}
+	printf("%-44s %9s %9s %9s   %9s %9s\n", "odpd memory (kB)", "VmRSS", "RssShmem", "VmPin",
+	       "dRSS", "dVmPin");
+	print_mem("idle (one client connected)", idle, idle);
+	print_mem("segments 4K+1M+64M, touched by the client", proc_mem(pid), idle);
+	mr = reg(conn, odpd_segment_addr(seg[2]), 64 * MiB);
+	m = proc_mem(pid);
+	print_mem("holding one 64 MiB pinned MR", m, idle);
+	dereg(mr);
+	print_mem("after odpd_dereg", proc_mem(pid), idle);
+	printf("pinned / registered = %.3f (VmPin +%ld kB for %lu kB registered)\n\n",
+	       (double)(m.pin_kb - idle.pin_kb) / (double)(64 * MiB / KiB), m.pin_kb - idle.pin_kb,
+	       64 * MiB / KiB);
+
+	/* ---- registration, side by side */
+	rtt = series_new(iters, "odpd round trip (DeregMr ENOENT)");
+	echo = series_new(iters, "unix seqpacket echo 64 B (no odpd)");
+	for (int i = 0; i < 3; i++) {
+		unsigned n = sizes[i] == 64 * MiB ? big_iters : iters;
+		const char *sz = size_names[i];
+
+		vreg[i] = series_new(n, "verbs reg %s", sz);
+		vdereg[i] = series_new(n, "verbs dereg %s", sz);
+		vpair[i] = series_new(n, "verbs reg+dereg %s", sz);
+		oreg[i] = series_new(n, "odpd reg %s", sz);
+		odereg[i] = series_new(n, "odpd dereg %s", sz);
+		opair[i] = series_new(n, "odpd reg+dereg %s", sz);
+		for (unsigned k = 0; k < n + WARMUP; k++) {
+			void *addr = odpd_segment_addr(seg[i]);
+			struct ibv_mr *vm;
+			double t0, t1, t2;
+
+			t0 = now_us();
+			vm = ibv_reg_mr(v.pd, buf[i], sizes[i], ACCESS);
+			t1 = now_us();
+			if (!vm)
+				die("ibv_reg_mr %zu: %s", sizes[i], strerror(errno));
+			errno = ibv_dereg_mr(vm);
+			t2 = now_us();
+			if (errno)
+				die("ibv_dereg_mr: %s", strerror(errno));
+			if (k >= WARMUP) {
+				add(vreg[i], t1 - t0);
+				add(vdereg[i], t2 - t1);
+				add(vpair[i], t2 - t0);
+			}
+
+			t0 = now_us();
+			mr = reg(conn, addr, sizes[i]);
+			t1 = now_us();
+			dereg(mr);
+			t2 = now_us();
+			if (k >= WARMUP) {
+				add(oreg[i], t1 - t0);
+				add(odereg[i], t2 - t1);
+				add(opair[i], t2 - t0);
+			}
+
+			if (i == 0) {
+				t0 = now_us();
+				raw_rtt(raw);
+				t1 = now_us();
+				echo_rtt(echo_fd);
+				t2 = now_us();
+				if (k >= WARMUP) {
+					add(rtt, t1 - t0);
+					add(echo, t2 - t1);
+				}
+			}
+		}
+	}
+
+	/* ---- verify: first of a connection (fresh connections) vs later ones */
+	vfirst = series_new(first_iters, "odpd verify 4 KiB, first of a conn");
+	for (unsigned k = 0; k < first_iters; k++) {
+		struct odpd_conn *c2 = odpd_connect(sock, NULL);
+		struct odpd_segment *s2;
+		double t0;
+
+		if (!c2)
+			die("odpd_connect %s: %s", sock, odpd_errmsg());
+		s2 = segment(c2, 4 * KiB);
+		mr = reg(c2, odpd_segment_addr(s2), 4 * KiB);
+		t0 = now_us();
+		verify(mr);
+		add(vfirst, now_us() - t0);
+		odpd_disconnect(c2);
+	}
+	vlater = series_new(iters, "odpd verify 4 KiB, later");
+	mr = reg(conn, odpd_segment_addr(seg[0]), 4 * KiB);
+	for (unsigned k = 0; k < iters + WARMUP; k++) {
+		double t0 = now_us();
+
+		verify(mr);
+		if (k >= WARMUP)
+			add(vlater, now_us() - t0);
+	}
+	dereg(mr);
+	vbig = series_new(verify_iters, "odpd verify 64 MiB");
+	{
+		uint8_t *p = odpd_segment_addr(seg[2]);
+		uint32_t want;
+
+		for (size_t off = 0; off < 64 * MiB; off += 4 * KiB)
+			memset(p + off, (int)(off / (4 * KiB)), 4 * KiB);
+		want = (uint32_t)crc32(crc32(0, NULL, 0), p, (uInt)(64 * MiB));
+		mr = reg(conn, p, 64 * MiB);
+		for (unsigned k = 0; k < verify_iters + 1; k++) {
+			double t0 = now_us();
+			uint32_t got = verify(mr);
+
+			if (k >= 1)
+				add(vbig, now_us() - t0);
+			if (got != want)
+				die("verify 64 MiB: CRC %08x, expected %08x", got, want);
+		}
+		dereg(mr);
+	}
+
+	/* ---- the table */
+	print_header();
+	for (int i = 0; i < 3; i++) {
+		print_row(vreg[i], NULL, "baseline");
+		print_row(vdereg[i], NULL, "baseline");
+		print_row(vpair[i], NULL, "baseline");
+		print_row(oreg[i], vreg[i], NULL);
+		print_row(odereg[i], vdereg[i], NULL);
+		print_row(opair[i], vpair[i], NULL);
+	}
+	print_row(rtt, vreg[0], "no kernel work");
+	print_row(echo, vreg[0], "forked echo child, socketpair");
+	print_row(vlater, NULL, NULL);
+	print_row(vfirst, vlater, "sets up the loopback QP pair");
+	{
+		char note[64];
+
+		summarize(vbig);
+		snprintf(note, sizeof(note), "%.1f MB/s at the median", 64 * MiB / vbig->median);
+		print_row(vbig, NULL, note);
+	}
+
+	/* ---- leave nothing behind, and show what that leaves in the daemon */
+	for (int i = 0; i < 3; i++)
+		if (odpd_detach(seg[i]) < 0)
+			die("odpd_detach: %s", odpd_errmsg());
+	printf("\n%-44s %9s %9s %9s   %9s %9s\n", "odpd memory (kB)", "VmRSS", "RssShmem", "VmPin",
+	       "dRSS", "dVmPin");
+	print_mem("end: all freed; main conn keeps its verifier", proc_mem(pid), idle);
+	odpd_disconnect(conn);
+	close(raw);
+	echo_stop(echo_fd, echo_pid);
+	ibv_dealloc_pd(v.pd);
+	ibv_close_device(v.ctx);
+	return EXIT_SUCCESS;
+}
