@@ -146,6 +146,8 @@ static void handle_status(struct odpd_client *c, uint64_t id)
 	sr.errors = m->stats.errors;
 	sr.daemon_version = (char *)ODPD_VERSION;
 	sr.daemon_pid = (int32_t)getpid();
+	sr.has_releasing = 1;
+	sr.releasing = m->n_clients - n;
 	reply.has_id = reply.has_status = 1;
 	reply.id = id;
 	reply.body_case = ODPD__REPLY__BODY_STATUS_REPLY;

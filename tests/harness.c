@@ -330,7 +330,7 @@ static bool daemon_idle(void *arg)
 {
 	Odpd__Reply *r;
 	Odpd__StatusReply *sr = status_get(idle_admin_fd, &r);
-	bool idle = sr->n_clients == 1 && sr->segments == 0 && sr->mrs == 0;
+	bool idle = sr->n_clients == 1 && sr->releasing == 0 && sr->segments == 0 && sr->mrs == 0;
 
 	(void)arg;
 	odpd__reply__free_unpacked(r, NULL);
@@ -342,4 +342,38 @@ void wait_idle(int admin_fd)
 	idle_admin_fd = admin_fd;
 	if (!wait_until(daemon_idle, NULL))
 		fail_msg("odpd did not release the previous test's clients");
+}
+
+struct test_daemon test_daemon;
+int test_admin_fd = -1;
+
+int harness_group_setup(void **state)
+{
+	(void)state;
+	daemon_start(&test_daemon, NULL);
+	test_admin_fd = raw_connect_hello(test_daemon.sock);
+	return 0;
+}
+
+int harness_test_setup(void **state)
+{
+	(void)state;
+	wait_idle(test_admin_fd);
+	return 0;
+}
+
+void harness_test_daemon_exits_cleanly(void **state)
+{
+	(void)state;
+	close(test_admin_fd);
+	test_admin_fd = -1;
+	daemon_stop(&test_daemon);
+}
+
+int harness_group_teardown(void **state)
+{
+	(void)state;
+	if (test_daemon.pid > 0)                 /* an earlier failure: just stop it */
+		kill(test_daemon.pid, SIGKILL);
+	return 0;
 }

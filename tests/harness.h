@@ -25,6 +25,20 @@ void daemon_start(struct test_daemon *d, const char *const *args);
 /* SIGTERM, then require a clean exit within 20 s. */
 void daemon_stop(struct test_daemon *d);
 
+/*
+ * One odpd per test program, and an admin connection to it. The group setup
+ * starts it; every test starts from an idle daemon (harness_test_setup); the
+ * last test stops it and requires exit status 0, which under the valgrind
+ * wrapper means no leak and no invalid access (a failed group teardown would
+ * not fail the run, so that is a test of its own).
+ */
+extern struct test_daemon test_daemon;
+extern int test_admin_fd;
+int harness_group_setup(void **state);
+int harness_test_setup(void **state);
+void harness_test_daemon_exits_cleanly(void **state);
+int harness_group_teardown(void **state);
+
 /* Does the VM tier require a device (ODPD_TEST_REQUIRE_DEVICE=1)? */
 bool test_require_device(void);
 
@@ -72,8 +86,8 @@ int fd_count(pid_t pid);
 /* Poll @cond up to 20 s (not a timing assertion: the release runs on a worker). */
 bool wait_until(bool (*cond)(void *arg), void *arg);
 
-/* Wait until odpd serves only the admin connection and holds no segment or
- * MR: earlier clients are released on a worker after they close. */
+/* Wait until odpd serves only the admin connection, releases no client and
+ * holds no segment or MR: clients are released on a worker after they close. */
 void wait_idle(int admin_fd);
 
 /* A sealed memfd of @size bytes (F_SEAL_SHRINK | F_SEAL_GROW). */

@@ -22,43 +22,6 @@
 
 #include "harness.h"
 
-static struct test_daemon daemon_;
-static int admin_fd = -1;
-
-static int group_setup(void **state)
-{
-	(void)state;
-	daemon_start(&daemon_, NULL);
-	admin_fd = raw_connect_hello(daemon_.sock);
-	return 0;
-}
-
-/* Every test starts from an idle daemon, whatever the last one left to release. */
-static int test_setup(void **state)
-{
-	(void)state;
-	wait_idle(admin_fd);
-	return 0;
-}
-
-/* The last test: odpd stops on SIGTERM and exits 0, which under the valgrind
- * wrapper means no leak and no invalid access. (A failure in a group teardown
- * would not fail the run, so this is a test of its own.) */
-static void test_daemon_exits_cleanly(void **state)
-{
-	(void)state;
-	close(admin_fd);
-	admin_fd = -1;
-	daemon_stop(&daemon_);
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	if (daemon_.pid > 0)                 /* an earlier failure: just stop it */
-		kill(daemon_.pid, SIGKILL);
-	return 0;
-}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -114,11 +77,11 @@ static void attach_refused(int fd, uint64_t addr, uint64_t off, uint64_t len, in
 	Odpd__AttachSegment a;
 	Odpd__Request req = attach_req(&a, addr, off, len);
 	struct snapshot before, after;
-	int conn = raw_connect_hello(daemon_.sock);
+	int conn = raw_connect_hello(test_daemon.sock);
 
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	raw_expect_error(conn, 10, &req, &fd, 1, status);
-	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
 	snapshot_assert_equal(&before, &after);
 	assert_usable(conn);
 	close(conn);
@@ -142,12 +105,12 @@ static Odpd__Reply *attach_ok(int conn, int fd)
 static void test_request_before_hello(void **state)
 {
 	Odpd__Request req = status_req();
-	int fd = raw_connect(daemon_.sock);
+	int fd = raw_connect(test_daemon.sock);
 
 	(void)state;
 	raw_expect_error(fd, 5, &req, NULL, 0, EPROTO);
 	close(fd);
-	close(raw_connect_hello(daemon_.sock));
+	close(raw_connect_hello(test_daemon.sock));
 }
 
 static void test_wrong_version(void **state)
@@ -155,7 +118,7 @@ static void test_wrong_version(void **state)
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__Hello h = ODPD__HELLO__INIT;
 	Odpd__Reply *r;
-	int fd = raw_connect(daemon_.sock);
+	int fd = raw_connect(test_daemon.sock);
 
 	(void)state;
 	h.has_version = 1;
@@ -188,7 +151,7 @@ static void test_wrong_version(void **state)
 
 static void test_zero_length_packet(void **state)
 {
-	int fd = raw_connect_hello(daemon_.sock);
+	int fd = raw_connect_hello(test_daemon.sock);
 
 	(void)state;
 	raw_send_bytes(fd, "", 0);
@@ -200,7 +163,7 @@ static void test_zero_length_packet(void **state)
 static void test_unparsable_packet(void **state)
 {
 	static const uint8_t junk[] = { 0xff, 0xff, 0xff, 0xff, 0x0f, 0x99 };
-	int fd = raw_connect_hello(daemon_.sock);
+	int fd = raw_connect_hello(test_daemon.sock);
 
 	(void)state;
 	raw_send_bytes(fd, junk, sizeof(junk));
@@ -215,7 +178,7 @@ static void test_short_packet(void **state)
 	Odpd__Hello h = ODPD__HELLO__INIT;
 	uint8_t buf[256];
 	size_t len;
-	int fd = raw_connect_hello(daemon_.sock);
+	int fd = raw_connect_hello(test_daemon.sock);
 
 	(void)state;
 	h.client_name = (char *)"a name long enough to be cut in the middle";
@@ -234,7 +197,7 @@ static void test_oversized_packet(void **state)
 {
 	size_t len = ODPD_MAX_PACKET + 4096;
 	uint8_t *big = calloc(1, len);
-	int fd = raw_connect_hello(daemon_.sock);
+	int fd = raw_connect_hello(test_daemon.sock);
 	int sz = (int)len * 2;
 
 	(void)state;
@@ -250,7 +213,7 @@ static void test_oversized_packet(void **state)
 static void test_request_id_zero(void **state)
 {
 	Odpd__Request req = status_req();
-	int fd = raw_connect_hello(daemon_.sock);
+	int fd = raw_connect_hello(test_daemon.sock);
 
 	(void)state;
 	req.has_id = 1;
@@ -264,7 +227,7 @@ static void test_request_id_zero(void **state)
 static void test_unknown_request(void **state)
 {
 	Odpd__Request req = ODPD__REQUEST__INIT;     /* no body: a newer client's request */
-	int fd = raw_connect_hello(daemon_.sock);
+	int fd = raw_connect_hello(test_daemon.sock);
 
 	(void)state;
 	raw_expect_error(fd, 8, &req, NULL, 0, EOPNOTSUPP);
@@ -277,13 +240,13 @@ static void test_unexpected_fd(void **state)
 {
 	Odpd__Request req = status_req();
 	struct snapshot before, after;
-	int fd = raw_connect_hello(daemon_.sock);
+	int fd = raw_connect_hello(test_daemon.sock);
 	int memfd = sealed_memfd(4096);
 
 	(void)state;
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	raw_expect_error(fd, 9, &req, &memfd, 1, EINVAL);
-	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
 	snapshot_assert_equal(&before, &after);
 	close(memfd);
 	close(fd);
@@ -305,14 +268,14 @@ static void test_status_needs_admin(void **state)
 		Odpd__Request req = status_req();
 		if (setgid(65534) < 0 || setuid(65534) < 0)
 			_exit(10);
-		int fd = raw_connect_hello(daemon_.sock);
+		int fd = raw_connect_hello(test_daemon.sock);
 		Odpd__Reply *r = raw_call(fd, 2, &req, NULL, 0);
 		_exit(r->status == EPERM && r->message && *r->message ? 0 : 11);
 	}
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
-	assert_usable(admin_fd);                    /* root is admin */
+	assert_usable(test_admin_fd);                    /* root is admin */
 }
 
 /* ---------------------------------------------------------------- segments */
@@ -399,12 +362,12 @@ static void test_attach_and_detach(void **state)
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__DetachSegment d = ODPD__DETACH_SEGMENT__INIT;
 	struct snapshot before, mid, after;
-	int conn = raw_connect_hello(daemon_.sock);
+	int conn = raw_connect_hello(test_daemon.sock);
 	int fd = sealed_memfd(len);
 	Odpd__Reply *r;
 
 	(void)state;
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	r = attach_ok(conn, fd);
 	assert_int_equal(r->segment->length, len);
 	assert_true(r->segment->iova_is_addr);
@@ -412,7 +375,7 @@ static void test_attach_and_detach(void **state)
 	void *p = mmap((void *)(uintptr_t)r->segment->addr, len, PROT_READ | PROT_WRITE,
 		       MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
 	assert_ptr_equal(p, (void *)(uintptr_t)r->segment->addr);
-	snapshot_take(&daemon_, admin_fd, &mid);
+	snapshot_take(&test_daemon, test_admin_fd, &mid);
 	assert_int_equal(mid.segments, before.segments + 1);
 	assert_int_equal(mid.segment_bytes, before.segment_bytes + len);
 	d.has_segment = 1;
@@ -424,7 +387,7 @@ static void test_attach_and_detach(void **state)
 	assert_int_equal(r->status, 0);
 	odpd__reply__free_unpacked(r, NULL);
 	raw_expect_error(conn, 22, &req, NULL, 0, ENOENT);          /* twice */
-	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
 	snapshot_assert_equal(&before, &after);
 	munmap(p, len);
 	close(fd);
@@ -435,7 +398,7 @@ static void test_attach_at_client_address(void **state)
 {
 	const size_t len = 2 << 20;
 	Odpd__AttachSegment a;
-	int conn = raw_connect_hello(daemon_.sock);
+	int conn = raw_connect_hello(test_daemon.sock);
 	int fd = sealed_memfd(len);
 	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	Odpd__Request req = attach_req(&a, (uintptr_t)p + 4096, 4096, len - 4096);
@@ -481,9 +444,9 @@ static void reg_refused(int conn, uint64_t addr, uint64_t len, uint32_t access, 
 		m.has_kind = 1;
 		m.kind = kind;
 	}
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	raw_expect_error(conn, 40, &req, NULL, 0, status);
-	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
 	snapshot_assert_equal(&before, &after);
 	assert_usable(conn);
 }
@@ -492,7 +455,7 @@ static void test_reg_bad_ranges_and_flags(void **state)
 {
 	const size_t len = 1 << 20;
 	const uint32_t lw = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
-	int conn = raw_connect_hello(daemon_.sock);
+	int conn = raw_connect_hello(test_daemon.sock);
 	int fd = sealed_memfd(len);
 	Odpd__Reply *r = attach_ok(conn, fd);
 	uint64_t base = r->segment->addr;
@@ -517,7 +480,7 @@ static void test_reg_bad_ranges_and_flags(void **state)
 static void test_reg_write_on_read_only_segment(void **state)
 {
 	const size_t len = 1 << 20;
-	int conn = raw_connect_hello(daemon_.sock);
+	int conn = raw_connect_hello(test_daemon.sock);
 	int fd = sealed_memfd(len);
 	Odpd__Reply *r;
 
@@ -533,7 +496,7 @@ static void test_reg_write_on_read_only_segment(void **state)
 static void test_reg_without_device(void **state)
 {
 	Odpd__RegMr m;
-	int conn = raw_connect_hello(daemon_.sock);
+	int conn = raw_connect_hello(test_daemon.sock);
 	int fd = sealed_memfd(1 << 20);
 	Odpd__Reply *r = attach_ok(conn, fd);
 	Odpd__Request req = reg_req(&m, r->segment->addr, 4096, 0);
@@ -557,7 +520,7 @@ static void test_client_pd_not_uverbs(void **state)
 {
 	const size_t len = 1 << 20;
 	Odpd__RegMr m;
-	int conn = raw_connect_hello(daemon_.sock);
+	int conn = raw_connect_hello(test_daemon.sock);
 	int fd = sealed_memfd(len);
 	Odpd__Reply *r = attach_ok(conn, fd);
 	Odpd__Request req = reg_req(&m, r->segment->addr, 4096, ODPD__ACCESS__ACCESS_LOCAL_WRITE);
@@ -568,10 +531,10 @@ static void test_client_pd_not_uverbs(void **state)
 	odpd__reply__free_unpacked(r, NULL);
 	m.has_client_pd = m.has_client_pd_handle = 1;
 	m.client_pd = 1;
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	raw_expect_error(conn, 60, &req, &devnull, 1, EINVAL);
 	raw_expect_error(conn, 61, &req, NULL, 0, EINVAL);           /* no fd at all */
-	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
 	snapshot_assert_equal(&before, &after);
 	close(devnull);
 	close(fd);
@@ -581,8 +544,8 @@ static void test_client_pd_not_uverbs(void **state)
 /* Many bad packets in a row from one client while another is served. */
 static void test_other_clients_unaffected(void **state)
 {
-	int bad = raw_connect_hello(daemon_.sock);
-	int good = raw_connect_hello(daemon_.sock);
+	int bad = raw_connect_hello(test_daemon.sock);
+	int good = raw_connect_hello(test_daemon.sock);
 
 	(void)state;
 	for (int i = 0; i < 50; i++)
@@ -598,33 +561,33 @@ static void test_other_clients_unaffected(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup(test_request_before_hello, test_setup),
-		cmocka_unit_test_setup(test_wrong_version, test_setup),
-		cmocka_unit_test_setup(test_zero_length_packet, test_setup),
-		cmocka_unit_test_setup(test_unparsable_packet, test_setup),
-		cmocka_unit_test_setup(test_short_packet, test_setup),
-		cmocka_unit_test_setup(test_oversized_packet, test_setup),
-		cmocka_unit_test_setup(test_request_id_zero, test_setup),
-		cmocka_unit_test_setup(test_unknown_request, test_setup),
-		cmocka_unit_test_setup(test_unexpected_fd, test_setup),
-		cmocka_unit_test_setup(test_status_needs_admin, test_setup),
-		cmocka_unit_test_setup(test_attach_regular_file, test_setup),
-		cmocka_unit_test_setup(test_attach_pipe, test_setup),
-		cmocka_unit_test_setup(test_attach_memfd_without_sealing, test_setup),
-		cmocka_unit_test_setup(test_attach_memfd_without_seals, test_setup),
-		cmocka_unit_test_setup(test_attach_map_private, test_setup),
-		cmocka_unit_test_setup(test_attach_unmapped_or_wrong_range, test_setup),
-		cmocka_unit_test_setup(test_attach_and_detach, test_setup),
-		cmocka_unit_test_setup(test_attach_at_client_address, test_setup),
-		cmocka_unit_test_setup(test_reg_bad_ranges_and_flags, test_setup),
-		cmocka_unit_test_setup(test_reg_write_on_read_only_segment, test_setup),
-		cmocka_unit_test_setup(test_reg_without_device, test_setup),
-		cmocka_unit_test_setup(test_client_pd_not_uverbs, test_setup),
-		cmocka_unit_test_setup(test_other_clients_unaffected, test_setup),
-		cmocka_unit_test(test_daemon_exits_cleanly),
+		cmocka_unit_test_setup(test_request_before_hello, harness_test_setup),
+		cmocka_unit_test_setup(test_wrong_version, harness_test_setup),
+		cmocka_unit_test_setup(test_zero_length_packet, harness_test_setup),
+		cmocka_unit_test_setup(test_unparsable_packet, harness_test_setup),
+		cmocka_unit_test_setup(test_short_packet, harness_test_setup),
+		cmocka_unit_test_setup(test_oversized_packet, harness_test_setup),
+		cmocka_unit_test_setup(test_request_id_zero, harness_test_setup),
+		cmocka_unit_test_setup(test_unknown_request, harness_test_setup),
+		cmocka_unit_test_setup(test_unexpected_fd, harness_test_setup),
+		cmocka_unit_test_setup(test_status_needs_admin, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_regular_file, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_pipe, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_memfd_without_sealing, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_memfd_without_seals, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_map_private, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_unmapped_or_wrong_range, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_and_detach, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_at_client_address, harness_test_setup),
+		cmocka_unit_test_setup(test_reg_bad_ranges_and_flags, harness_test_setup),
+		cmocka_unit_test_setup(test_reg_write_on_read_only_segment, harness_test_setup),
+		cmocka_unit_test_setup(test_reg_without_device, harness_test_setup),
+		cmocka_unit_test_setup(test_client_pd_not_uverbs, harness_test_setup),
+		cmocka_unit_test_setup(test_other_clients_unaffected, harness_test_setup),
+		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
 	if (getenv("ODPD_TEST_FILTER"))           /* e.g. "test_disconnect*" */
 		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, harness_group_setup, harness_group_teardown);
 }

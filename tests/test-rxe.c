@@ -26,47 +26,10 @@
 #include "harness.h"
 #include "odpd.h"
 
-static struct test_daemon daemon_;
-static int admin_fd = -1;
-
-static int group_setup(void **state)
-{
-	(void)state;
-	daemon_start(&daemon_, NULL);
-	admin_fd = raw_connect_hello(daemon_.sock);
-	return 0;
-}
-
-/* Every test starts from an idle daemon, whatever the last one left to release. */
-static int test_setup(void **state)
-{
-	(void)state;
-	wait_idle(admin_fd);
-	return 0;
-}
-
-/* The last test: odpd stops on SIGTERM and exits 0, which under the valgrind
- * wrapper means no leak and no invalid access. (A failure in a group teardown
- * would not fail the run, so this is a test of its own.) */
-static void test_daemon_exits_cleanly(void **state)
-{
-	(void)state;
-	close(admin_fd);
-	admin_fd = -1;
-	daemon_stop(&daemon_);
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	if (daemon_.pid > 0)                 /* an earlier failure: just stop it */
-		kill(daemon_.pid, SIGKILL);
-	return 0;
-}
 
 static struct odpd_conn *connect_or_fail(void)
 {
-	struct odpd_conn *c = odpd_connect(daemon_.sock, NULL);
+	struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
 
 	if (!c)
 		fail_msg("odpd_connect: %s: %s", strerror(errno), odpd_errmsg());
@@ -102,7 +65,7 @@ static bool released(void *arg)
 	const struct release_check *rc = arg;
 	struct snapshot now;
 
-	snapshot_take(&daemon_, admin_fd, &now);
+	snapshot_take(&test_daemon, test_admin_fd, &now);
 	return now.clients == rc->base->clients && now.kernel_mrs == rc->base->kernel_mrs &&
 	       now.vmpin_kb == rc->base->vmpin_kb && now.segments == rc->base->segments &&
 	       now.daemon_fds == rc->base->daemon_fds;
@@ -134,7 +97,7 @@ static void test_register_verify_dereg(void **state)
 	const size_t len = 4 << 20;
 	struct snapshot base, before, held, after;
 	struct release_check rc = { &base };
-	struct odpd_conn *c = (snapshot_take(&daemon_, admin_fd, &base), connect_or_fail());
+	struct odpd_conn *c = (snapshot_take(&test_daemon, test_admin_fd, &base), connect_or_fail());
 	struct odpd_segment *seg = odpd_alloc(c, len, 0);
 	struct odpd_mr *mr;
 	uint8_t *p;
@@ -144,14 +107,14 @@ static void test_register_verify_dereg(void **state)
 	assert_non_null(seg);
 	p = odpd_segment_addr(seg);
 	fill(p, len, 1);
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	mr = odpd_reg(c, p, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	if (!mr)
 		fail_msg("odpd_reg: %s: %s", strerror(errno), odpd_errmsg());
 	assert_int_equal(mr->iova, (uintptr_t)p);
 	assert_int_equal(mr->length, len);
 	assert_true(mr->lkey != 0 && mr->rkey != 0);
-	snapshot_take(&daemon_, admin_fd, &held);
+	snapshot_take(&test_daemon, test_admin_fd, &held);
 	assert_int_equal(held.kernel_mrs, before.kernel_mrs + 1);   /* the kernel has it */
 	assert_int_equal(held.vmpin_kb, before.vmpin_kb + (long)(len >> 10));
 	assert_int_equal(held.mrs, before.mrs + 1);
@@ -173,7 +136,7 @@ static void test_register_verify_dereg(void **state)
 	assert_int_equal(odpd_dereg(mr), 0);
 	/* the MR is gone from the kernel at once; the bounce buffer's MR stays
 	 * until the client goes */
-	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
 	assert_int_equal(after.kernel_mrs, before.kernel_mrs + 1);
 	assert_int_equal(after.mrs, before.mrs);
 	assert_int_equal(odpd_detach(seg), 0);
@@ -256,12 +219,12 @@ static void test_disconnect_releases_everything(void **state)
 	pid_t pid;
 
 	(void)state;
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	assert_int_equal(pipe(pipefd), 0);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		struct odpd_conn *c = odpd_connect(daemon_.sock, NULL);
+		struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
 		struct odpd_segment *seg = c ? odpd_alloc(c, 8 << 20, 0) : NULL;
 		uint8_t *p = seg ? odpd_segment_addr(seg) : NULL;
 		struct odpd_mr *m1 = p ? odpd_reg(c, p, 4 << 20, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ) : NULL;
@@ -277,20 +240,20 @@ static void test_disconnect_releases_everything(void **state)
 	close(pipefd[1]);
 	assert_int_equal(read(pipefd[0], &ok, 1), 1);
 	close(pipefd[0]);
-	snapshot_take(&daemon_, admin_fd, &held);
+	snapshot_take(&test_daemon, test_admin_fd, &held);
 	/* two MRs + the verify bounce buffer's MR; 8 MiB + the bounce buffer pinned */
 	assert_int_equal(held.kernel_mrs, before.kernel_mrs + 3);
 	assert_true(held.vmpin_kb >= before.vmpin_kb + (8 << 10));
 	kill(pid, SIGKILL);
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	if (!wait_until(released, &rc)) {
-		snapshot_take(&daemon_, admin_fd, &after);
+		snapshot_take(&test_daemon, test_admin_fd, &after);
 		fail_msg("not released: clients %u/%u kernel MRs %d/%d VmPin %ld/%ld kB segments %u/%u "
 			 "odpd fds %d/%d", after.clients, before.clients, after.kernel_mrs, before.kernel_mrs,
 			 after.vmpin_kb, before.vmpin_kb, after.segments, before.segments,
 			 after.daemon_fds, before.daemon_fds);
 	}
-	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
 	assert_int_equal(after.kernel_mrs, before.kernel_mrs);
 	assert_int_equal(after.vmpin_kb, before.vmpin_kb);
 	assert_int_equal(after.segments, before.segments);
@@ -309,7 +272,7 @@ static int mirror_child(int ready_fd, int go_fd)
 	struct odpd_segment *seg;
 	char c;
 
-	setenv(ODPD_SOCKET_ENV, daemon_.sock, 1);
+	setenv(ODPD_SOCKET_ENV, test_daemon.sock, 1);
 	/* a synchronous id (no channel); resolving an address binds it to rxe0 */
 	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) != 0 ||
 	    rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000) != 0 || !id->verbs) {
@@ -350,7 +313,7 @@ static void test_mirror_fails_fast_without_import(void **state)
 	(void)state;
 	assert_int_equal(pipe(ready), 0);
 	assert_int_equal(pipe(go), 0);
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0)
@@ -358,7 +321,7 @@ static void test_mirror_fails_fast_without_import(void **state)
 	close(ready[1]);
 	close(go[0]);
 	if (read(ready[0], &c, 1) == 1) {
-		snapshot_take(&daemon_, admin_fd, &during);
+		snapshot_take(&test_daemon, test_admin_fd, &during);
 		assert_int_equal(during.segments, before.segments + 1);   /* the child's segment */
 		assert_int_equal(during.mrs, before.mrs);                 /* but no MR */
 		assert_int_equal(during.kernel_mrs, before.kernel_mrs);
@@ -381,7 +344,7 @@ static void test_client_pd_import_error_path(void **state)
 	struct ibv_device **list = ibv_get_device_list(NULL);
 	struct ibv_context *ctx = list ? ibv_open_device(list[0]) : NULL;
 	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
-	int conn = raw_connect_hello(daemon_.sock);
+	int conn = raw_connect_hello(test_daemon.sock);
 	int fd = sealed_memfd(len);
 	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
 	Odpd__RegMr m = ODPD__REG_MR__INIT;
@@ -404,9 +367,9 @@ static void test_client_pd_import_error_path(void **state)
 	odpd__reply__free_unpacked(r, NULL);
 	req.body_case = ODPD__REQUEST__BODY_REG_MR;
 	req.reg_mr = &m;
-	snapshot_take(&daemon_, admin_fd, &before);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
 	raw_expect_error(conn, 3, &req, &ctx->cmd_fd, 1, EOPNOTSUPP);
-	snapshot_take(&daemon_, admin_fd, &after);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
 	snapshot_assert_equal(&before, &after);
 	close(conn);
 	close(fd);
@@ -472,7 +435,7 @@ static void test_odpctl_status(void **state)
 	(void)state;
 	assert_non_null(odpctl);
 	assert_non_null(mr);
-	snprintf(cmd, sizeof(cmd), "%s --socket %s status --json", odpctl, daemon_.sock);
+	snprintf(cmd, sizeof(cmd), "%s --socket %s status --json", odpctl, test_daemon.sock);
 	p = popen(cmd, "r");
 	n = fread(out, 1, sizeof(out) - 1, p);
 	assert_int_equal(pclose(p), 0);
@@ -503,22 +466,22 @@ static void test_odpctl_status(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup(test_hello_reports_rxe, test_setup),
-		cmocka_unit_test_setup(test_register_verify_dereg, test_setup),
-		cmocka_unit_test_setup(test_verify_local_only_mr, test_setup),
-		cmocka_unit_test_setup(test_shared_segment_other_address, test_setup),
-		cmocka_unit_test_setup(test_disconnect_releases_everything, test_setup),
-		cmocka_unit_test_setup(test_mirror_fails_fast_without_import, test_setup),
-		cmocka_unit_test_setup(test_client_pd_import_error_path, test_setup),
-		cmocka_unit_test_setup(test_fork_child_does_not_use_parent_connection, test_setup),
-		cmocka_unit_test_setup(test_address_outside_segments, test_setup),
-		cmocka_unit_test_setup(test_odpctl_status, test_setup),
-		cmocka_unit_test(test_daemon_exits_cleanly),
+		cmocka_unit_test_setup(test_hello_reports_rxe, harness_test_setup),
+		cmocka_unit_test_setup(test_register_verify_dereg, harness_test_setup),
+		cmocka_unit_test_setup(test_verify_local_only_mr, harness_test_setup),
+		cmocka_unit_test_setup(test_shared_segment_other_address, harness_test_setup),
+		cmocka_unit_test_setup(test_disconnect_releases_everything, harness_test_setup),
+		cmocka_unit_test_setup(test_mirror_fails_fast_without_import, harness_test_setup),
+		cmocka_unit_test_setup(test_client_pd_import_error_path, harness_test_setup),
+		cmocka_unit_test_setup(test_fork_child_does_not_use_parent_connection, harness_test_setup),
+		cmocka_unit_test_setup(test_address_outside_segments, harness_test_setup),
+		cmocka_unit_test_setup(test_odpctl_status, harness_test_setup),
+		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
 	if (!test_require_device())
 		fprintf(stderr, "test-rxe: meant for the VM (ODPD_TEST_REQUIRE_DEVICE=1)\n");
 	if (getenv("ODPD_TEST_FILTER"))           /* e.g. "test_disconnect*" */
 		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, harness_group_setup, harness_group_teardown);
 }

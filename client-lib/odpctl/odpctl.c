@@ -281,6 +281,8 @@ static void print_totals(const Odpd__StatusReply *st)
 	table_add(&t, "%" PRIu64, st->deregistrations);
 	table_add(&t, "Errors:");
 	table_add(&t, "%" PRIu64, st->errors);
+	table_add(&t, "Clients releasing:");
+	table_add(&t, "%" PRIu32, st->releasing);
 	table_add(&t, "Daemon PID:");
 	table_add(&t, "%" PRId32, st->daemon_pid);
 	table_add(&t, "Daemon version:");
@@ -381,6 +383,7 @@ static void print_json(const Odpd__StatusReply *st)
 	put_u64(totals, "registrations", st->registrations);
 	put_u64(totals, "deregistrations", st->deregistrations);
 	put_u64(totals, "errors", st->errors);
+	put_u64(totals, "releasing", st->releasing);
 	json_object_object_add(root, "daemon", daemon);
 	json_object_object_add(root, "devices", devices);
 	json_object_object_add(root, "clients", clients);
