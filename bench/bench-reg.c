@@ -212,18 +212,13 @@ static Odpd__Reply *raw_call(int fd, Odpd__Request *req)
 
 static int raw_connect(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__Hello h = ODPD__HELLO__INIT;
 	Odpd__Reply *r;
-	int fd;
+	int fd = odpd_wire_connect(path);
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		die("socket path too long: %s", path);
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		die("connect %s: %s", path, strerror(errno));
+	if (fd < 0)
+		die("connect %s: %s", path, strerror(-fd));
 	h.has_version = 1;
 	h.version = ODPD_PROTOCOL_VERSION;
 	h.client_name = (char *)"bench-reg";

@@ -366,12 +366,11 @@ static int conn_hello(struct odpd_conn *c)
  */
 static int conn_open(struct odpd_conn *c, const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa;
 	int r = 0;
 
-	if (!path[0] || strlen(path) >= sizeof(sa.sun_path))
+	if (odpd_wire_sockaddr(path, &sa) < 0)
 		return errmsg_set(-EINVAL, "odpd_connect: invalid socket path \"%s\"", path);
-	memcpy(sa.sun_path, path, strlen(path));
 
 	pthread_mutex_lock(&conns_lock);
 	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);

@@ -57,6 +57,16 @@ int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsign
  */
 int odpd_wire_recv(int sock, uint8_t *buf, size_t cap, struct odpd_packet *ret, int flags);
 
+struct sockaddr_un;
+
+/* Fill @ret with the address of the socket at @path.
+ * Returns 0, -EINVAL (empty path) or -ENAMETOOLONG. */
+int odpd_wire_sockaddr(const char *path, struct sockaddr_un *ret);
+
+/* A blocking SOCK_SEQPACKET | SOCK_CLOEXEC socket connected to @path, or a
+ * negative errno (that of socket(2) or connect(2), or odpd_wire_sockaddr's). */
+int odpd_wire_connect(const char *path);
+
 /* Close every fd in @p and forget them. */
 void odpd_packet_close_fds(struct odpd_packet *p);
 

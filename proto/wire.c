@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "odpd-wire.h"
@@ -89,6 +90,38 @@ int odpd_wire_recv(int sock, uint8_t *buf, size_t cap, struct odpd_packet *ret, 
 	ret->ctrunc = (mh.msg_flags & MSG_CTRUNC) != 0;
 	ret->eof = n == 0 && peer_shut_down(sock);
 	return 0;
+}
+
+int odpd_wire_sockaddr(const char *path, struct sockaddr_un *ret)
+{
+	size_t len = strlen(path);
+
+	if (len == 0)
+		return -EINVAL;
+	if (len >= sizeof(ret->sun_path))
+		return -ENAMETOOLONG;
+	memset(ret, 0, sizeof(*ret));
+	ret->sun_family = AF_UNIX;
+	memcpy(ret->sun_path, path, len);
+	return 0;
+}
+
+int odpd_wire_connect(const char *path)
+{
+	struct sockaddr_un sa;
+	int fd, r = odpd_wire_sockaddr(path, &sa);
+
+	if (r < 0)
+		return r;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
 }
 
 void odpd_packet_close_fds(struct odpd_packet *p)

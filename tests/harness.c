@@ -37,16 +37,7 @@ bool test_require_device(void)
 
 int raw_connect(const char *sock)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
-		return -errno;
-	}
-	return fd;
+	return odpd_wire_connect(sock);
 }
 
 void daemon_start(struct test_daemon *d, const char *const *args)

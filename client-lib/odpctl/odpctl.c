@@ -398,33 +398,25 @@ static void print_json(const Odpd__StatusReply *st)
 /* Returns a connected socket, or -1 after printing why. */
 static int connect_daemon(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = TIMEOUT_SEC };
-	int sock = -1, err;
+	int sock, err;
 	char *what;
 
 	if (asprintf(&what, "connect to %s", path) < 0)
 		oom();
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		fail(what, ENAMETOOLONG, NULL);
-		goto out;
-	}
-	strcpy(sa.sun_path, path);
-	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (sock < 0) {
-		fail("socket", errno, NULL);
-		goto out;
-	}
-	if (setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-	    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
-	    connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	sock = odpd_wire_connect(path);
+	if (sock >= 0 && (setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+			  setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)) {
 		err = errno;
+		close(sock);
+		sock = -err;
+	}
+	if (sock < 0) {
+		err = -sock;
 		fail(what, err, err == ENOENT || err == ECONNREFUSED ?
 		     "is odpd running? (another socket: --socket or $" ODPD_SOCKET_ENV ")" : NULL);
-		close(sock);
 		sock = -1;
 	}
-out:
 	free(what);
 	return sock;
 }
