@@ -153,7 +153,10 @@ struct odpd_segment *odpd_alloc(struct odpd_conn *conn, size_t length, unsigned 
  * process's writes), EEXIST (the range overlaps a segment of this
  * connection), EFBIG (file larger than the daemon's limit), EMFILE (the
  * daemon's limit of segments per connection), EACCES (@fd is write-only),
- * EBADF (@fd not open), ENOMEM, ENOTCONN, and the errors of mmap(2).
+ * EBADF (@fd not open), ESRCH (the daemon could not read this process's
+ * /proc/PID/maps, or the process is exiting), ENOMEM, ENOTCONN, and the
+ * errors of mmap(2). For a hugetlb memfd "page aligned" means aligned to
+ * its huge page size.
  */
 struct odpd_segment *odpd_attach(struct odpd_conn *conn, int fd, void *addr, size_t length);
 
@@ -184,7 +187,7 @@ struct odpd_mr {
 	uint32_t lkey;
 	uint32_t rkey;
 	unsigned int access; /* IBV_ACCESS_* granted */
-	uint64_t handle;     /* the daemon's handle (odpctl mrs) */
+	uint64_t handle;     /* the daemon's handle for the MR */
 };
 
 /*
@@ -197,15 +200,18 @@ struct odpd_mr {
  * segment, unknown access bits, IBV_ACCESS_REMOTE_WRITE or _ATOMIC without
  * IBV_ACCESS_LOCAL_WRITE), EACCES (write access on a segment sealed or opened
  * read-only), EOPNOTSUPP (IBV_ACCESS_ON_DEMAND: ODP registration is not
- * implemented yet), ENODEV (the daemon has no device), ENOMEM and the other
+ * implemented yet), ENODEV (the daemon has no device), EDQUOT (the
+ * daemon's limit of 65536 MRs per connection), the errors of
+ * ibv_open_device(3)/ibv_alloc_pd(3) on the first registration (the
+ * connection's context and PD are made then), ENOMEM and the other
  * errors of ibv_reg_mr(3) as the daemon saw them, ENOTCONN.
  */
 struct odpd_mr *odpd_reg(struct odpd_conn *conn, void *addr, size_t length, unsigned int access);
 
 /*
  * Deregister (ibv_dereg_mr(3) in the daemon) and free @mr.
- * Errors: ENOENT (not registered through this connection), ENOTCONN; on
- * failure @mr stays valid.
+ * Errors: ENOENT (not registered through this connection), ENOMEM (in the
+ * daemon), ENOTCONN; on failure @mr stays valid.
  */
 int odpd_dereg(struct odpd_mr *mr);
 
@@ -216,10 +222,13 @@ int odpd_dereg(struct odpd_mr *mr);
  * the MR's iova and rkey when @mr has IBV_ACCESS_REMOTE_READ, else RDMA
  * WRITE with the MR's lkey as the source, over its own loopback RC QP pair
  * on the connection's PD, through a bounded bounce buffer.
- * Errors: EINVAL (range outside @mr, or only one of @addr and @length
- * given), ENOENT (@mr not registered), EIO
- * (a work completion failed; odpd_errmsg() names its status), ETIMEDOUT
- * (no completion in time), ENOTCONN.
+ * Errors: EINVAL (range outside @mr, only one of @addr and @length given,
+ * @ret_crc32 NULL), ENOENT (@mr not registered), EIO (a work completion
+ * failed - odpd_errmsg() names its status - or polling the CQ failed),
+ * ETIMEDOUT (no completion within 10 s), ENETDOWN (port 1 not active, or
+ * no usable GID), ENOMEM, the errors of the verbs that set the QP pair up
+ * (ibv_create_cq/_qp, ibv_modify_qp, ibv_reg_mr of the bounce buffer) and
+ * of ibv_post_send, ENOTCONN.
  */
 int odpd_verify(struct odpd_mr *mr, void *addr, size_t length, uint32_t *ret_crc32);
 
@@ -237,8 +246,11 @@ int odpd_verify(struct odpd_mr *mr, void *addr, size_t length, uint32_t *ret_crc
  * must lie in a segment of that connection.
  *
  * Errors: EOPNOTSUPP (the device cannot import - Soft-RoCE (rxe) and every
- * provider but mlx5 today; checked before anything is sent), EINVAL (NULL
- * @id, @id->verbs or @id->pd, range outside every segment), ENODEV
+ * provider but mlx5 today, or import support unknown; checked before the
+ * registration is sent), EINVAL (NULL @id, @id->verbs, its device or
+ * @id->pd, range outside every segment, or the daemon found the context's
+ * fd is not a uverbs device), EACCES (read-only segment: all three ask for
+ * local write), ENODEV
  * (@id's device is not one of the daemon's), EPERM (remote access not
  * granted to this user by the daemon's policy), the errors of
  * ibv_import_mr(3), and those of odpd_reg() and odpd_default_conn().
@@ -255,7 +267,9 @@ int odpd_dereg_mr(struct ibv_mr *mr);
  * $ODPD_SOCKET or ODPD_SOCKET_DEFAULT with the daemon's first device. A
  * failed attempt is retried by the next call. In a child after fork() the
  * parent's default connection is dead (ENOTCONN) and the next call makes a
- * new one. odpd_disconnect() ignores it. Errors: those of odpd_connect().
+ * new one. Once the daemon has dropped it, it stays dead (calls fail with
+ * ENOTCONN); it is not reconnected. odpd_disconnect() ignores it.
+ * Errors: those of odpd_connect().
  */
 struct odpd_conn *odpd_default_conn(void);
 
