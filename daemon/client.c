@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -38,8 +37,9 @@ static int peer_pidfd(int fd, pid_t pid)
 
 static bool peer_is_admin(const struct odpd_manager *m, int fd, const struct ucred *cred)
 {
-	gid_t groups[NGROUPS_MAX];
-	socklen_t len = sizeof(groups);
+	socklen_t len = 0;
+	gid_t *groups;
+	bool admin = false;
 
 	if (cred->uid == 0)
 		return true;
@@ -47,12 +47,15 @@ static bool peer_is_admin(const struct odpd_manager *m, int fd, const struct ucr
 		return false;
 	if (cred->gid == m->cfg.admin_gid)
 		return true;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+	/* SO_PEERGROUPS with no room answers ERANGE and the size it needs. */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) < 0 && errno != ERANGE)
 		return false;
-	for (size_t i = 0; i < len / sizeof(gid_t); i++)
-		if (groups[i] == m->cfg.admin_gid)
-			return true;
-	return false;
+	groups = len ? malloc(len) : NULL;
+	if (groups && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+		for (size_t i = 0; i < len / sizeof(gid_t) && !admin; i++)
+			admin = groups[i] == m->cfg.admin_gid;
+	free(groups);
+	return admin;
 }
 
 static void client_read_name(struct odpd_client *c)

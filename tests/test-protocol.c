@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -276,6 +277,43 @@ static void test_status_needs_admin(void **state)
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
 	assert_usable(test_admin_fd);                    /* root is admin */
+}
+
+/* Run as uid 65534 with @groups as supplementary groups and primary gid
+ * 12345; return the status of a Status request on @sock. */
+static int status_as_nobody(const char *sock, const gid_t *groups, int ngroups)
+{
+	int st;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		Odpd__Request req = status_req();
+		if (setgroups((size_t)ngroups, groups) < 0 || setgid(12345) < 0 || setuid(65534) < 0)
+			_exit(100);
+		int fd = raw_connect_hello(sock);
+		Odpd__Reply *r = raw_call(fd, 2, &req, NULL, 0);
+		_exit(r->status);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+/* --admin-group: membership counts as a supplementary group too (SO_PEERGROUPS). */
+static void test_admin_group(void **state)
+{
+	static const char *const args[] = { "--admin-group", "nogroup", NULL };
+	const gid_t nogroup = 65534, other = 4242;
+	struct test_daemon d = { 0 };
+
+	(void)state;
+	if (geteuid() != 0 || !getgrnam("nogroup") || getgrnam("nogroup")->gr_gid != nogroup)
+		skip();
+	daemon_start(&d, args);
+	assert_int_equal(status_as_nobody(d.sock, &nogroup, 1), 0);
+	assert_int_equal(status_as_nobody(d.sock, &other, 1), EPERM);
+	daemon_stop(&d);
 }
 
 /* ---------------------------------------------------------------- segments */
@@ -571,6 +609,7 @@ int main(void)
 		cmocka_unit_test_setup(test_unknown_request, harness_test_setup),
 		cmocka_unit_test_setup(test_unexpected_fd, harness_test_setup),
 		cmocka_unit_test_setup(test_status_needs_admin, harness_test_setup),
+		cmocka_unit_test_setup(test_admin_group, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_regular_file, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_pipe, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_memfd_without_sealing, harness_test_setup),
