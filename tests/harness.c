@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -70,6 +71,8 @@ void daemon_start(struct test_daemon *d, const char *const *args)
 	d->pid = fork();
 	assert_true(d->pid >= 0);
 	if (d->pid == 0) {
+		/* a failed test must not leave odpd running (and its output open) */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
