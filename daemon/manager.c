@@ -16,8 +16,8 @@
 /* A socket from systemd (odpd.socket), or one we create and later unlink. */
 static int listen_socket(struct odpd_manager *m)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int n = sd_listen_fds(1), fd;
+	struct sockaddr_un sa;
+	int n = sd_listen_fds(1), fd, r;
 
 	if (n > 1)
 		return log_errno(LOG_ERR, EINVAL, "systemd passed %d sockets, expected one", n);
@@ -32,15 +32,15 @@ static int listen_socket(struct odpd_manager *m)
 		log_info("listening on the socket passed by systemd");
 		return 0;
 	}
-	if (strlen(m->cfg.socket_path) >= sizeof(sa.sun_path))
-		return log_errno(LOG_ERR, ENAMETOOLONG, "socket path %s", m->cfg.socket_path);
-	strcpy(sa.sun_path, m->cfg.socket_path);
+	r = odpd_wire_sockaddr(m->cfg.socket_path, &sa);
+	if (r < 0)
+		return log_errno(LOG_ERR, r, "socket path \"%s\"", m->cfg.socket_path);
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return log_errno(LOG_ERR, errno, "socket");
 	unlink(sa.sun_path);                 /* a stale socket of an earlier odpd */
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-		int r = log_errno(LOG_ERR, errno, "cannot listen on %s", sa.sun_path);
+		r = log_errno(LOG_ERR, errno, "cannot listen on %s", sa.sun_path);
 		close(fd);
 		return r;
 	}

@@ -103,6 +103,13 @@ static int mapping_place(struct odpd_segtable *t, struct odpd_mapping *m, uintpt
 	return 0;
 }
 
+/* A core dump of odpd must not contain clients' data. */
+static void mapping_dontdump(const struct odpd_mapping *m)
+{
+	if (madvise(m->addr, m->size, MADV_DONTDUMP) < 0)
+		log_errno(LOG_WARNING, errno, "madvise(MADV_DONTDUMP) on segment");
+}
+
 /*
  * The mapping was made from a read-only fd and a client now brings a
  * writable one: map the same file writable at the same address. The shmem
@@ -116,7 +123,7 @@ static int mapping_make_writable(struct odpd_mapping *m, int fd, struct odpd_err
 		close(fd);
 		return err_set(err, e, "remapping the segment writable: %s", strerror(e));
 	}
-	madvise(m->addr, m->size, MADV_DONTDUMP);
+	mapping_dontdump(m);
 	close(m->fd);
 	m->fd = fd;
 	m->writable = true;
@@ -158,9 +165,7 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 		free(m);
 		return r;
 	}
-	/* A core dump of odpd must not contain clients' data. */
-	if (madvise(m->addr, m->size, MADV_DONTDUMP) < 0)
-		log_errno(LOG_WARNING, errno, "madvise(MADV_DONTDUMP) on segment");
+	mapping_dontdump(m);
 	m->refs = 1;
 	m->next = t->list;
 	t->list = m;

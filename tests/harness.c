@@ -36,11 +36,6 @@ bool test_require_device(void)
 	return e && strcmp(e, "1") == 0;
 }
 
-int raw_connect(const char *sock)
-{
-	return odpd_wire_connect(sock);
-}
-
 void daemon_start(struct test_daemon *d, const char *const *args)
 {
 	const char *bin = getenv("ODPD_TEST_DAEMON");
@@ -79,7 +74,7 @@ void daemon_start(struct test_daemon *d, const char *const *args)
 	free(wrap);
 	free(more);
 	for (int i = 0; i < 1200; i++) {             /* up to 60 s: TCG and valgrind are slow */
-		int fd = raw_connect(d->sock);
+		int fd = odpd_wire_connect(d->sock);
 		if (fd >= 0) {
 			close(fd);
 			return;
@@ -99,15 +94,13 @@ void daemon_stop(struct test_daemon *d)
 	if (d->pid <= 0)
 		return;
 	kill(d->pid, SIGTERM);
-	for (int i = 0; i < 1200; i++) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid)
-			break;
-		sleep_ms(50);
-		if (i == 1199) {
-			kill(d->pid, SIGKILL);
-			waitpid(d->pid, &st, 0);
-			fail_msg("odpd did not stop on SIGTERM");
-		}
+	for (int i = 0; i < 1200 && waitpid(d->pid, &st, WNOHANG) != d->pid; i++)
+		sleep_ms(50);                        /* up to 60 s */
+	if (waitpid(d->pid, &st, WNOHANG) == 0) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, &st, 0);
+		d->pid = 0;
+		fail_msg("odpd did not stop on SIGTERM");
 	}
 	d->pid = 0;
 	assert_true(WIFEXITED(st));
@@ -173,7 +166,7 @@ int raw_connect_hello(const char *sock)
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__Hello h = ODPD__HELLO__INIT;
 	Odpd__Reply *r;
-	int fd = raw_connect(sock);
+	int fd = odpd_wire_connect(sock);
 
 	assert_true(fd >= 0);
 	h.has_version = 1;

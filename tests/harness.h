@@ -42,9 +42,8 @@ int harness_group_teardown(void **state);
 /* Does the VM tier require a device (ODPD_TEST_REQUIRE_DEVICE=1)? */
 bool test_require_device(void);
 
-/* Raw protocol. raw_connect returns a SOCK_SEQPACKET fd. */
-int raw_connect(const char *sock);
-/* raw_connect + a successful Hello. */
+/* Raw protocol (connect with odpd_wire_connect). */
+/* odpd_wire_connect + a successful Hello. */
 int raw_connect_hello(const char *sock);
 void raw_send(int fd, Odpd__Request *req, const int *fds, unsigned nfds);
 void raw_send_bytes(int fd, const void *buf, size_t len);

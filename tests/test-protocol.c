@@ -106,9 +106,10 @@ static Odpd__Reply *attach_ok(int conn, int fd)
 static void test_request_before_hello(void **state)
 {
 	Odpd__Request req = status_req();
-	int fd = raw_connect(test_daemon.sock);
+	int fd = odpd_wire_connect(test_daemon.sock);
 
 	(void)state;
+	assert_true(fd >= 0);
 	raw_expect_error(fd, 5, &req, NULL, 0, EPROTO);
 	close(fd);
 	close(raw_connect_hello(test_daemon.sock));
@@ -119,9 +120,10 @@ static void test_wrong_version(void **state)
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__Hello h = ODPD__HELLO__INIT;
 	Odpd__Reply *r;
-	int fd = raw_connect(test_daemon.sock);
+	int fd = odpd_wire_connect(test_daemon.sock);
 
 	(void)state;
+	assert_true(fd >= 0);
 	h.has_version = 1;
 	h.version = 9999;
 	req.body_case = ODPD__REQUEST__BODY_HELLO;
@@ -541,13 +543,9 @@ static void test_reg_without_device(void **state)
 
 	(void)state;
 	odpd__reply__free_unpacked(r, NULL);
-	if (test_require_device()) {
-		/* with a device: an unknown device name */
+	if (test_require_device())               /* with a device: an unknown device name */
 		m.device = (char *)"no-such-device";
-		raw_expect_error(conn, 50, &req, NULL, 0, ENODEV);
-	} else {
-		raw_expect_error(conn, 50, &req, NULL, 0, ENODEV);
-	}
+	raw_expect_error(conn, 50, &req, NULL, 0, ENODEV);
 	close(fd);
 	close(conn);
 }
