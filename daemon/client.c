@@ -35,27 +35,40 @@ static int peer_pidfd(int fd, pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-static bool peer_is_admin(const struct odpd_manager *m, int fd, const struct ucred *cred)
+/* The peer's supplementary groups (SO_PEERGROUPS), sized by the kernel. */
+static int peer_groups(int fd, gid_t **ret, unsigned *ret_n)
 {
 	socklen_t len = 0;
 	gid_t *groups;
-	bool admin = false;
 
-	if (cred->uid == 0)
+	/* SO_PEERGROUPS with no room answers ERANGE and the size it needs. */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) < 0 && errno != ERANGE)
+		return -errno;
+	groups = malloc(len ? len : 1);
+	if (!groups)
+		return -ENOMEM;
+	if (len && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+		int r = -errno;
+		free(groups);
+		return r;
+	}
+	*ret = groups;
+	*ret_n = (unsigned)(len / sizeof(gid_t));
+	return 0;
+}
+
+static bool peer_is_admin(const struct odpd_manager *m, const struct odpd_client *c)
+{
+	if (c->cred.uid == 0)
 		return true;
 	if (!m->cfg.has_admin_gid)
 		return false;
-	if (cred->gid == m->cfg.admin_gid)
+	if (c->cred.gid == m->cfg.admin_gid)
 		return true;
-	/* SO_PEERGROUPS with no room answers ERANGE and the size it needs. */
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) < 0 && errno != ERANGE)
-		return false;
-	groups = len ? malloc(len) : NULL;
-	if (groups && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
-		for (size_t i = 0; i < len / sizeof(gid_t) && !admin; i++)
-			admin = groups[i] == m->cfg.admin_gid;
-	free(groups);
-	return admin;
+	for (unsigned i = 0; i < c->n_groups; i++)
+		if (c->groups[i] == m->cfg.admin_gid)
+			return true;
+	return false;
 }
 
 static void client_read_name(struct odpd_client *c)
@@ -74,44 +87,68 @@ static void client_read_name(struct odpd_client *c)
 		c->name[strcspn(c->name, "\n")] = 0;
 }
 
+static void client_free(struct odpd_client *c)
+{
+	if (c->ev_read)
+		event_free(c->ev_read);
+	if (c->ev_write)
+		event_free(c->ev_write);
+	if (c->pidfd >= 0)
+		close(c->pidfd);
+	if (c->has_holder)
+		odpd_holder_release(&c->m->registry, &c->holder);
+	free(c->groups);
+	free(c);
+}
+
+/* Who the peer is: credentials, groups, pidfd, and what it may pin. */
+static int client_identify(struct odpd_manager *m, struct odpd_client *c)
+{
+	socklen_t len = sizeof(c->cred);
+	struct odpd_limit limit;
+	int r;
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
+		return -errno;
+	r = peer_groups(c->fd, &c->groups, &c->n_groups);
+	if (r < 0)
+		return r;
+	c->pidfd = peer_pidfd(c->fd, c->cred.pid);
+	c->admin = peer_is_admin(m, c);
+	r = odpd_limit_for_client(&m->conf, c->cred.pid, c->pidfd, c->cred.uid, c->cred.gid,
+				  c->groups, c->n_groups, &limit);
+	if (r < 0)
+		return r;
+	r = odpd_holder_init(&m->registry, &c->holder, c->id, c->cred.pid, c->cred.uid, &limit);
+	if (r < 0)
+		return r;
+	c->has_holder = true;
+	return 0;
+}
+
 static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
 {
 	struct odpd_client *c = calloc(1, sizeof(*c));
-	socklen_t len = sizeof(c->cred);
+	int r;
 
 	if (!c)
 		return -ENOMEM;
-	c->domains = calloc(m->devices.n ? m->devices.n : 1, sizeof(*c->domains));
-	if (!c->domains) {
-		free(c);
-		return -ENOMEM;
-	}
 	c->m = m;
 	c->fd = fd;
+	c->pidfd = -1;
 	c->id = ++m->next_client_id;
 	c->outq_tail = &c->outq;
 	LIST_INIT(&c->segs);
-	LIST_INIT(&c->mrs);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
-		int r = -errno;
-		free(c->domains);
-		free(c);
+	r = client_identify(m, c);
+	if (r < 0) {
+		client_free(c);
 		return r;
 	}
-	c->pidfd = peer_pidfd(fd, c->cred.pid);
-	c->admin = peer_is_admin(m, fd, &c->cred);
 	client_read_name(c);
 	c->ev_read = event_new(m->base, fd, EV_READ | EV_PERSIST, client_on_read, c);
 	c->ev_write = event_new(m->base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
 	if (!c->ev_read || !c->ev_write || event_add(c->ev_read, NULL) < 0) {
-		if (c->ev_read)
-			event_free(c->ev_read);
-		if (c->ev_write)
-			event_free(c->ev_write);
-		if (c->pidfd >= 0)
-			close(c->pidfd);
-		free(c->domains);
-		free(c);
+		client_free(c);
 		return -ENOMEM;
 	}
 	LIST_INSERT_HEAD(&m->clients, c, link);
@@ -144,8 +181,9 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 		close(fd);
 		return;
 	}
-	log_info("client %llu connected: pid %d uid %u (%s)", (unsigned long long)c->id,
-		 (int)c->cred.pid, c->cred.uid, c->name);
+	log_info("client %llu connected: pid %d uid %u (%s), may pin %llu bytes (%s)",
+		 (unsigned long long)c->id, (int)c->cred.pid, c->cred.uid, c->name,
+		 (unsigned long long)c->holder.limit.max_pinned, c->holder.limit.rule);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -288,37 +326,27 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg)
 
 void odpd_client_submit(struct odpd_client *c, struct odpd_job *job)
 {
-	c->busy = true;
-	event_del(c->ev_read);
+	odpd_client_wait(c);
 	odpd_pool_submit(c->m->pool, job);
 }
 
-static struct odpd_client *teardown_client(struct odpd_job *job)
+void odpd_client_wait(struct odpd_client *c)
 {
-	return (struct odpd_client *)((char *)job - offsetof(struct odpd_client, teardown));
+	c->busy = true;
+	event_del(c->ev_read);
 }
 
-static void teardown_run(struct odpd_job *job)
+/*
+ * Everything heavy (deregistration, unmapping, closing PDs) is the
+ * registry's and the segment table's, on workers: here only references are
+ * dropped.
+ */
+static void client_teardown(struct odpd_client *c)
 {
-	struct odpd_client *c = teardown_client(job);
-
-	for (struct odpd_mr_entry *e = LIST_FIRST(&c->mrs); e; e = LIST_NEXT(e, link))
-		odpd_request_mr_release(e);
-	for (unsigned i = 0; i < c->m->devices.n; i++)
-		odpd_domain_close(c->domains[i]);
-}
-
-static void teardown_done(struct odpd_job *job)
-{
-	struct odpd_client *c = teardown_client(job);
 	struct odpd_manager *m = c->m;
 
-	while (!LIST_EMPTY(&c->mrs)) {
-		struct odpd_mr_entry *e = LIST_FIRST(&c->mrs);
-		LIST_REMOVE(e, link);
-		m->stats.deregistrations++;
-		free(e);
-	}
+	odpd_holder_release(&m->registry, &c->holder);
+	c->has_holder = false;
 	while (!LIST_EMPTY(&c->segs)) {
 		struct odpd_cseg *s = LIST_FIRST(&c->segs);
 		LIST_REMOVE(s, link);
@@ -326,18 +354,8 @@ static void teardown_done(struct odpd_job *job)
 		free(s);
 	}
 	log_info("client %llu released", (unsigned long long)c->id);
-	free(c->domains);
-	free(c);
+	client_free(c);
 	odpd_manager_client_released(m);
-}
-
-/* Deregister everything on a worker, then drop mappings and free on the loop. */
-static void client_teardown(struct odpd_client *c)
-{
-	c->teardown.run = teardown_run;
-	c->teardown.done = teardown_done;
-	c->busy = true;
-	odpd_pool_submit(c->m->pool, &c->teardown);
 }
 
 void odpd_client_job_done(struct odpd_client *c)

@@ -8,6 +8,7 @@
 
 #include "manager.h"
 #include "odpd.pb-c.h"
+#include "registry.h"
 
 /* A client's attachment of a segment: its window [client_addr, +length) onto
  * the shared mapping at file offset file_offset. */
@@ -19,25 +20,7 @@ struct odpd_cseg {
 	uint64_t file_offset;
 	uint64_t length;
 	bool writable;                  /* the client's fd allows writing */
-	unsigned n_mrs;
-};
-
-/* Client-PD mode: the client's context and PD, imported from its cmd_fd. */
-struct odpd_import {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-};
-
-struct odpd_mr_entry {
-	LIST_ENTRY(odpd_mr_entry) link;
-	uint64_t handle;
-	struct ibv_mr *mr;
-	struct odpd_cseg *seg;
-	struct odpd_domain *dom;        /* daemon-PD mode */
-	struct odpd_import imp;         /* client-PD mode (imp.ctx != NULL) */
-	uint64_t iova;
-	uint64_t length;
-	uint32_t access;                /* Odpd__Access bits */
+	unsigned n_mrs;                 /* references of this client over it */
 };
 
 struct outq_item {
@@ -63,12 +46,11 @@ struct odpd_client {
 	unsigned outq_len;
 	LIST_HEAD(, odpd_cseg) segs;
 	unsigned n_segs;
-	LIST_HEAD(, odpd_mr_entry) mrs;
-	unsigned n_mrs;
-	uint64_t mr_bytes;
-	struct odpd_domain **domains;   /* [devices.n], opened on a worker when first needed */
+	struct odpd_holder holder;      /* its MR references and PDs (registry.h) */
+	bool has_holder;
+	gid_t *groups;                  /* supplementary groups (SO_PEERGROUPS) */
+	unsigned n_groups;
 	uint64_t next_handle;
-	struct odpd_job teardown;       /* embedded: teardown never allocates */
 };
 
 /* Accept callback of the listening socket. */
@@ -81,7 +63,10 @@ void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const 
 
 /* Hand a job to the pool: stops reading from the client until it completes. */
 void odpd_client_submit(struct odpd_client *c, struct odpd_job *job);
-/* Called by a job's done callback: resumes reading, or tears a dead client down. */
+/* An answer will come later (a registry callback): stop reading until then. */
+void odpd_client_wait(struct odpd_client *c);
+/* Called when the job or callback is done: resumes reading, or tears a dead
+ * client down. */
 void odpd_client_job_done(struct odpd_client *c);
 
 /* Drop the connection; the client's objects are released once no job runs. */

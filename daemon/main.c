@@ -20,6 +20,7 @@ static void usage(FILE *f)
 		"Usage: odpd [OPTION]...\n"
 		"Register RDMA memory for client processes.\n\n"
 		"  --socket PATH             listening socket (default %s)\n"
+		"  --config PATH             configuration file (default %s)\n"
 		"  --foreground              do not daemonize\n"
 		"  --device NAME             use this RDMA device (repeatable; default all)\n"
 		"  --workers N               registration worker threads (default 2)\n"
@@ -30,7 +31,7 @@ static void usage(FILE *f)
 		"  --admin-group GROUP       group allowed admin requests besides root\n"
 		"  --log-level LEVEL         err, warning, notice, info, debug (default info)\n"
 		"  --help, --version\n",
-		ODPD_SOCKET_DEFAULT);
+		ODPD_SOCKET_DEFAULT, ODPD_CONF_DEFAULT);
 }
 
 /* "64G", "1M", "4096": bytes, with binary K/M/G/T suffixes. */
@@ -72,7 +73,7 @@ static int parse_uint(const char *s, unsigned min, unsigned *ret)
 
 enum { OPT_SOCKET = 256, OPT_FOREGROUND, OPT_DEVICE, OPT_WORKERS, OPT_MAX_SEGMENT,
        OPT_WINDOW, OPT_VERIFY_BUFFER, OPT_MAX_CLIENTS, OPT_ADMIN_GROUP, OPT_LOG_LEVEL,
-       OPT_HELP, OPT_VERSION };
+       OPT_HELP, OPT_VERSION, OPT_CONFIG };
 
 static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 {
@@ -89,6 +90,7 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, OPT_VERSION },
+		{ "config", required_argument, NULL, OPT_CONFIG },
 		{ 0 }
 	};
 	int c, r = 0;
@@ -96,6 +98,7 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case OPT_SOCKET: cfg->socket_path = optarg; break;
+		case OPT_CONFIG: cfg->config_path = optarg; cfg->config_given = true; break;
 		case OPT_FOREGROUND: cfg->foreground = true; break;
 		case OPT_DEVICE: cfg->devices[cfg->n_devices++] = optarg; break;
 		case OPT_WORKERS: r = parse_uint(optarg, 1, &cfg->workers); break;
@@ -150,6 +153,7 @@ int main(int argc, char **argv)
 			.max_segments = 1024,
 			.max_mrs = 65536,
 			.log_level = LOG_INFO,
+			.config_path = ODPD_CONF_DEFAULT,
 		},
 	};
 	int r;

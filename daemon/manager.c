@@ -52,9 +52,34 @@ static int listen_socket(struct odpd_manager *m)
 	return 0;
 }
 
+/* Stop once no client, MR, PD or mapping is left to release. */
+static void maybe_stop(struct odpd_manager *m)
+{
+	static const struct timeval again = { 0, 10000 };
+
+	if (m->n_clients == 0 && odpd_registry_idle(&m->registry) && m->segs.unmapping == 0)
+		event_base_loopbreak(m->base);
+	else
+		evtimer_add(m->ev_stop, &again);
+}
+
+static void on_stop_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	maybe_stop(arg);
+}
+
+static void stop_flushed(void *arg, unsigned mrs, uint64_t bytes)
+{
+	(void)arg;
+	log_info("stopping: %u relaxed MR(s), %llu bytes, invalidated", mrs, (unsigned long long)bytes);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct odpd_manager *m = arg;
+	const struct odpd_flush_sel all = { .all = true };
 
 	(void)what;
 	if (m->stopping)
@@ -65,15 +90,31 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_del(m->ev_listen);
 	while (!LIST_EMPTY(&m->clients))
 		odpd_client_disconnect(LIST_FIRST(&m->clients), "odpd is stopping");
-	if (m->n_clients == 0)
-		event_base_loopbreak(m->base);
+	odpd_registry_flush(&m->registry, &all, stop_flushed, m);
+	maybe_stop(m);
 }
 
 void odpd_manager_client_released(struct odpd_manager *m)
 {
 	m->n_clients--;
-	if (m->stopping && m->n_clients == 0)
-		event_base_loopbreak(m->base);
+}
+
+static int load_config(struct odpd_manager *m)
+{
+	uint64_t mem = odpd_meminfo_total();
+	char msg[512];
+	int r;
+
+	odpd_conf_defaults(&m->conf, mem);
+	r = odpd_conf_load(&m->conf, m->cfg.config_path, m->cfg.config_given, mem, msg, sizeof(msg));
+	if (r < 0) {
+		log_error("configuration: %s", msg);
+		return r;
+	}
+	log_info("configuration: %s; max-pinned %llu bytes, max-mrs %llu, %u rule(s), %u [pd] section(s)",
+		 m->conf.path ? m->conf.path : "none (defaults)", (unsigned long long)m->conf.max_pinned,
+		 (unsigned long long)m->conf.max_mrs, m->conf.n_rules, m->conf.n_pds);
+	return 0;
 }
 
 int odpd_manager_start(struct odpd_manager *m)
@@ -88,6 +129,12 @@ int odpd_manager_start(struct odpd_manager *m)
 	m->rbuf = malloc(ODPD_MAX_PACKET + 1);
 	if (!m->base || !m->rbuf)
 		return log_errno(LOG_ERR, ENOMEM, "start-up");
+	m->ev_stop = evtimer_new(m->base, on_stop_timer, m);
+	if (!m->ev_stop)
+		return log_errno(LOG_ERR, ENOMEM, "start-up");
+	r = load_config(m);
+	if (r < 0)
+		return r;
 	r = odpd_window_new(m->cfg.window_size, &m->segs.window);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "cannot reserve a %llu-byte address window",
@@ -98,6 +145,10 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = odpd_pool_new(m->base, m->cfg.workers, &m->pool);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "cannot start %u workers", m->cfg.workers);
+	m->segs.pool = m->pool;
+	r = odpd_registry_init(&m->registry, m->base, m->pool, &m->segs, &m->conf, &m->devices);
+	if (r < 0)
+		return log_errno(LOG_ERR, r, "registry");
 	r = listen_socket(m);
 	if (r < 0)
 		return r;
@@ -114,7 +165,11 @@ int odpd_manager_start(struct odpd_manager *m)
 
 void odpd_manager_finish(struct odpd_manager *m)
 {
-	odpd_pool_free(m->pool);              /* runs the last teardowns */
+	odpd_pool_free(m->pool);              /* runs what is left (start-up failures) */
+	odpd_registry_finish(&m->registry);
+	odpd_conf_free(&m->conf);
+	if (m->ev_stop)
+		event_free(m->ev_stop);
 	for (int i = 0; i < 2; i++)
 		if (m->ev_signals[i])
 			event_free(m->ev_signals[i]);

@@ -7,8 +7,10 @@
 #include <sys/types.h>
 #include <event2/event.h>
 
+#include "conf.h"
 #include "device.h"
 #include "pool.h"
+#include "registry.h"
 #include "segment.h"
 
 struct odpd_client;
@@ -28,6 +30,8 @@ struct odpd_config {
 	bool has_admin_gid;
 	gid_t admin_gid;
 	int log_level;
+	const char *config_path;        /* --config, or ODPD_CONF_DEFAULT */
+	bool config_given;              /* --config: the file must exist */
 };
 
 struct odpd_stats {
@@ -43,6 +47,8 @@ struct odpd_manager {
 	struct odpd_devices devices;
 	struct odpd_segtable segs;
 	struct odpd_pool *pool;
+	struct odpd_conf conf;              /* odpd.conf */
+	struct odpd_registry registry;      /* every MR */
 	LIST_HEAD(, odpd_client) clients;   /* connected */
 	unsigned n_clients;                 /* connected or still being torn down */
 	uint64_t next_client_id;
@@ -52,6 +58,7 @@ struct odpd_manager {
 	bool unlink_socket;                 /* we created it (not socket activation) */
 	struct event *ev_listen;
 	struct event *ev_signals[2];
+	struct event *ev_stop;              /* while stopping: is everything released? */
 	bool stopping;
 };
 

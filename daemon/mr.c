@@ -10,10 +10,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "domain.h"
 #include "log.h"
 #include "request.h"
-#include "verify.h"
 
 #define ACCESS_KNOWN (ODPD__ACCESS__ACCESS_LOCAL_WRITE | ODPD__ACCESS__ACCESS_REMOTE_READ | \
 		      ODPD__ACCESS__ACCESS_REMOTE_WRITE | ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)
@@ -21,14 +19,6 @@
 		       ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)
 #define ACCESS_WRITES (ODPD__ACCESS__ACCESS_LOCAL_WRITE | ODPD__ACCESS__ACCESS_REMOTE_WRITE | \
 		       ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)
-
-static int access_to_ibv(uint32_t a)
-{
-	return (a & ODPD__ACCESS__ACCESS_LOCAL_WRITE ? IBV_ACCESS_LOCAL_WRITE : 0) |
-	       (a & ODPD__ACCESS__ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
-	       (a & ODPD__ACCESS__ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
-	       (a & ODPD__ACCESS__ACCESS_REMOTE_ATOMIC ? IBV_ACCESS_REMOTE_ATOMIC : 0);
-}
 
 /* Is @fd a uverbs character device of this host? Decided with statx and
  * sysfs only, before any ioctl can reach whatever the fd really is. */
@@ -64,82 +54,26 @@ static bool is_uverbs_fd(int fd)
 
 /* ---------------------------------------------------------------- reg */
 
-struct reg_job {
-	struct odpd_job job;
-	struct odpd_client *c;
-	uint64_t id;
-	struct odpd_mr_entry *e;
-	struct odpd_device *dev;
-	unsigned dev_index;
-	void *daemon_addr;
-	int ibv_access;
-	int cmd_fd;                      /* client-PD mode, consumed by the import */
-	uint32_t pd_handle;
-	struct odpd_err err;
-	int r;
-};
-
-static int reg_import(struct reg_job *j)
+static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_ref *ref, bool hit)
 {
-	struct odpd_mr_entry *e = j->e;
-
-	e->imp.ctx = ibv_import_device(j->cmd_fd);
-	if (!e->imp.ctx)
-		return err_set(&j->err, errno ? errno : EOPNOTSUPP, "ibv_import_device on your cmd_fd: %s "
-			       "(only providers with import support, e.g. mlx5, can do client-PD mode)",
-			       strerror(errno ? errno : EOPNOTSUPP));
-	j->cmd_fd = -1;                  /* owned by the context now */
-	e->imp.pd = ibv_import_pd(e->imp.ctx, j->pd_handle);
-	if (!e->imp.pd)
-		return err_set(&j->err, errno, "ibv_import_pd(%u): %s", j->pd_handle, strerror(errno));
-	return 0;
-}
-
-static void reg_run(struct odpd_job *job)
-{
-	struct reg_job *j = (struct reg_job *)job;
-	struct odpd_mr_entry *e = j->e;
-	struct odpd_client *c = j->c;
-	struct ibv_pd *pd;
-
-	if (j->cmd_fd >= 0) {
-		j->r = reg_import(j);
-		if (j->r < 0)
-			return;
-		pd = e->imp.pd;
-	} else {
-		if (!c->domains[j->dev_index]) {
-			j->r = odpd_domain_open(j->dev, &c->domains[j->dev_index], &j->err);
-			if (j->r < 0)
-				return;
-		}
-		e->dom = c->domains[j->dev_index];
-		pd = e->dom->pd;
-	}
-	if ((uintptr_t)j->daemon_addr == e->iova)
-		e->mr = ibv_reg_mr(pd, j->daemon_addr, e->length, j->ibv_access);
-	else
-		e->mr = ibv_reg_mr_iova(pd, j->daemon_addr, e->length, e->iova, j->ibv_access);
-	if (!e->mr)
-		j->r = err_set(&j->err, errno, "ibv_reg_mr%s on %s: %s",
-			       (uintptr_t)j->daemon_addr == e->iova ? "" : "_iova", j->dev->name,
-			       strerror(errno));
-}
-
-static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_mr_entry *e)
-{
+	const struct odpd_mr *e = ref->mr;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__MrReply mr = ODPD__MR_REPLY__INIT;
 
 	mr.has_handle = mr.has_lkey = mr.has_rkey = mr.has_iova = mr.has_length = 1;
-	mr.has_kernel_handle = mr.has_access = 1;
-	mr.handle = e->handle;
+	mr.has_kernel_handle = mr.has_access = mr.has_generation = mr.has_cache_hit = 1;
+	mr.has_mr_iova = mr.has_mr_length = 1;
+	mr.handle = ref->handle;
 	mr.lkey = e->mr->lkey;
 	mr.rkey = e->mr->rkey;
-	mr.iova = e->iova;
-	mr.length = e->length;
+	mr.iova = ref->iova;
+	mr.length = ref->length;
 	mr.kernel_handle = e->mr->handle;
 	mr.access = e->access;
+	mr.generation = e->generation;
+	mr.cache_hit = hit;
+	mr.mr_iova = e->iova;
+	mr.mr_length = e->length;
 	reply.has_id = reply.has_status = 1;
 	reply.id = id;
 	reply.body_case = ODPD__REPLY__BODY_MR;
@@ -147,33 +81,43 @@ static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_mr_en
 	odpd_client_send(c, &reply);
 }
 
-static void reg_done(struct odpd_job *job)
-{
-	struct reg_job *j = (struct reg_job *)job;
-	struct odpd_client *c = j->c;
-	struct odpd_mr_entry *e = j->e;
+/* A request waiting for the registry: the client and the request id. */
+struct pending {
+	struct odpd_client *c;
+	uint64_t id;
+};
 
-	if (j->cmd_fd >= 0)
-		close(j->cmd_fd);
-	if (j->r < 0) {
-		if (e->imp.pd)
-			ibv_unimport_pd(e->imp.pd);
-		if (e->imp.ctx)
-			ibv_close_device(e->imp.ctx);
-		free(e);
-		odpd_reply_err(c, j->id, &j->err);
-	} else {
-		e->handle = ++c->next_handle;
-		LIST_INSERT_HEAD(&c->mrs, e, link);
-		c->n_mrs++;
-		c->mr_bytes += e->length;
-		e->seg->n_mrs++;
-		c->m->stats.registrations++;
-		log_debug("client %llu: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
-			  (unsigned long long)c->id, e->handle, e->iova, e->length, e->mr->lkey, e->mr->rkey);
-		reply_mr(c, j->id, e);
+static struct pending *pending_new(struct odpd_client *c, uint64_t id)
+{
+	struct pending *p = malloc(sizeof(*p));
+
+	if (p) {
+		p->c = c;
+		p->id = id;
 	}
-	free(j);
+	return p;
+}
+
+static void reg_accepted(struct odpd_client *c, uint64_t id, struct odpd_ref *ref, bool hit)
+{
+	struct odpd_cseg *s = ref->cookie;
+
+	s->n_mrs++;
+	log_debug("client %llu: MR handle %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") %s", (unsigned long long)c->id,
+		  ref->handle, ref->iova, ref->length, hit ? "cache hit" : "registered");
+	reply_mr(c, id, ref, hit);
+}
+
+static void reg_cb(void *arg, int rc, const struct odpd_err *err, struct odpd_ref *ref, bool hit)
+{
+	struct pending *p = arg;
+	struct odpd_client *c = p->c;
+
+	if (rc < 0)
+		odpd_reply_err(c, p->id, err);
+	else
+		reg_accepted(c, p->id, ref, hit);
+	free(p);
 	odpd_client_job_done(c);
 }
 
@@ -201,7 +145,9 @@ static int find_segment(struct odpd_client *c, uint64_t addr, uint64_t length,
 		       "with odpd_alloc() or attach its memfd with odpd_attach()", addr);
 }
 
-static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, struct reg_job *j,
+#define REG_FLAGS_KNOWN ((uint32_t)ODPD__REG_FLAGS__REG_NO_CACHE)
+
+static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, struct odpd_reg_req *q,
 		     struct odpd_err *err)
 {
 	struct odpd_manager *m = c->m;
@@ -210,13 +156,15 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	struct odpd_cseg *s = NULL;
 	int r;
 
-	if (c->n_mrs >= m->cfg.max_mrs)
+	if (c->holder.n_refs >= m->cfg.max_mrs)
 		return err_set(err, EDQUOT, "a client may hold at most %u MRs", m->cfg.max_mrs);
 	if (access & ~(uint32_t)ACCESS_KNOWN)
 		return err_set(err, EINVAL, "unknown access bits %#x", access & ~(uint32_t)ACCESS_KNOWN);
 	if ((access & (ODPD__ACCESS__ACCESS_REMOTE_WRITE | ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)) &&
 	    !(access & ODPD__ACCESS__ACCESS_LOCAL_WRITE))
 		return err_set(err, EINVAL, "remote write or atomic access needs local write access");
+	if (req->flags & ~REG_FLAGS_KNOWN)
+		return err_set(err, EINVAL, "unknown registration flags %#x", req->flags & ~REG_FLAGS_KNOWN);
 	switch (req->has_kind ? req->kind : ODPD__MR_KIND__MR_PINNED) {
 	case ODPD__MR_KIND__MR_PINNED:
 		break;
@@ -240,222 +188,253 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 			return err_set(err, EPERM, "client-PD mode: remote access is granted to root and "
 				       "the admin group only");
 	}
-	j->dev = odpd_devices_find(&m->devices, req->device);
-	if (!j->dev)
+	q->dev = odpd_devices_find(&m->devices, req->device);
+	if (!q->dev)
 		return err_set(err, ENODEV, m->devices.n ? "no device named %s" : "odpd has no RDMA device%s",
 			       m->devices.n ? req->device : "");
-	j->dev_index = (unsigned)(j->dev - m->devices.dev);
-	j->e->seg = s;
-	j->e->iova = req->addr;
-	j->e->length = req->length;
-	j->e->access = access;
-	j->daemon_addr = s->map->addr + s->file_offset + (req->addr - s->client_addr);
-	j->ibv_access = access_to_ibv(access);
-	j->pd_handle = req->client_pd_handle;
+	q->map = s->map;
+	q->offset = s->file_offset + (req->addr - s->client_addr);
+	q->length = req->length;
+	q->iova = req->addr;
+	q->access = access;
+	q->no_cache = (req->flags & ODPD__REG_FLAGS__REG_NO_CACHE) != 0;
+	q->pd_handle = req->client_pd_handle;
+	q->cookie = s;
 	return 0;
 }
 
 void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int fd)
 {
-	struct reg_job *j = calloc(1, sizeof(*j));
+	struct odpd_reg_req q = { .cmd_fd = -1 };
 	struct odpd_err err = { 0 };
+	struct odpd_ref *ref = NULL;
+	struct pending *p;
+	int r;
 
-	if (!j || !(j->e = calloc(1, sizeof(*j->e)))) {
-		free(j);
+	if (reg_check(c, req, fd, &q, &err) < 0) {
+		if (fd >= 0)
+			close(fd);
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	p = pending_new(c, id);
+	if (!p) {
 		if (fd >= 0)
 			close(fd);
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		return;
 	}
-	if (reg_check(c, req, fd, j, &err) < 0) {
-		if (fd >= 0)
-			close(fd);
-		free(j->e);
-		free(j);
-		odpd_reply_err(c, id, &err);
+	q.cmd_fd = fd;                        /* consumed by the registry */
+	q.handle = ++c->next_handle;
+	r = odpd_registry_reg(&c->m->registry, &c->holder, &q, reg_cb, p, &ref, &err);
+	if (r == 1) {
+		odpd_client_wait(c);
 		return;
 	}
-	j->c = c;
-	j->id = id;
-	j->cmd_fd = fd;
-	j->job.run = reg_run;
-	j->job.done = reg_done;
-	odpd_client_submit(c, &j->job);
+	free(p);
+	if (r < 0)
+		odpd_reply_err(c, id, &err);
+	else
+		reg_accepted(c, id, ref, true);
 }
 
 /* ---------------------------------------------------------------- dereg */
 
-void odpd_request_mr_release(struct odpd_mr_entry *e)
+static void reply_ok(struct odpd_client *c, uint64_t id)
 {
-	int r = ibv_dereg_mr(e->mr);
-
-	if (r)
-		log_errno(LOG_ERR, r, "ibv_dereg_mr of MR %" PRIu64, e->handle);
-	e->mr = NULL;
-	if (e->imp.pd)
-		ibv_unimport_pd(e->imp.pd);
-	if (e->imp.ctx)
-		ibv_close_device(e->imp.ctx);       /* closes our dup of the client's cmd_fd */
-	e->imp.pd = NULL;
-	e->imp.ctx = NULL;
-}
-
-struct mr_job {
-	struct odpd_job job;
-	struct odpd_client *c;
-	uint64_t id;
-	struct odpd_mr_entry *e;
-	/* verify */
-	uint64_t iova, length;
-	uint32_t crc;
-	const char *method;
-	size_t buf_size;
-	struct odpd_err err;
-	int r;
-};
-
-static struct mr_job *mr_job_new(struct odpd_client *c, uint64_t id, struct odpd_mr_entry *e)
-{
-	struct mr_job *j = calloc(1, sizeof(*j));
-
-	if (!j) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
-		return NULL;
-	}
-	j->c = c;
-	j->id = id;
-	j->e = e;
-	return j;
-}
-
-static struct odpd_mr_entry *mr_find(struct odpd_client *c, uint64_t handle)
-{
-	struct odpd_mr_entry *e;
-
-	LIST_FOREACH(e, &c->mrs, link)
-		if (e->handle == handle)
-			return e;
-	return NULL;
-}
-
-static void dereg_run(struct odpd_job *job)
-{
-	odpd_request_mr_release(((struct mr_job *)job)->e);
-}
-
-static void dereg_done(struct odpd_job *job)
-{
-	struct mr_job *j = (struct mr_job *)job;
-	struct odpd_client *c = j->c;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 
-	j->e->seg->n_mrs--;
-	c->m->stats.deregistrations++;
-	free(j->e);
 	reply.has_id = reply.has_status = 1;
-	reply.id = j->id;
+	reply.id = id;
 	odpd_client_send(c, &reply);
-	free(j);
+}
+
+static void dereg_cb(void *arg, unsigned mrs, uint64_t bytes)
+{
+	struct pending *p = arg;
+	struct odpd_client *c = p->c;
+
+	(void)mrs;
+	(void)bytes;
+	reply_ok(c, p->id);
+	free(p);
 	odpd_client_job_done(c);
 }
 
 void odpd_dereg_mr(struct odpd_client *c, uint64_t id, const Odpd__DeregMr *req)
 {
-	struct odpd_mr_entry *e = mr_find(c, req->handle);
-	struct mr_job *j;
+	struct odpd_ref *ref = odpd_holder_find_ref(&c->holder, req->handle);
+	struct odpd_cseg *s;
+	struct pending *p;
 
-	if (!e) {
+	if (!ref) {
 		odpd_client_send_error(c, id, ENOENT, "no such MR");
 		return;
 	}
-	j = mr_job_new(c, id, e);
-	if (!j)
+	p = pending_new(c, id);
+	if (!p) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		return;
-	LIST_REMOVE(e, link);
-	c->n_mrs--;
-	c->mr_bytes -= e->length;
-	j->job.run = dereg_run;
-	j->job.done = dereg_done;
-	odpd_client_submit(c, &j->job);
+	}
+	s = ref->cookie;
+	s->n_mrs--;
+	if (odpd_registry_release(&c->m->registry, ref, req->has_relaxed && req->relaxed, dereg_cb, p) == 1) {
+		odpd_client_wait(c);
+		return;
+	}
+	free(p);
+	reply_ok(c, id);
 }
 
 /* ---------------------------------------------------------------- verify */
 
-static void verify_run(struct odpd_job *job)
+static void verify_cb(void *arg, int rc, const struct odpd_err *err, uint32_t crc, uint64_t length,
+		      const char *method)
 {
-	struct mr_job *j = (struct mr_job *)job;
-	struct odpd_domain *dom = j->e->dom;
-
-	if (!dom->verifier) {
-		j->r = odpd_verifier_new(dom, j->buf_size, &dom->verifier, &j->err);
-		if (j->r < 0)
-			return;
-	}
-	j->r = odpd_verify_mr(dom->verifier, j->e->mr, j->iova, j->length,
-			      (j->e->access & ODPD__ACCESS__ACCESS_REMOTE_READ) != 0,
-			      &j->crc, &j->method, &j->err);
-	if (j->r < 0) {                  /* the QPs may be in the error state now */
-		odpd_verifier_free(dom->verifier);
-		dom->verifier = NULL;
-	}
-}
-
-static void verify_done(struct odpd_job *job)
-{
-	struct mr_job *j = (struct mr_job *)job;
+	struct pending *p = arg;
+	struct odpd_client *c = p->c;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__VerifyReply vr = ODPD__VERIFY_REPLY__INIT;
 
-	if (j->r < 0) {
-		odpd_reply_err(j->c, j->id, &j->err);
+	if (rc < 0) {
+		odpd_reply_err(c, p->id, err);
 	} else {
 		vr.has_crc32 = vr.has_length = 1;
-		vr.crc32 = j->crc;
-		vr.length = j->length;
-		vr.method = (char *)j->method;
+		vr.crc32 = crc;
+		vr.length = length;
+		vr.method = (char *)method;
 		reply.has_id = reply.has_status = 1;
-		reply.id = j->id;
+		reply.id = p->id;
 		reply.body_case = ODPD__REPLY__BODY_VERIFY;
 		reply.verify = &vr;
-		odpd_client_send(j->c, &reply);
+		odpd_client_send(c, &reply);
 	}
-	struct odpd_client *c = j->c;
-	free(j);
+	free(p);
 	odpd_client_job_done(c);
 }
 
 void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req)
 {
-	struct odpd_mr_entry *e = mr_find(c, req->handle);
-	uint64_t iova, length;
-	struct mr_job *j;
+	struct odpd_ref *ref = odpd_holder_find_ref(&c->holder, req->handle);
+	struct odpd_err err = { 0 };
+	struct pending *p;
 
-	if (!e) {
+	if (!ref) {
 		odpd_client_send_error(c, id, ENOENT, "no such MR");
 		return;
 	}
-	if (!e->dom) {
-		odpd_client_send_error(c, id, EOPNOTSUPP, "verify reads daemon-PD MRs only; this MR lives "
-				       "in your own PD (client-PD mode)");
+	p = pending_new(c, id);
+	if (!p) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		return;
 	}
-	iova = req->addr;
-	length = req->length;
-	if (iova == 0 && length == 0) {
-		iova = e->iova;
-		length = e->length;
-	} else if (length == 0 || iova < e->iova || iova + length < iova ||
-		   iova + length > e->iova + e->length) {
-		odpd_client_send_error(c, id, EINVAL, "verify range is not inside the MR");
+	if (odpd_registry_verify(&c->m->registry, ref, req->addr, req->length, c->m->cfg.verify_buffer,
+				 verify_cb, p, &err) < 0) {
+		free(p);
+		odpd_reply_err(c, id, &err);
 		return;
 	}
-	j = mr_job_new(c, id, e);
-	if (!j)
+	odpd_client_wait(c);
+}
+
+/* ---------------------------------------------------------------- shared PDs */
+
+void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req)
+{
+	struct odpd_manager *m = c->m;
+	const char *name = req->name ? req->name : "";
+	struct odpd_shared_pd *spd;
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__JoinPdReply jr = ODPD__JOIN_PD_REPLY__INIT;
+	struct odpd_err err = { 0 };
+	char why[200];
+	bool created;
+	unsigned members;
+
+	if (!odpd_conf_pd_name_valid(name)) {
+		odpd_client_send_error(c, id, EINVAL, "a shared PD name is 1 to 63 bytes of "
+				       "A-Z a-z 0-9 . _ : @ -");
 		return;
-	j->iova = iova;
-	j->length = length;
-	j->buf_size = c->m->cfg.verify_buffer;
-	j->job.run = verify_run;
-	j->job.done = verify_done;
-	odpd_client_submit(c, &j->job);
+	}
+	spd = odpd_registry_find_shared(&m->registry, name);
+	if (!odpd_conf_pd_allowed(&m->conf, name, c->cred.uid, c->cred.gid, c->groups, c->n_groups,
+				  spd ? spd->creator_uid : c->cred.uid, why, sizeof(why))) {
+		odpd_client_send_error(c, id, EPERM, why);
+		return;
+	}
+	if (odpd_registry_join(&m->registry, &c->holder, name, &created, &members, &err) < 0) {
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	log_info("client %llu (uid %u) joined shared PD \"%s\"%s", (unsigned long long)c->id,
+		 c->cred.uid, name, created ? " (created)" : "");
+	jr.has_created = jr.has_members = 1;
+	jr.created = created;
+	jr.members = members;
+	reply.has_id = reply.has_status = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_JOIN_PD;
+	reply.join_pd = &jr;
+	odpd_client_send(c, &reply);
+}
+
+/* ---------------------------------------------------------------- flush */
+
+static void reply_flush(struct odpd_client *c, uint64_t id, unsigned mrs, uint64_t bytes)
+{
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__FlushReply fr = ODPD__FLUSH_REPLY__INIT;
+
+	fr.has_mrs = fr.has_bytes = 1;
+	fr.mrs = mrs;
+	fr.bytes = bytes;
+	reply.has_id = reply.has_status = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_FLUSH;
+	reply.flush = &fr;
+	odpd_client_send(c, &reply);
+}
+
+static void flush_cb(void *arg, unsigned mrs, uint64_t bytes)
+{
+	struct pending *p = arg;
+	struct odpd_client *c = p->c;
+
+	log_info("client %llu: flush: %u MR(s), %llu bytes invalidated", (unsigned long long)c->id, mrs,
+		 (unsigned long long)bytes);
+	reply_flush(c, p->id, mrs, bytes);
+	free(p);
+	odpd_client_job_done(c);
+}
+
+/* A client's flush covers its own PDs; all, pid and pd are for admins. */
+void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req)
+{
+	struct odpd_flush_sel sel = { 0 };
+	struct pending *p;
+
+	if ((req->has_all && req->all) || req->has_pid || (req->pd && *req->pd)) {
+		if (!c->admin) {
+			odpd_client_send_error(c, id, EPERM, "flush of other clients' MRs (all, pid, pd) is "
+					       "an admin request: root or the admin group only");
+			return;
+		}
+		sel.all = req->has_all && req->all;
+		sel.has_pid = req->has_pid;
+		sel.pid = req->pid;
+		sel.pd = req->pd && *req->pd ? req->pd : NULL;
+	} else {
+		sel.holder = &c->holder;
+	}
+	p = pending_new(c, id);
+	if (!p) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		return;
+	}
+	if (odpd_registry_flush(&c->m->registry, &sel, flush_cb, p) == 1) {
+		odpd_client_wait(c);
+		return;
+	}
+	free(p);
+	reply_flush(c, id, 0, 0);
 }

@@ -15,7 +15,7 @@ void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *e
 }
 
 /* One allocation: the pointer array, then the messages. free() releases both. */
-static int devices_to_proto(struct odpd_manager *m, Odpd__Device ***ret)
+int odpd_devices_to_proto(struct odpd_manager *m, Odpd__Device ***ret)
 {
 	unsigned n = m->devices.n;
 	Odpd__Device **ptrs = calloc(1, (n + 1) * sizeof(*ptrs) + n * sizeof(Odpd__Device));
@@ -62,7 +62,7 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 			 req->version, ODPD_PROTOCOL_VERSION_MIN, ODPD_PROTOCOL_VERSION_MAX);
 		reply.status = EPROTONOSUPPORT;
 		reply.message = msg;
-	} else if (devices_to_proto(c->m, &devs) < 0) {
+	} else if (odpd_devices_to_proto(c->m, &devs) < 0) {
 		reply.status = ENOMEM;
 		reply.message = (char *)"out of memory";
 	} else {
@@ -80,82 +80,6 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 	}
 	odpd_client_send(c, &reply);
 	free(devs);
-}
-
-static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
-{
-	uint64_t seg_bytes = 0;
-	const struct odpd_cseg *s;
-
-	LIST_FOREACH(s, &c->segs, link)
-		seg_bytes += s->length;
-	o->has_id = o->has_pid = o->has_uid = o->has_gid = 1;
-	o->id = c->id;
-	o->pid = c->cred.pid;
-	o->uid = c->cred.uid;
-	o->gid = c->cred.gid;
-	o->name = (char *)c->name;
-	o->has_segments = o->has_mrs = o->has_pinned_bytes = o->has_segment_bytes = 1;
-	o->segments = c->n_segs;
-	o->mrs = c->n_mrs;
-	o->pinned_bytes = c->mr_bytes;
-	o->segment_bytes = seg_bytes;
-}
-
-static void handle_status(struct odpd_client *c, uint64_t id)
-{
-	struct odpd_manager *m = c->m;
-	Odpd__Reply reply = ODPD__REPLY__INIT;
-	Odpd__StatusReply sr = ODPD__STATUS_REPLY__INIT;
-	Odpd__ClientInfo *infos, **ptrs;
-	Odpd__Device **devs = NULL;
-	struct odpd_client *k;
-	unsigned n = 0;
-
-	if (!c->admin) {
-		odpd_client_send_error(c, id, EPERM, "status is an admin request: root or the admin group only");
-		return;
-	}
-	infos = calloc(m->n_clients + 1, sizeof(*infos));
-	ptrs = calloc(m->n_clients + 1, sizeof(*ptrs));
-	if (!infos || !ptrs || devices_to_proto(m, &devs) < 0) {
-		free(infos);
-		free(ptrs);
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
-		return;
-	}
-	sr.has_mrs = sr.has_pinned_bytes = 1;
-	LIST_FOREACH(k, &m->clients, link) {
-		odpd__client_info__init(&infos[n]);
-		client_info(k, &infos[n]);
-		ptrs[n] = &infos[n];
-		sr.mrs += k->n_mrs;
-		sr.pinned_bytes += k->mr_bytes;
-		n++;
-	}
-	sr.devices = devs;
-	sr.n_devices = m->devices.n;
-	sr.clients = ptrs;
-	sr.n_clients = n;
-	sr.has_segments = sr.has_segment_bytes = sr.has_registrations = 1;
-	sr.has_deregistrations = sr.has_errors = sr.has_daemon_pid = 1;
-	sr.segments = m->segs.count;
-	sr.segment_bytes = m->segs.bytes;
-	sr.registrations = m->stats.registrations;
-	sr.deregistrations = m->stats.deregistrations;
-	sr.errors = m->stats.errors;
-	sr.daemon_version = (char *)ODPD_VERSION;
-	sr.daemon_pid = (int32_t)getpid();
-	sr.has_releasing = 1;
-	sr.releasing = m->n_clients - n;
-	reply.has_id = reply.has_status = 1;
-	reply.id = id;
-	reply.body_case = ODPD__REPLY__BODY_STATUS_REPLY;
-	reply.status_reply = &sr;
-	odpd_client_send(c, &reply);
-	free(devs);
-	free(ptrs);
-	free(infos);
 }
 
 /* How many fds a request must carry. */
@@ -195,7 +119,16 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 		odpd_verify(c, id, req->verify);
 		break;
 	case ODPD__REQUEST__BODY_STATUS:
-		handle_status(c, id);
+		odpd_admin_status(c, id);
+		break;
+	case ODPD__REQUEST__BODY_JOIN_PD:
+		odpd_join_pd(c, id, req->join_pd);
+		break;
+	case ODPD__REQUEST__BODY_FLUSH:
+		odpd_flush(c, id, req->flush);
+		break;
+	case ODPD__REQUEST__BODY_LIST_MRS:
+		odpd_admin_list_mrs(c, id, req->list_mrs);
 		break;
 	default:
 		odpd_client_send_error(c, id, EOPNOTSUPP, "unknown request type (a newer client?)");

@@ -11,6 +11,9 @@
 /* Decode and act on one packet of @c. Consumes @pkt's fds on every path. */
 void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt);
 
+/* The devices as protobuf messages: one allocation, free() releases it. */
+int odpd_devices_to_proto(struct odpd_manager *m, Odpd__Device ***ret);
+
 /* Reply to request @id with @err. */
 void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *err);
 
@@ -22,5 +25,9 @@ void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachS
 void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int fd);
 void odpd_dereg_mr(struct odpd_client *c, uint64_t id, const Odpd__DeregMr *req);
 void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req);
-/* On a worker: deregister @e's MR and release its imported objects. */
-void odpd_request_mr_release(struct odpd_mr_entry *e);
+void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req);
+void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req);
+
+/* Admin requests (admin.c). */
+void odpd_admin_status(struct odpd_client *c, uint64_t id);
+void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs *req);

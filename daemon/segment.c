@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -166,6 +167,7 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 		return r;
 	}
 	mapping_dontdump(m);
+	odpd_covmap_init(&m->pinned);
 	m->refs = 1;
 	m->next = t->list;
 	t->list = m;
@@ -173,6 +175,41 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	t->bytes += m->size;
 	*ret = m;
 	return 0;
+}
+
+void odpd_mapping_ref(struct odpd_mapping *m)
+{
+	m->refs++;
+}
+
+static struct odpd_mapping *unmap_mapping(struct odpd_job *job)
+{
+	return (struct odpd_mapping *)((char *)job - offsetof(struct odpd_mapping, unmap));
+}
+
+static void unmap_run(struct odpd_job *job)
+{
+	struct odpd_mapping *m = unmap_mapping(job);
+
+	if (m->in_window)
+		odpd_window_unmap(m->addr, m->size);   /* replaces the mapping */
+	else
+		munmap(m->addr, m->size);
+	close(m->fd);
+}
+
+static void unmap_done(struct odpd_job *job)
+{
+	struct odpd_mapping *m = unmap_mapping(job);
+	struct odpd_segtable *t = m->table;
+
+	if (m->in_window)
+		odpd_window_put(t->window, m->addr, m->size);
+	t->count--;
+	t->bytes -= m->size;
+	t->unmapping--;
+	odpd_covmap_clear(&m->pinned);
+	free(m);
 }
 
 void odpd_mapping_put(struct odpd_segtable *t, struct odpd_mapping *m)
@@ -184,14 +221,26 @@ void odpd_mapping_put(struct odpd_segtable *t, struct odpd_mapping *m)
 			*pm = m->next;
 			break;
 		}
-	t->count--;
-	t->bytes -= m->size;
-	if (m->in_window)
-		odpd_window_release(t->window, m->addr, m->size); /* replaces the mapping */
-	else
-		munmap(m->addr, m->size);
-	close(m->fd);
-	free(m);
+	m->table = t;
+	m->unmap.run = unmap_run;
+	m->unmap.done = unmap_done;
+	t->unmapping++;
+	if (t->pool) {
+		odpd_pool_submit(t->pool, &m->unmap);
+	} else {                              /* unit tests: no pool */
+		unmap_run(&m->unmap);
+		unmap_done(&m->unmap);
+	}
+}
+
+int odpd_mapping_ctime(const struct odpd_mapping *m, struct timespec *ret)
+{
+	struct stat st;
+
+	if (fstat(m->fd, &st) < 0)
+		return -errno;
+	*ret = st.st_ctim;
+	return 0;
 }
 
 int odpd_maps_check(FILE *maps, uintptr_t addr, uint64_t length, uint64_t offset,
@@ -254,12 +303,15 @@ int odpd_client_mapping_check(pid_t pid, int pidfd, uintptr_t addr, uint64_t len
 		return err_set(err, ESRCH, "cannot read your process's memory map: %s", strerror(errno));
 	r = odpd_maps_check(f, addr, length, offset, dev, ino, err);
 	fclose(f);
-	/* The pid still names the peer only if the pidfd's process is alive: a
-	 * pidfd becomes readable when its process exits. */
-	if (r == 0 && pidfd >= 0) {
-		struct pollfd p = { .fd = pidfd, .events = POLLIN };
-		if (poll(&p, 1, 0) != 0)
-			return err_set(err, ESRCH, "client process is gone");
-	}
+	if (r == 0 && !odpd_pidfd_alive(pidfd))
+		return err_set(err, ESRCH, "client process is gone");
 	return r;
+}
+
+bool odpd_pidfd_alive(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	/* A pidfd becomes readable when its process exits. */
+	return pidfd < 0 || poll(&p, 1, 0) == 0;
 }

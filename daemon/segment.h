@@ -7,6 +7,8 @@
 #include <sys/types.h>
 
 #include "error.h"
+#include "itree.h"
+#include "pool.h"
 #include "window.h"
 
 /* What validation learned about a segment fd. */
@@ -35,15 +37,20 @@ struct odpd_mapping {
 	size_t size;            /* bytes mapped (the file size, page rounded) */
 	bool writable;
 	bool in_window;
-	unsigned refs;
+	unsigned refs;                  /* client attachments and MRs */
+	struct odpd_covmap pinned;      /* pages pinned by MRs of any PD */
 	struct odpd_mapping *next;
+	struct odpd_job unmap;          /* embedded: the last put never allocates */
+	struct odpd_segtable *table;
 };
 
 struct odpd_segtable {
 	struct odpd_window *window;
-	struct odpd_mapping *list;
-	unsigned count;
+	struct odpd_pool *pool;         /* unmapping runs on a worker */
+	struct odpd_mapping *list;      /* mapped, and findable */
+	unsigned count;                 /* mapped, including those being unmapped */
 	uint64_t bytes;
+	unsigned unmapping;             /* unmap jobs in flight */
 };
 
 /*
@@ -55,7 +62,14 @@ struct odpd_segtable {
  */
 int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo *info,
 		     uintptr_t want_addr, struct odpd_mapping **ret, struct odpd_err *err);
+/* One more reference (an MR over the mapping). */
+void odpd_mapping_ref(struct odpd_mapping *m);
+/* Drop a reference. The last one unmaps the segment on a worker (a
+ * populated 256 MiB segment takes tens of ms to unmap) and then frees it on
+ * the loop; meanwhile a new attach of the inode maps it anew. */
 void odpd_mapping_put(struct odpd_segtable *t, struct odpd_mapping *m);
+/* The segment's inode ctime (fstat): hole punching changes it. */
+int odpd_mapping_ctime(const struct odpd_mapping *m, struct timespec *ret);
 
 /*
  * Check, in the text of /proc/PID/maps, that [addr, addr + length) is mapped
@@ -64,6 +78,10 @@ void odpd_mapping_put(struct odpd_segtable *t, struct odpd_mapping *m);
  */
 int odpd_maps_check(FILE *maps, uintptr_t addr, uint64_t length, uint64_t offset,
 		    dev_t dev, ino_t ino, struct odpd_err *err);
+
+/* Is the process of @pidfd still running (so that its pid, read before,
+ * still names it)? True for @pidfd < 0 (no pidfd: cannot tell). */
+bool odpd_pidfd_alive(int pidfd);
 
 /* The same for a live process: reads /proc/@pid/maps, then proves with
  * @pidfd that @pid was not reused meanwhile. */

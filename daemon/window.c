@@ -91,13 +91,23 @@ void *odpd_window_alloc(struct odpd_window *w, size_t length, size_t align)
 	return NULL;
 }
 
+void odpd_window_unmap(void *addr, size_t length)
+{
+	if (mmap(addr, length, PROT_NONE, reserve_flags | MAP_FIXED, -1, 0) == MAP_FAILED)
+		log_errno(LOG_ERR, errno, "window: cannot restore reservation at %p", addr);
+}
+
 void odpd_window_release(struct odpd_window *w, void *addr, size_t length)
+{
+	odpd_window_unmap(addr, length);
+	odpd_window_put(w, addr, length);
+}
+
+void odpd_window_put(struct odpd_window *w, void *addr, size_t length)
 {
 	uintptr_t s = (uintptr_t)addr, end = s + length;
 	struct extent **pe = &w->free, *prev = NULL;
 
-	if (mmap(addr, length, PROT_NONE, reserve_flags | MAP_FIXED, -1, 0) == MAP_FAILED)
-		log_errno(LOG_ERR, errno, "window: cannot restore reservation at %p", addr);
 	while (*pe && (*pe)->start < s) {
 		prev = *pe;
 		pe = &(*pe)->next;

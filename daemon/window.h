@@ -23,6 +23,11 @@ void *odpd_window_alloc(struct odpd_window *w, size_t length, size_t align);
 
 /* Give [addr, addr + length) back and make it PROT_NONE again. */
 void odpd_window_release(struct odpd_window *w, void *addr, size_t length);
+/* The two halves of odpd_window_release: unmap makes the range PROT_NONE
+ * again (any thread: it is what costs, for a populated segment), put gives
+ * it back to the allocator (the thread that owns @w, after unmap). */
+void odpd_window_unmap(void *addr, size_t length);
+void odpd_window_put(struct odpd_window *w, void *addr, size_t length);
 
 /* Does the window contain [addr, addr + length)? */
 int odpd_window_contains(const struct odpd_window *w, const void *addr, size_t length);

@@ -141,6 +141,9 @@ const char *odpd_request_name(Odpd__Request__BodyCase c)
 	case ODPD__REQUEST__BODY_DEREG_MR: return "dereg_mr";
 	case ODPD__REQUEST__BODY_VERIFY: return "verify";
 	case ODPD__REQUEST__BODY_STATUS: return "status";
+	case ODPD__REQUEST__BODY_JOIN_PD: return "join_pd";
+	case ODPD__REQUEST__BODY_FLUSH: return "flush";
+	case ODPD__REQUEST__BODY_LIST_MRS: return "list_mrs";
 	default: return "unknown";
 	}
 }

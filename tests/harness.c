@@ -291,6 +291,34 @@ void snapshot_assert_equal(const struct snapshot *a, const struct snapshot *b)
 	assert_int_equal(a->vmpin_kb, b->vmpin_kb);
 }
 
+struct settle {
+	const struct test_daemon *d;
+	int admin_fd;
+	const struct snapshot *want;
+};
+
+static bool snapshot_matches(void *arg)
+{
+	const struct settle *st = arg;
+	const struct snapshot *a = st->want;
+	struct snapshot b;
+
+	snapshot_take(st->d, st->admin_fd, &b);
+	return a->segments == b.segments && a->segment_bytes == b.segment_bytes && a->mrs == b.mrs &&
+	       a->pinned_bytes == b.pinned_bytes && a->daemon_fds == b.daemon_fds &&
+	       a->kernel_mrs == b.kernel_mrs && a->vmpin_kb == b.vmpin_kb;
+}
+
+void snapshot_settles_to(const struct test_daemon *d, int admin_fd, const struct snapshot *want)
+{
+	struct settle st = { d, admin_fd, want };
+	struct snapshot now;
+
+	wait_until(snapshot_matches, &st);
+	snapshot_take(d, admin_fd, &now);
+	snapshot_assert_equal(want, &now);
+}
+
 bool wait_until(bool (*cond)(void *arg), void *arg)
 {
 	for (int i = 0; i < 400; i++) {
@@ -327,8 +355,13 @@ static bool daemon_idle(void *arg)
 void wait_idle(int admin_fd)
 {
 	idle_admin_fd = admin_fd;
-	if (!wait_until(daemon_idle, NULL))
-		fail_msg("odpd did not release the previous test's clients");
+	if (!wait_until(daemon_idle, NULL)) {
+		Odpd__Reply *r;
+		Odpd__StatusReply *sr = status_get(admin_fd, &r);
+		fail_msg("odpd did not release the previous test's clients: clients %zu (want 1), "
+			 "releasing %u, segments %u, MRs %u", sr->n_clients, sr->releasing, sr->segments,
+			 sr->mrs);
+	}
 }
 
 struct test_daemon test_daemon;

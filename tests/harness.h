@@ -73,6 +73,10 @@ void snapshot_take(const struct test_daemon *d, int admin_fd, struct snapshot *s
 /* Admin Status; free *ret_reply with odpd__reply__free_unpacked. */
 Odpd__StatusReply *status_get(int admin_fd, Odpd__Reply **ret_reply);
 void snapshot_assert_equal(const struct snapshot *a, const struct snapshot *b);
+/* Wait (up to 20 s) until a snapshot equals @want, then assert it: for
+ * releases that finish on a worker after the reply (a detached segment is
+ * unmapped there). */
+void snapshot_settles_to(const struct test_daemon *d, int admin_fd, const struct snapshot *want);
 
 /* MRs the kernel holds for any thread of @pid (rdma -j resource show mr),
  * -1 if no rdma tool/device. */

@@ -401,7 +401,7 @@ static void test_attach_and_detach(void **state)
 	const size_t len = 4 << 20;
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__DetachSegment d = ODPD__DETACH_SEGMENT__INIT;
-	struct snapshot before, mid, after;
+	struct snapshot before, mid;
 	int conn = raw_connect_hello(test_daemon.sock);
 	int fd = sealed_memfd(len);
 	Odpd__Reply *r;
@@ -427,8 +427,8 @@ static void test_attach_and_detach(void **state)
 	assert_int_equal(r->status, 0);
 	odpd__reply__free_unpacked(r, NULL);
 	raw_expect_error(conn, 22, &req, NULL, 0, ENOENT);          /* twice */
-	snapshot_take(&test_daemon, test_admin_fd, &after);
-	snapshot_assert_equal(&before, &after);
+	/* the reply comes before the worker has unmapped it */
+	snapshot_settles_to(&test_daemon, test_admin_fd, &before);
 	munmap(p, len);
 	close(fd);
 	close(conn);

@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * odpctl - look at a running odpd.
+ * odpctl - look at a running odpd and flush its registration cache.
  *
  * Speaks the wire protocol directly (proto/odpd-wire.h), not through
- * libodpd: a Hello, then one admin request, each answered by one Reply.
- * Human tables by default, one JSON object with --json.
+ * libodpd: a Hello, then admin requests (one, or one per page of ListMrs),
+ * each answered by one Reply. Human tables by default, one JSON object with
+ * --json. In the newer JSON (mrs, flush, and status's cache, quotas and
+ * totals.max_pinned) every uint64 field is a decimal string: JSON readers
+ * such as jq and JavaScript round integers above 2^53.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,12 +32,24 @@
 
 /* How long to wait for the daemon to answer one request. */
 #define TIMEOUT_SEC 10
+/* ... and a Flush, which is answered only when every MR it selected is
+ * deregistered. */
+#define FLUSH_TIMEOUT_SEC 120
 
 #define EXIT_USAGE 2
+
+/* Longest shared PD name (JoinPd.name: 1..63 bytes of [A-Za-z0-9._:@-]). */
+#define PD_NAME_MAX 63
+
+struct command;
 
 struct options {
 	const char *socket;
 	bool json;
+	bool has_pid;                /* --pid */
+	int32_t pid;
+	const char *pd;              /* --pd, NULL if not given */
+	const struct command *cmd;
 };
 
 static void oom(void)
@@ -137,6 +153,91 @@ static const char *yes_no(bool b)
 	return b ? "yes" : "no";
 }
 
+/* Access bits of the wire -> "lw,rr,rw,ra", unknown bits in hex, "-" for none. */
+static const char *access_text(uint32_t access, char buf[static 48])
+{
+	static const struct {
+		uint32_t bit;
+		const char *name;
+	} names[] = {
+		{ ODPD__ACCESS__ACCESS_LOCAL_WRITE, "lw" },
+		{ ODPD__ACCESS__ACCESS_REMOTE_READ, "rr" },
+		{ ODPD__ACCESS__ACCESS_REMOTE_WRITE, "rw" },
+		{ ODPD__ACCESS__ACCESS_REMOTE_ATOMIC, "ra" },
+	};
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!(access & names[i].bit))
+			continue;
+		access &= ~names[i].bit;
+		n += snprintf(buf + n, 48 - n, "%s%s", n ? "," : "", names[i].name);
+	}
+	if (access)
+		snprintf(buf + n, 48 - n, "%s0x%" PRIx32, n ? "," : "", access);
+	return buf[0] ? buf : "-";
+}
+
+static const char *mr_state_name(Odpd__MrState s)
+{
+	switch (s) {
+	case ODPD__MR_STATE__MR_STATE_REGISTERING: return "registering";
+	case ODPD__MR_STATE__MR_STATE_LIVE: return "live";
+	case ODPD__MR_STATE__MR_STATE_RELAXED: return "relaxed";
+	case ODPD__MR_STATE__MR_STATE_INVALIDATING: return "invalidating";
+	default: return "unknown";
+	}
+}
+
+static const char *mr_kind_name(Odpd__MrKind k)
+{
+	switch (k) {
+	case ODPD__MR_KIND__MR_PINNED: return "pinned";
+	case ODPD__MR_KIND__MR_ODP: return "odp";
+	case ODPD__MR_KIND__MR_IMPLICIT_ODP: return "implicit_odp";
+	default: return "unknown";
+	}
+}
+
+/* A shared PD's name, or "private" for the empty name of a private PD. */
+static const char *pd_text(const char *name)
+{
+	return name && *name ? name : "private";
+}
+
+/* 850 -> "850ms", 12345 -> "12.3s", 245000 -> "4m05s", then "2h03m", "3d04h". */
+static const char *human_age(uint64_t ms, char buf[static HUMAN_LEN])
+{
+	uint64_t s = ms / 1000;
+
+	if (ms < 1000)
+		snprintf(buf, HUMAN_LEN, "%" PRIu64 "ms", ms);
+	else if (s < 60)
+		snprintf(buf, HUMAN_LEN, "%" PRIu64 ".%" PRIu64 "s", s, ms % 1000 / 100);
+	else if (s < 3600)
+		snprintf(buf, HUMAN_LEN, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, HUMAN_LEN, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s % 3600 / 60);
+	else
+		snprintf(buf, HUMAN_LEN, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s % 86400 / 3600);
+	return buf;
+}
+
+/* A byte limit: "unlimited" for UINT64_MAX, else as human_bytes. */
+static const char *limit_text(uint64_t v, char buf[static HUMAN_LEN])
+{
+	return v == UINT64_MAX ? "unlimited" : human_bytes(v, buf);
+}
+
+/* The user name of @uid, or NULL if the password database does not know it. */
+static const char *user_name(uint32_t uid)
+{
+	const struct passwd *pw = getpwuid((uid_t)uid);
+
+	return pw && pw->pw_name && *pw->pw_name ? pw->pw_name : NULL;
+}
+
 /* ---------------------------------------------------------------- tables */
 
 /*
@@ -173,6 +274,16 @@ static void table_add(struct table *t, const char *fmt, ...)
 	t->cells[t->ncells++] = s;
 }
 
+/* Empty @t without printing it. */
+static void table_clear(struct table *t)
+{
+	for (size_t i = 0; i < t->ncells; i++)
+		free(t->cells[i]);
+	free(t->cells);
+	t->cells = NULL;
+	t->ncells = 0;
+}
+
 /* Print and empty @t. A table of at most one row (its header) prints "(none)". */
 static void table_print(struct table *t, const char *title)
 {
@@ -197,11 +308,7 @@ static void table_print(struct table *t, const char *title)
 				printf("%s\n", t->cells[i]);
 		}
 	}
-	for (size_t i = 0; i < t->ncells; i++)
-		free(t->cells[i]);
-	free(t->cells);
-	t->cells = NULL;
-	t->ncells = 0;
+	table_clear(t);
 }
 
 /* ------------------------------------------------------------ human output */
@@ -238,14 +345,16 @@ static void print_devices(const Odpd__StatusReply *st)
 
 static void print_clients(const Odpd__StatusReply *st)
 {
-	struct table t = { .ncols = 7 };
+	struct table t = { .ncols = 9 };
 
 	table_add(&t, "ID");
 	table_add(&t, "PID");
 	table_add(&t, "UID");
 	table_add(&t, "NAME");
+	table_add(&t, "PD");
 	table_add(&t, "SEGMENTS");
 	table_add(&t, "MRS");
+	table_add(&t, "RELAXED");
 	table_add(&t, "PINNED");
 	for (size_t i = 0; i < st->n_clients; i++) {
 		const Odpd__ClientInfo *c = st->clients[i];
@@ -255,11 +364,96 @@ static void print_clients(const Odpd__StatusReply *st)
 		table_add(&t, "%" PRId32, c->pid);
 		table_add(&t, "%" PRIu32, c->uid);
 		table_add(&t, "%s", c->name && *c->name ? c->name : "-");
+		table_add(&t, "%s", pd_text(c->pd));
 		table_add(&t, "%" PRIu32, c->segments);
 		table_add(&t, "%" PRIu32, c->mrs);
+		table_add(&t, "%" PRIu32, c->relaxed);
 		table_add(&t, "%s", human_bytes(c->pinned_bytes, b));
 	}
 	table_print(&t, "Clients");
+}
+
+static void print_pds(const Odpd__StatusReply *st)
+{
+	struct table t = { .ncols = 5 };
+
+	table_add(&t, "NAME");
+	table_add(&t, "DEVICE");
+	table_add(&t, "MEMBERS");
+	table_add(&t, "MRS");
+	table_add(&t, "CREATOR_UID");
+	for (size_t i = 0; i < st->n_pds; i++) {
+		const Odpd__PdInfo *pd = st->pds[i];
+
+		table_add(&t, "%s", pd->name ? pd->name : "-");
+		table_add(&t, "%s", pd->device && *pd->device ? pd->device : "-");
+		table_add(&t, "%" PRIu32, pd->members);
+		table_add(&t, "%" PRIu32, pd->mrs);
+		table_add(&t, "%" PRIu32, pd->creator_uid);
+	}
+	table_print(&t, "Shared PDs");
+}
+
+static void print_quotas(const Odpd__StatusReply *st)
+{
+	struct table t = { .ncols = 6 };
+
+	table_add(&t, "UID");
+	table_add(&t, "USER");
+	table_add(&t, "PINNED");
+	table_add(&t, "LIMIT");
+	table_add(&t, "RULE");
+	table_add(&t, "MRS");
+	for (size_t i = 0; i < st->n_quotas; i++) {
+		const Odpd__QuotaInfo *q = st->quotas[i];
+		const char *user = user_name(q->uid);
+		char b1[HUMAN_LEN], b2[HUMAN_LEN];
+
+		table_add(&t, "%" PRIu32, q->uid);
+		table_add(&t, "%s", user ? user : "-");
+		table_add(&t, "%s", human_bytes(q->pinned_bytes, b1));
+		table_add(&t, "%s", limit_text(q->limit, b2));
+		table_add(&t, "%s", q->rule && *q->rule ? q->rule : "-");
+		table_add(&t, "%" PRIu32, q->mrs);
+	}
+	table_print(&t, "Pinning quotas");
+}
+
+/* "Registration cache": "(none)" when the daemon sent no CacheStats. */
+static void print_cache(const Odpd__StatusReply *st)
+{
+	const Odpd__CacheStats *c = st->cache;
+	struct table t = { .ncols = 2 };
+	char b[HUMAN_LEN];
+
+	if (!c) {
+		table_print(&t, "Registration cache");
+		return;
+	}
+	table_add(&t, "Lookups:");
+	table_add(&t, "%" PRIu64, c->lookups);
+	table_add(&t, "Hits:");
+	if (c->lookups)
+		table_add(&t, "%" PRIu64 " (%.1f%%)", c->hits, 100.0 * (double)c->hits / (double)c->lookups);
+	else
+		table_add(&t, "%" PRIu64, c->hits);
+	table_add(&t, "Misses:");
+	table_add(&t, "%" PRIu64, c->misses);
+	table_add(&t, "Evictions:");
+	table_add(&t, "%" PRIu64, c->evictions);
+	table_add(&t, "Registrations:");
+	table_add(&t, "%" PRIu64, c->registrations);
+	table_add(&t, "Deregistrations:");
+	table_add(&t, "%" PRIu64, c->deregistrations);
+	table_add(&t, "Relaxed pending:");
+	table_add(&t, "%" PRIu32 " MRs, %s", c->relaxed_pending, human_bytes(c->relaxed_bytes, b));
+	table_add(&t, "Flushes:");
+	table_add(&t, "%" PRIu64, c->flushes);
+	table_add(&t, "Invalidated:");
+	table_add(&t, "%" PRIu64, c->invalidated);
+	table_add(&t, "Replaced:");
+	table_add(&t, "%" PRIu64, c->replaced);
+	table_print(&t, "Registration cache");
 }
 
 static void print_totals(const Odpd__StatusReply *st)
@@ -273,8 +467,15 @@ static void print_totals(const Odpd__StatusReply *st)
 	table_add(&t, "%s", human_bytes(st->segment_bytes, b));
 	table_add(&t, "MRs:");
 	table_add(&t, "%" PRIu32, st->mrs);
+	table_add(&t, "Max MRs:");
+	if (st->has_max_mrs)
+		table_add(&t, "%" PRIu32, st->max_mrs);
+	else
+		table_add(&t, "-");
 	table_add(&t, "Pinned bytes:");
 	table_add(&t, "%s", human_bytes(st->pinned_bytes, b));
+	table_add(&t, "Max pinned:");
+	table_add(&t, "%s", st->has_max_pinned ? limit_text(st->max_pinned, b) : "-");
 	table_add(&t, "Registrations:");
 	table_add(&t, "%" PRIu64, st->registrations);
 	table_add(&t, "Deregistrations:");
@@ -296,7 +497,83 @@ static void print_human(const Odpd__StatusReply *st)
 	putchar('\n');
 	print_clients(st);
 	putchar('\n');
+	print_pds(st);
+	putchar('\n');
+	print_quotas(st);
+	putchar('\n');
+	print_cache(st);
+	putchar('\n');
 	print_totals(st);
+}
+
+/* "0x1000-0x3000": [iova, iova + length), the end clamped at 2^64 - 1. */
+static const char *iova_range(uint64_t iova, uint64_t length, char buf[static 48])
+{
+	uint64_t end = iova + length < iova ? UINT64_MAX : iova + length;
+
+	snprintf(buf, 48, "0x%" PRIx64 "-0x%" PRIx64, iova, end);
+	return buf;
+}
+
+/* "0", or the count and the holding pids: "2 (1234,5678)". Malloc'ed. */
+static char *holders_text(const Odpd__MrInfo *m)
+{
+	char *s = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&s, &len);
+
+	if (!f)
+		oom();
+	fprintf(f, "%" PRIu32, m->holders);
+	for (size_t i = 0; i < m->n_holder_pids; i++)
+		fprintf(f, "%s%" PRId32, i ? "," : " (", m->holder_pids[i]);
+	if (m->n_holder_pids)
+		fputc(')', f);
+	if (fclose(f) != 0)
+		oom();
+	return s;
+}
+
+/* The columns of the mrs table. */
+#define MRS_COLS 13
+
+static void mrs_header(struct table *t)
+{
+	table_add(t, "ID");
+	table_add(t, "PD");
+	table_add(t, "DEVICE");
+	table_add(t, "IOVA");
+	table_add(t, "LENGTH");
+	table_add(t, "ACCESS");
+	table_add(t, "LKEY");
+	table_add(t, "RKEY");
+	table_add(t, "HOLDERS");
+	table_add(t, "STATE");
+	table_add(t, "GEN");
+	table_add(t, "UID");
+	table_add(t, "AGE");
+}
+
+static void mrs_row(struct table *t, const Odpd__MrInfo *m)
+{
+	char b1[48], b2[HUMAN_LEN], b3[48], b4[HUMAN_LEN];
+	char *holders = holders_text(m);
+
+	table_add(t, "%" PRIu64, m->id);
+	table_add(t, "%s", pd_text(m->pd));
+	table_add(t, "%s", m->device && *m->device ? m->device : "-");
+	table_add(t, "%s", iova_range(m->iova, m->length, b1));
+	table_add(t, "%s", human_bytes(m->length, b2));
+	table_add(t, "%s", access_text(m->access, b3));
+	table_add(t, "0x%" PRIx32, m->lkey);
+	table_add(t, "0x%" PRIx32, m->rkey);
+	table_add(t, "%s", holders);
+	table_add(t, "%s", mr_state_name(m->state));
+	table_add(t, "%" PRIu64, m->generation);
+	table_add(t, "%" PRIu32, m->uid);
+	table_add(t, "%s", m->state == ODPD__MR_STATE__MR_STATE_RELAXED ?
+		  human_age(m->age_ms, b4) : "-");
+	free(holders);
 }
 
 /* ------------------------------------------------------------- JSON output */
@@ -304,6 +581,17 @@ static void print_human(const Odpd__StatusReply *st)
 static void put_u64(json_object *o, const char *key, uint64_t v)
 {
 	json_object_object_add(o, key, json_object_new_uint64(v));
+}
+
+/* A uint64 as a decimal string: JSON readers (jq, JavaScript) round integers
+ * above 2^53. The rule for every uint64 field of mrs, flush, and status's
+ * cache, quotas and totals.max_pinned; the older status fields stay numbers. */
+static void put_u64_str(json_object *o, const char *key, uint64_t v)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%" PRIu64, v);
+	json_object_object_add(o, key, json_object_new_string(buf));
 }
 
 static void put_i64(json_object *o, const char *key, int64_t v)
@@ -357,7 +645,94 @@ static json_object *json_client(const Odpd__ClientInfo *c)
 	put_u64(o, "segment_bytes", c->segment_bytes);
 	put_u64(o, "mrs", c->mrs);
 	put_u64(o, "pinned_bytes", c->pinned_bytes);
+	put_str(o, "pd", c->pd);
+	put_u64(o, "relaxed", c->relaxed);
 	return o;
+}
+
+static json_object *json_cache(const Odpd__CacheStats *c)
+{
+	static const Odpd__CacheStats none = ODPD__CACHE_STATS__INIT;
+	json_object *o = json_object_new_object();
+
+	if (!c)
+		c = &none;
+	put_u64_str(o, "lookups", c->lookups);
+	put_u64_str(o, "hits", c->hits);
+	put_u64_str(o, "misses", c->misses);
+	put_u64_str(o, "evictions", c->evictions);
+	put_u64_str(o, "registrations", c->registrations);
+	put_u64_str(o, "deregistrations", c->deregistrations);
+	put_u64(o, "relaxed_pending", c->relaxed_pending);
+	put_u64_str(o, "relaxed_bytes", c->relaxed_bytes);
+	put_u64_str(o, "flushes", c->flushes);
+	put_u64_str(o, "invalidated", c->invalidated);
+	put_u64_str(o, "replaced", c->replaced);
+	return o;
+}
+
+static json_object *json_quota(const Odpd__QuotaInfo *q)
+{
+	json_object *o = json_object_new_object();
+
+	put_u64(o, "uid", q->uid);
+	put_str(o, "user", user_name(q->uid));
+	put_u64_str(o, "pinned_bytes", q->pinned_bytes);
+	put_u64_str(o, "limit", q->limit);
+	put_str(o, "rule", q->rule);
+	put_u64(o, "mrs", q->mrs);
+	return o;
+}
+
+static json_object *json_pd(const Odpd__PdInfo *pd)
+{
+	json_object *o = json_object_new_object();
+
+	put_str(o, "name", pd->name);
+	put_str(o, "device", pd->device);
+	put_u64(o, "members", pd->members);
+	put_u64(o, "mrs", pd->mrs);
+	put_u64(o, "creator_uid", pd->creator_uid);
+	return o;
+}
+
+static json_object *json_mr(const Odpd__MrInfo *m)
+{
+	json_object *o = json_object_new_object();
+	json_object *pids = json_object_new_array();
+
+	if (!o || !pids)
+		oom();
+	for (size_t i = 0; i < m->n_holder_pids; i++)
+		json_object_array_add(pids, json_object_new_int64(m->holder_pids[i]));
+	put_u64_str(o, "id", m->id);
+	put_str(o, "pd", m->pd);
+	put_u64_str(o, "client_id", m->client_id);
+	put_str(o, "device", m->device);
+	put_u64_str(o, "iova", m->iova);
+	put_u64_str(o, "length", m->length);
+	put_u64(o, "access", m->access);
+	put_str(o, "kind", mr_kind_name(m->kind));
+	put_u64(o, "lkey", m->lkey);
+	put_u64(o, "rkey", m->rkey);
+	put_u64(o, "holders", m->holders);
+	json_object_object_add(o, "holder_pids", pids);
+	put_str(o, "state", mr_state_name(m->state));
+	put_u64_str(o, "generation", m->generation);
+	put_u64_str(o, "segment_dev", m->segment_dev);
+	put_u64_str(o, "segment_ino", m->segment_ino);
+	put_u64_str(o, "offset", m->offset);
+	put_u64(o, "uid", m->uid);
+	put_u64_str(o, "age_ms", m->age_ms);
+	return o;
+}
+
+/* Print @root, pretty, and free it. */
+static void json_print(json_object *root)
+{
+	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+					    JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(root);
 }
 
 static void print_json(const Odpd__StatusReply *st)
@@ -366,9 +741,11 @@ static void print_json(const Odpd__StatusReply *st)
 	json_object *daemon = json_object_new_object();
 	json_object *devices = json_object_new_array();
 	json_object *clients = json_object_new_array();
+	json_object *pds = json_object_new_array();
+	json_object *quotas = json_object_new_array();
 	json_object *totals = json_object_new_object();
 
-	if (!root || !daemon || !devices || !clients || !totals)
+	if (!root || !daemon || !devices || !clients || !pds || !quotas || !totals)
 		oom();
 	put_str(daemon, "version", st->daemon_version);
 	put_i64(daemon, "pid", st->daemon_pid);
@@ -376,6 +753,10 @@ static void print_json(const Odpd__StatusReply *st)
 		json_object_array_add(devices, json_device(st->devices[i]));
 	for (size_t i = 0; i < st->n_clients; i++)
 		json_object_array_add(clients, json_client(st->clients[i]));
+	for (size_t i = 0; i < st->n_pds; i++)
+		json_object_array_add(pds, json_pd(st->pds[i]));
+	for (size_t i = 0; i < st->n_quotas; i++)
+		json_object_array_add(quotas, json_quota(st->quotas[i]));
 	put_u64(totals, "segments", st->segments);
 	put_u64(totals, "segment_bytes", st->segment_bytes);
 	put_u64(totals, "mrs", st->mrs);
@@ -384,16 +765,42 @@ static void print_json(const Odpd__StatusReply *st)
 	put_u64(totals, "deregistrations", st->deregistrations);
 	put_u64(totals, "errors", st->errors);
 	put_u64(totals, "releasing", st->releasing);
+	put_u64_str(totals, "max_pinned", st->max_pinned);
+	put_u64(totals, "max_mrs", st->max_mrs);
 	json_object_object_add(root, "daemon", daemon);
 	json_object_object_add(root, "devices", devices);
 	json_object_object_add(root, "clients", clients);
+	json_object_object_add(root, "pds", pds);
+	json_object_object_add(root, "quotas", quotas);
+	json_object_object_add(root, "cache", json_cache(st->cache));
 	json_object_object_add(root, "totals", totals);
-	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
-					    JSON_C_TO_STRING_NOSLASHESCAPE));
-	json_object_put(root);
+	json_print(root);
 }
 
 /* ----------------------------------------------------------------- talking */
+
+/* Wait at most @sec seconds for each reply. Returns 0 or -1 after printing why. */
+static int set_reply_timeout(int sock, int sec)
+{
+	struct timeval tv = { .tv_sec = sec };
+
+	if (setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+		fail("setsockopt(SO_RCVTIMEO)", errno, NULL);
+		return -1;
+	}
+	return 0;
+}
+
+/* The reply timeout of @sock in seconds, for messages. */
+static long reply_timeout(int sock)
+{
+	struct timeval tv = { .tv_sec = TIMEOUT_SEC };
+	socklen_t len = sizeof(tv);
+
+	if (getsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) < 0)
+		return TIMEOUT_SEC;
+	return (long)tv.tv_sec;
+}
 
 /* Returns a connected socket, or -1 after printing why. */
 static int connect_daemon(const char *path)
@@ -435,7 +842,7 @@ static Odpd__Reply *receive_reply(int sock, uint64_t id, const char *what)
 		int r = odpd_wire_recv(sock, buf, sizeof(buf), &p, 0);
 
 		if (r == -EAGAIN) {
-			fail(what, ETIMEDOUT, "no reply from odpd within %d s", TIMEOUT_SEC);
+			fail(what, ETIMEDOUT, "no reply from odpd within %ld s", reply_timeout(sock));
 			return NULL;
 		}
 		if (r < 0) {
@@ -469,6 +876,13 @@ static Odpd__Reply *receive_reply(int sock, uint64_t id, const char *what)
 	}
 }
 
+/* The requests odpctl sends that the daemon answers only for admins. */
+static bool is_admin_request(Odpd__Request__BodyCase c)
+{
+	return c == ODPD__REQUEST__BODY_STATUS || c == ODPD__REQUEST__BODY_LIST_MRS ||
+	       c == ODPD__REQUEST__BODY_FLUSH;
+}
+
 /*
  * Send @req, wait for its reply, check its status and that it carries a
  * @want body. Returns the reply, or NULL after printing why.
@@ -489,7 +903,7 @@ static Odpd__Reply *call(int sock, Odpd__Request *req, const char *what,
 		const char *msg = rep->message ? rep->message : "";
 
 		fail(what, rep->status, *msg ? "%s" : NULL, msg);
-		if (rep->status == EPERM && req->body_case == ODPD__REQUEST__BODY_STATUS)
+		if (rep->status == EPERM && is_admin_request(req->body_case))
 			fputs("odpctl: run odpctl as root or as a member of odpd's admin group "
 			      "(odpd --admin-group)\n", stderr);
 	} else if (rep->body_case != want) {
@@ -551,21 +965,169 @@ static int cmd_status(int sock, const struct options *o)
 	return EXIT_SUCCESS;
 }
 
+/*
+ * Ask for the page of MRs after @after (none: the first page) and add its
+ * MRs to @t or, with --json, to @list. Returns the reply (the caller frees
+ * it), or NULL after printing why.
+ */
+static Odpd__Reply *mrs_page(int sock, const struct options *o, uint64_t id, const uint64_t *after,
+			     struct table *t, json_object *list)
+{
+	Odpd__ListMrs body = ODPD__LIST_MRS__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reply *rep;
+
+	body.has_pid = o->has_pid;
+	body.pid = o->pid;
+	body.pd = (char *)o->pd;
+	body.has_after = after != NULL;
+	body.after = after ? *after : 0;
+	req.has_id = true;
+	req.id = id;
+	req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+	req.list_mrs = &body;
+
+	rep = call(sock, &req, "mrs", ODPD__REPLY__BODY_MRS);
+	if (!rep)
+		return NULL;
+	for (size_t i = 0; i < rep->mrs->n_mrs; i++) {
+		if (list)
+			json_object_array_add(list, json_mr(rep->mrs->mrs[i]));
+		else
+			mrs_row(t, rep->mrs->mrs[i]);
+	}
+	return rep;
+}
+
+/* ListMrs page by page (after = the last id while more), then one table or
+ * one JSON object {"mrs": [...]}. */
+static int cmd_mrs(int sock, const struct options *o)
+{
+	struct table t = { .ncols = MRS_COLS };
+	json_object *list = NULL;
+	uint64_t id = 2, after = 0;
+	bool have_after = false, more = true;
+
+	if (o->json) {
+		list = json_object_new_array();
+		if (!list)
+			oom();
+	} else {
+		mrs_header(&t);
+	}
+	while (more) {
+		Odpd__Reply *rep = mrs_page(sock, o, id++, have_after ? &after : NULL, &t, list);
+		const Odpd__MrsReply *m;
+
+		if (!rep)
+			goto fail;
+		m = rep->mrs;
+		more = m->more;
+		/* A page that does not move the cursor would be asked for forever. */
+		if (more && (m->n_mrs == 0 || (have_after && m->mrs[m->n_mrs - 1]->id <= after))) {
+			fail("mrs", EBADMSG, "odpd announces more MRs but its page does not "
+			     "go past id %" PRIu64, after);
+			odpd__reply__free_unpacked(rep, NULL);
+			goto fail;
+		}
+		if (more) {
+			after = m->mrs[m->n_mrs - 1]->id;
+			have_after = true;
+		}
+		odpd__reply__free_unpacked(rep, NULL);
+	}
+
+	if (list) {
+		json_object *root = json_object_new_object();
+
+		if (!root)
+			oom();
+		json_object_object_add(root, "mrs", list);
+		json_print(root);
+	} else {
+		table_print(&t, "MRs");
+	}
+	return EXIT_SUCCESS;
+
+fail:
+	json_object_put(list);
+	table_clear(&t);
+	return EXIT_FAILURE;
+}
+
+/* Flush: all without a filter, else pid and/or pd. A barrier: the reply
+ * comes when every selected MR is deregistered, hence the long timeout. */
+static int cmd_flush(int sock, const struct options *o)
+{
+	Odpd__Flush body = ODPD__FLUSH__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reply *rep;
+	char b[HUMAN_LEN];
+
+	body.has_all = !o->has_pid && !o->pd;
+	body.all = body.has_all;
+	body.has_pid = o->has_pid;
+	body.pid = o->pid;
+	body.pd = (char *)o->pd;
+	req.has_id = true;
+	req.id = 2;
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &body;
+
+	if (set_reply_timeout(sock, FLUSH_TIMEOUT_SEC) < 0)
+		return EXIT_FAILURE;
+	rep = call(sock, &req, "flush", ODPD__REPLY__BODY_FLUSH);
+	if (!rep)
+		return EXIT_FAILURE;
+	if (o->json) {
+		json_object *root = json_object_new_object();
+
+		if (!root)
+			oom();
+		put_u64(root, "mrs", rep->flush->mrs);
+		put_u64_str(root, "bytes", rep->flush->bytes);
+		json_print(root);
+	} else {
+		printf("flushed %" PRIu32 " MRs, %" PRIu64 " bytes (%s)\n", rep->flush->mrs,
+		       rep->flush->bytes, human_bytes(rep->flush->bytes, b));
+	}
+	odpd__reply__free_unpacked(rep, NULL);
+	return EXIT_SUCCESS;
+}
+
 /* -------------------------------------------------------------------- main */
+
+struct command {
+	const char *name;
+	int (*run)(int sock, const struct options *o);
+	bool filters;                /* takes --pid and --pd */
+};
+
+static const struct command commands[] = {
+	{ "status", cmd_status, false },
+	{ "mrs", cmd_mrs, true },
+	{ "flush", cmd_flush, true },
+};
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: odpctl [OPTIONS] COMMAND\n"
 		"\n"
-		"Show the state of the odpd RDMA registration daemon.\n"
+		"Show the state of the odpd RDMA registration daemon, flush its cache.\n"
 		"\n"
-		"Commands:\n"
-		"  status            devices, clients and totals (admin)\n"
+		"Commands (admin: root or odpd --admin-group):\n"
+		"  status            devices, clients, shared PDs, pinning quotas,\n"
+		"                    registration cache and totals\n"
+		"  mrs               the MRs of the registration cache\n"
+		"  flush             deregister relaxed MRs now and wait until they are;\n"
+		"                    prints the MRs and bytes released\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH odpd's socket (default: $%s, else %s)\n"
 		"  -j, --json        print one JSON object instead of tables\n"
+		"      --pid PID     mrs, flush: only the MRs of process PID\n"
+		"      --pd NAME     mrs, flush: only the MRs of the shared PD NAME\n"
 		"  -h, --help        show this help\n"
 		"  -V, --version     show the version\n"
 		"\n"
@@ -573,12 +1135,44 @@ static void usage(FILE *f)
 		ODPD_SOCKET_ENV, ODPD_SOCKET_DEFAULT);
 }
 
+/* --pid: a decimal process id, 1 .. INT32_MAX. */
+static int parse_pid(const char *s, int32_t *ret)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || *s == '+' || v < 1 || v > INT32_MAX) {
+		fprintf(stderr, "odpctl: --pid: '%s' is not a process id\n", s);
+		return -1;
+	}
+	*ret = (int32_t)v;
+	return 0;
+}
+
+/* --pd: 1..63 bytes of [A-Za-z0-9._:@-], as JoinPd.name. */
+static int check_pd_name(const char *s)
+{
+	size_t len = strlen(s);
+
+	if (len >= 1 && len <= PD_NAME_MAX &&
+	    strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:@-") == len)
+		return 0;
+	fprintf(stderr, "odpctl: --pd: '%s' is not a shared PD name "
+		"(1..%d bytes of A-Z a-z 0-9 . _ : @ -)\n", s, PD_NAME_MAX);
+	return -1;
+}
+
 /* Returns -1 to exit with EXIT_USAGE, 1 to exit with 0, 0 to go on. */
 static int parse_args(int argc, char **argv, struct options *o)
 {
+	enum { OPT_PID = 0x100, OPT_PD };
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "pid", required_argument, NULL, OPT_PID },
+		{ "pd", required_argument, NULL, OPT_PD },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -592,6 +1186,16 @@ static int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case 'j':
 			o->json = true;
+			break;
+		case OPT_PID:
+			if (parse_pid(optarg, &o->pid) < 0)
+				return -1;
+			o->has_pid = true;
+			break;
+		case OPT_PD:
+			if (check_pd_name(optarg) < 0)
+				return -1;
+			o->pd = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -607,12 +1211,21 @@ static int parse_args(int argc, char **argv, struct options *o)
 		fputs("odpctl: no command given\n", stderr);
 		return -1;
 	}
-	if (strcmp(argv[optind], "status") != 0) {
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[optind], commands[i].name) == 0)
+			o->cmd = &commands[i];
+	if (!o->cmd) {
 		fprintf(stderr, "odpctl: unknown command '%s'\n", argv[optind]);
 		return -1;
 	}
 	if (optind + 1 < argc) {
-		fprintf(stderr, "odpctl: status: unexpected argument '%s'\n", argv[optind + 1]);
+		fprintf(stderr, "odpctl: %s: unexpected argument '%s'\n", o->cmd->name,
+			argv[optind + 1]);
+		return -1;
+	}
+	if (!o->cmd->filters && (o->has_pid || o->pd)) {
+		fprintf(stderr, "odpctl: %s: --pid and --pd apply only to mrs and flush\n",
+			o->cmd->name);
 		return -1;
 	}
 	return 0;
@@ -639,7 +1252,7 @@ int main(int argc, char **argv)
 	sock = connect_daemon(o.socket);
 	if (sock < 0)
 		return EXIT_FAILURE;
-	r = hello(sock) < 0 ? EXIT_FAILURE : cmd_status(sock, &o);
+	r = hello(sock) < 0 ? EXIT_FAILURE : o.cmd->run(sock, &o);
 	close(sock);
 
 	errno = 0;

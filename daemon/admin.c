@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: MIT */
+/* admin.c - admin requests: status and the MR list (root or the admin group). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "request.h"
+
+/* Largest number of MrInfo in one MrsReply: well inside ODPD_MAX_PACKET. */
+#define MRS_PER_PAGE 200
+
+static bool admin_only(struct odpd_client *c, uint64_t id, const char *what)
+{
+	char msg[128];
+
+	if (c->admin)
+		return true;
+	snprintf(msg, sizeof(msg), "%s is an admin request: root or the admin group only", what);
+	odpd_client_send_error(c, id, EPERM, msg);
+	return false;
+}
+
+static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
+{
+	uint64_t seg_bytes = 0, mr_bytes = 0;
+	const struct odpd_cseg *s;
+	const struct odpd_ref *ref;
+
+	LIST_FOREACH(s, &c->segs, link)
+		seg_bytes += s->length;
+	LIST_FOREACH(ref, &c->holder.refs, hlink)
+		mr_bytes += ref->length;
+	o->has_id = o->has_pid = o->has_uid = o->has_gid = 1;
+	o->id = c->id;
+	o->pid = c->cred.pid;
+	o->uid = c->cred.uid;
+	o->gid = c->cred.gid;
+	o->name = (char *)c->name;
+	o->has_segments = o->has_mrs = o->has_pinned_bytes = o->has_segment_bytes = 1;
+	o->segments = c->n_segs;
+	o->mrs = c->holder.n_refs;
+	o->pinned_bytes = mr_bytes;
+	o->segment_bytes = seg_bytes;
+	o->pd = (char *)(c->holder.spd ? c->holder.spd->name : "");
+	o->has_relaxed = 1;
+	o->relaxed = c->holder.n_relaxed;
+}
+
+static void cache_stats(const struct odpd_registry *r, Odpd__CacheStats *o)
+{
+	const struct odpd_cache_stats *s = &r->stats;
+
+	o->has_lookups = o->has_hits = o->has_misses = o->has_evictions = 1;
+	o->has_registrations = o->has_deregistrations = o->has_relaxed_pending = 1;
+	o->has_relaxed_bytes = o->has_flushes = o->has_invalidated = o->has_replaced = 1;
+	o->lookups = s->lookups;
+	o->hits = s->hits;
+	o->misses = s->misses;
+	o->evictions = s->evictions;
+	o->registrations = s->registrations;
+	o->deregistrations = s->deregistrations;
+	o->relaxed_pending = r->n_relaxed;
+	o->relaxed_bytes = r->relaxed_bytes;
+	o->flushes = s->flushes;
+	o->invalidated = s->invalidated;
+	o->replaced = s->replaced;
+}
+
+static void quota_info(const struct odpd_account *a, Odpd__QuotaInfo *o)
+{
+	o->has_uid = o->has_pinned_bytes = o->has_limit = o->has_mrs = 1;
+	o->uid = a->uid;
+	o->pinned_bytes = a->pinned;
+	o->limit = a->limit;
+	o->rule = (char *)a->rule;
+	o->mrs = a->mrs;
+}
+
+/* A shared PD's row per device it has a domain on (or one without). */
+static unsigned pd_infos(const struct odpd_registry *r, Odpd__PdInfo *infos, Odpd__PdInfo **ptrs,
+			 unsigned cap)
+{
+	const struct odpd_shared_pd *spd;
+	unsigned n = 0;
+
+	LIST_FOREACH(spd, &r->shared, link) {
+		bool any = false;
+		for (unsigned i = 0; i <= r->devices->n && n < cap; i++) {
+			const struct odpd_domain *d = i < r->devices->n ? spd->doms[i] : NULL;
+			if (i == r->devices->n && any)
+				break;
+			if (i < r->devices->n && !d)
+				continue;
+			any = true;
+			odpd__pd_info__init(&infos[n]);
+			infos[n].name = (char *)spd->name;
+			infos[n].device = (char *)(d ? d->dev->name : "");
+			infos[n].has_members = infos[n].has_mrs = infos[n].has_creator_uid = 1;
+			infos[n].members = spd->members;
+			infos[n].mrs = d ? d->n_mrs : 0;
+			infos[n].creator_uid = spd->creator_uid;
+			ptrs[n] = &infos[n];
+			n++;
+		}
+	}
+	return n;
+}
+
+void odpd_admin_status(struct odpd_client *c, uint64_t id)
+{
+	struct odpd_manager *m = c->m;
+	struct odpd_registry *r = &m->registry;
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__StatusReply sr = ODPD__STATUS_REPLY__INIT;
+	Odpd__CacheStats cs = ODPD__CACHE_STATS__INIT;
+	unsigned n_pd_rows = r->n_shared * (r->devices->n + 1) + 1;
+	Odpd__ClientInfo *infos = calloc(m->n_clients + 1, sizeof(*infos));
+	Odpd__ClientInfo **ptrs = calloc(m->n_clients + 1, sizeof(*ptrs));
+	Odpd__QuotaInfo *qi = calloc(r->quota.n_accounts + 1, sizeof(*qi));
+	Odpd__QuotaInfo **qp = calloc(r->quota.n_accounts + 1, sizeof(*qp));
+	Odpd__PdInfo *pi = calloc(n_pd_rows, sizeof(*pi));
+	Odpd__PdInfo **pp = calloc(n_pd_rows, sizeof(*pp));
+	Odpd__Device **devs = NULL;
+	const struct odpd_account *a;
+	struct odpd_client *k;
+	unsigned n = 0;
+
+	if (!admin_only(c, id, "status"))
+		goto out;
+	if (!infos || !ptrs || !qi || !qp || !pi || !pp || odpd_devices_to_proto(m, &devs) < 0) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		goto out;
+	}
+	LIST_FOREACH(k, &m->clients, link) {
+		odpd__client_info__init(&infos[n]);
+		client_info(k, &infos[n]);
+		ptrs[n] = &infos[n];
+		n++;
+	}
+	sr.devices = devs;
+	sr.n_devices = m->devices.n;
+	sr.clients = ptrs;
+	sr.n_clients = n;
+	sr.has_mrs = sr.has_pinned_bytes = 1;
+	sr.mrs = r->n_mrs;
+	sr.pinned_bytes = r->pinned;
+	sr.has_segments = sr.has_segment_bytes = sr.has_registrations = 1;
+	sr.has_deregistrations = sr.has_errors = sr.has_daemon_pid = 1;
+	sr.segments = m->segs.count;
+	sr.segment_bytes = m->segs.bytes;
+	sr.registrations = r->stats.registrations;
+	sr.deregistrations = r->stats.deregistrations;
+	sr.errors = m->stats.errors;
+	sr.daemon_version = (char *)ODPD_VERSION;
+	sr.daemon_pid = (int32_t)getpid();
+	/* disconnected clients, and PDs, batches and mappings still being released */
+	sr.has_releasing = 1;
+	sr.releasing = m->n_clients - n + r->pending + m->segs.unmapping;
+	cache_stats(r, &cs);
+	sr.cache = &cs;
+	n = 0;
+	LIST_FOREACH(a, &r->quota.accounts, link) {
+		odpd__quota_info__init(&qi[n]);
+		quota_info(a, &qi[n]);
+		qp[n] = &qi[n];
+		n++;
+	}
+	sr.quotas = qp;
+	sr.n_quotas = n;
+	sr.has_max_pinned = sr.has_max_mrs = 1;
+	sr.max_pinned = m->conf.max_pinned;
+	sr.max_mrs = m->conf.max_mrs > UINT32_MAX ? UINT32_MAX : (uint32_t)m->conf.max_mrs;
+	sr.n_pds = pd_infos(r, pi, pp, n_pd_rows);
+	sr.pds = pp;
+	reply.has_id = reply.has_status = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_STATUS_REPLY;
+	reply.status_reply = &sr;
+	odpd_client_send(c, &reply);
+out:
+	free(devs);
+	free(ptrs);
+	free(infos);
+	free(qp);
+	free(qi);
+	free(pp);
+	free(pi);
+}
+
+/* ---------------------------------------------------------------- list_mrs */
+
+static bool mr_selected(const struct odpd_mr *mr, const Odpd__ListMrs *req)
+{
+	const struct odpd_ref *ref;
+
+	if (req->pd && *req->pd && (!mr->dom || !mr->dom->spd || strcmp(mr->dom->spd->name, req->pd) != 0))
+		return false;
+	if (!req->has_pid)
+		return true;
+	if (mr->state == ODPD_MR_RELAXED && mr->relaxed_pid == req->pid)
+		return true;
+	LIST_FOREACH(ref, &mr->holders, mlink)
+		if (ref->holder->pid == req->pid)
+			return true;
+	return false;
+}
+
+static void mr_info(const struct odpd_mr *mr, Odpd__MrInfo *o, int32_t *pids, uint64_t now)
+{
+	const struct odpd_ref *ref;
+	size_t n = 0;
+
+	o->has_id = o->has_client_id = o->has_iova = o->has_length = o->has_access = o->has_kind = 1;
+	o->has_lkey = o->has_rkey = o->has_holders = o->has_state = o->has_generation = 1;
+	o->has_segment_dev = o->has_segment_ino = o->has_offset = o->has_uid = o->has_age_ms = 1;
+	o->id = mr->id;
+	o->pd = (char *)(mr->dom && mr->dom->spd ? mr->dom->spd->name : "");
+	o->client_id = mr->owner_id;
+	o->device = (char *)(mr->dom ? mr->dom->dev->name : "");
+	o->iova = mr->iova;
+	o->length = mr->length;
+	o->access = mr->access;
+	o->kind = ODPD__MR_KIND__MR_PINNED;
+	o->lkey = mr->mr ? mr->mr->lkey : 0;
+	o->rkey = mr->mr ? mr->mr->rkey : 0;
+	o->holders = mr->refs;
+	o->state = (Odpd__MrState)mr->state;
+	o->generation = mr->generation;
+	o->segment_dev = mr->map->dev;
+	o->segment_ino = mr->map->ino;
+	o->offset = mr->offset;
+	o->uid = mr->charges ? mr->charges->acct->uid : 0;
+	o->age_ms = mr->state == ODPD_MR_RELAXED ? (now - mr->relaxed_ns) / 1000000 : 0;
+	LIST_FOREACH(ref, &mr->holders, mlink)
+		pids[n++] = ref->holder->pid;
+	o->holder_pids = pids;
+	o->n_holder_pids = n;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs *req)
+{
+	struct odpd_registry *r = &c->m->registry;
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__MrsReply mr_reply = ODPD__MRS_REPLY__INIT;
+	Odpd__MrInfo *infos = calloc(MRS_PER_PAGE, sizeof(*infos));
+	Odpd__MrInfo **ptrs = calloc(MRS_PER_PAGE, sizeof(*ptrs));
+	int32_t *pids = NULL;
+	size_t n_pids = 0, used = 0;
+	const struct odpd_mr *mr;
+	uint64_t now = mono_ns();
+	unsigned n = 0;
+
+	if (!admin_only(c, id, "the MR list"))
+		goto out;
+	/* Holder pids of one page at most: bounded by the page's holders. */
+	TAILQ_FOREACH(mr, &r->mrs, link)
+		if (mr->id > req->after && mr_selected(mr, req) && n++ < MRS_PER_PAGE)
+			n_pids += mr->refs;
+	n = 0;
+	pids = calloc(n_pids + 1, sizeof(*pids));
+	if (!infos || !ptrs || !pids) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		goto out;
+	}
+	TAILQ_FOREACH(mr, &r->mrs, link) {
+		if (mr->id <= req->after || !mr_selected(mr, req))
+			continue;
+		if (n == MRS_PER_PAGE) {
+			mr_reply.has_more = mr_reply.more = 1;
+			break;
+		}
+		odpd__mr_info__init(&infos[n]);
+		mr_info(mr, &infos[n], pids + used, now);
+		used += infos[n].n_holder_pids;
+		ptrs[n] = &infos[n];
+		n++;
+	}
+	mr_reply.mrs = ptrs;
+	mr_reply.n_mrs = n;
+	reply.has_id = reply.has_status = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_MRS;
+	reply.mrs = &mr_reply;
+	odpd_client_send(c, &reply);
+out:
+	free(pids);
+	free(ptrs);
+	free(infos);
+}

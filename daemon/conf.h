@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * odpd.conf: limits of the registration cache and the pinning quotas, and
+ * who may join which named shared PD. Parsed with inih; documented in
+ * odpd.conf(5).
+ *
+ *   [limits]
+ *   max-pinned = 50%          # whole daemon: K/M/G/T suffix, a % of MemTotal, or "unlimited"
+ *   max-mrs = 1000000         # whole daemon
+ *   default-pinned = memlock  # a client no rule matches: its RLIMIT_MEMLOCK, or a size
+ *   relaxed-window-ms = 100
+ *   relaxed-max-mrs = 4096
+ *   relaxed-max-bytes = 1G
+ *   [user alice]              # also [user 1000], [group rdma], [group 27], [cgroup /kubepods.slice]
+ *   max-pinned = 64G
+ *   [pd training]             # a named shared PD (fnmatch pattern; first match in file order)
+ *   users = alice bob 1001
+ *   groups = rdma
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define ODPD_CONF_DEFAULT "/etc/odpd/odpd.conf"
+#define ODPD_UNLIMITED UINT64_MAX
+
+enum odpd_rule_kind { ODPD_RULE_USER, ODPD_RULE_GROUP, ODPD_RULE_CGROUP };
+
+/* [user X] / [group X] / [cgroup /path]: a pinning limit for its subjects. */
+struct odpd_rule {
+	enum odpd_rule_kind kind;
+	uid_t uid;                  /* ODPD_RULE_USER */
+	gid_t gid;                  /* ODPD_RULE_GROUP */
+	char *cgroup;               /* ODPD_RULE_CGROUP: absolute cgroup v2 path, no trailing '/' (but "/") */
+	char *label;                /* "[user alice]", as written in the file, for messages */
+	bool has_max_pinned;
+	uint64_t max_pinned;        /* bytes, or ODPD_UNLIMITED */
+	unsigned line;              /* of the section header */
+};
+
+/* [pd PATTERN]: who may create or join the named shared PDs it matches. */
+struct odpd_pd_policy {
+	char *pattern;              /* fnmatch(3) pattern, no flags */
+	char *label;                /* "[pd training]" */
+	uid_t *uids;
+	unsigned n_uids;
+	gid_t *gids;
+	unsigned n_gids;
+	unsigned line;
+};
+
+struct odpd_conf {
+	char *path;                 /* the file read, NULL if none */
+	/* [limits] */
+	uint64_t max_pinned;        /* bytes; ODPD_UNLIMITED */
+	uint64_t max_mrs;
+	bool default_pinned_memlock;/* "memlock" (the default) */
+	uint64_t default_pinned;    /* bytes, when !default_pinned_memlock */
+	uint64_t relaxed_window_ms;
+	uint64_t relaxed_max_mrs;
+	uint64_t relaxed_max_bytes;
+	struct odpd_rule *rules;
+	unsigned n_rules;
+	struct odpd_pd_policy *pds;
+	unsigned n_pds;
+};
+
+/* The defaults: max-pinned 50% of @mem_total, max-mrs 1000000, default-pinned
+ * memlock, relaxed-window-ms 100, relaxed-max-mrs 4096, relaxed-max-bytes 1G. */
+void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total);
+
+/*
+ * Read @path into @c (which holds the defaults). @must_exist: a missing file
+ * is an error (--config given); otherwise a missing file leaves the defaults.
+ * Unknown sections or keys, bad values, unknown users or groups, duplicate
+ * sections are errors: returns -EINVAL (or the errno of opening the file)
+ * and writes "PATH:LINE: what is wrong" into @errbuf. On error @c is left
+ * with whatever was parsed; the caller frees it.
+ */
+int odpd_conf_load(struct odpd_conf *c, const char *path, bool must_exist, uint64_t mem_total,
+		   char *errbuf, size_t errlen);
+void odpd_conf_free(struct odpd_conf *c);
+
+/*
+ * A size: decimal bytes with an optional binary K/M/G/T suffix ("64G"), a
+ * percentage of @mem_total ("50%", 0..100, whole numbers), or "unlimited"
+ * (ODPD_UNLIMITED). -EINVAL for anything else, or on overflow.
+ */
+int odpd_conf_parse_size(const char *s, uint64_t mem_total, uint64_t *ret);
+
+/* MemTotal of /proc/meminfo in bytes, 0 if unknown. */
+uint64_t odpd_meminfo_total(void);
+
+/*
+ * The rule for a client: a [user] rule for @uid wins, then a [group] rule for
+ * its primary @gid or any of @groups, then the [cgroup] rule with the longest
+ * path that is a prefix of @cgroup at a '/' boundary ("/a" matches "/a" and
+ * "/a/b", not "/ab"). Among several matching [group] rules, the first in the
+ * file. NULL if none (or no rule sets max-pinned).
+ */
+const struct odpd_rule *odpd_conf_match_rule(const struct odpd_conf *c, uid_t uid, gid_t gid,
+					     const gid_t *groups, unsigned n_groups,
+					     const char *cgroup);
+
+/*
+ * May a client (uid, gid, groups) create or join the shared PD @name?
+ * The first [pd] section whose pattern matches @name decides: allowed if the
+ * uid or one of the groups is listed. With no matching section: allowed only
+ * when @creator_uid (the uid that created the PD; pass @uid when the PD does
+ * not exist yet) equals @uid. Returns true/false and, when refused, writes
+ * the reason, naming the rule ("[pd training] lists neither uid 1001 nor its
+ * groups" / "no [pd] section matches \"x\": only its creator, uid 1000, may
+ * join") into @why.
+ */
+bool odpd_conf_pd_allowed(const struct odpd_conf *c, const char *name, uid_t uid, gid_t gid,
+			  const gid_t *groups, unsigned n_groups, uid_t creator_uid,
+			  char *why, size_t whylen);
+
+/* Is @name a valid shared PD name: 1..63 bytes of [A-Za-z0-9._:@-]? */
+bool odpd_conf_pd_name_valid(const char *name);

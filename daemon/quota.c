@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "quota.h"
+#include "segment.h"
+
+int odpd_parse_memlock(const char *text, uint64_t *ret)
+{
+	const char *line = strstr(text, "Max locked memory");
+	char soft[32];
+
+	if (!line || sscanf(line + strlen("Max locked memory"), " %31s", soft) != 1)
+		return -EINVAL;
+	if (strcmp(soft, "unlimited") == 0) {
+		*ret = ODPD_UNLIMITED;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(soft, &end, 10);
+	if (errno || end == soft || *end)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static int read_text(const char *path, char *buf, size_t cap)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t len = 0;
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	while (len < cap - 1 && (n = read(fd, buf + len, cap - 1 - len)) > 0)
+		len += (size_t)n;
+	close(fd);
+	buf[len] = 0;
+	return 0;
+}
+
+/* The cgroup v2 path of @pid ("0::/a/b" in /proc/PID/cgroup), or "". */
+static void read_cgroup(pid_t pid, char *buf, size_t cap)
+{
+	char path[64], text[4096];
+	const char *p;
+
+	buf[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	if (read_text(path, text, sizeof(text)) < 0)
+		return;
+	p = strstr(text, "0::");
+	if (p && (p == text || p[-1] == '\n'))
+		snprintf(buf, cap, "%.*s", (int)strcspn(p + 3, "\n"), p + 3);
+}
+
+int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, uid_t uid, gid_t gid,
+			  const gid_t *groups, unsigned n_groups, struct odpd_limit *ret)
+{
+	const struct odpd_rule *rule;
+	char path[64], text[4096], cgroup[1024];
+	uint64_t memlock;
+	int r;
+
+	read_cgroup(pid, cgroup, sizeof(cgroup));
+	rule = odpd_conf_match_rule(conf, uid, gid, groups, n_groups, cgroup);
+	if (rule) {
+		ret->max_pinned = rule->max_pinned;
+		snprintf(ret->rule, sizeof(ret->rule), "%s", rule->label);
+	} else if (!conf->default_pinned_memlock) {
+		ret->max_pinned = conf->default_pinned;
+		snprintf(ret->rule, sizeof(ret->rule), "default-pinned");
+	} else {
+		snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+		r = read_text(path, text, sizeof(text));
+		if (r < 0)
+			return -ESRCH;
+		if (odpd_parse_memlock(text, &memlock) < 0)
+			return -ESRCH;
+		ret->max_pinned = memlock;
+		snprintf(ret->rule, sizeof(ret->rule), "memlock");
+	}
+	/* The pid named the client only if it is still running now. */
+	if (!odpd_pidfd_alive(pidfd))
+		return -ESRCH;
+	return 0;
+}
+
+struct odpd_account *odpd_account_get(struct odpd_quota *q, uid_t uid)
+{
+	struct odpd_account *a;
+
+	LIST_FOREACH(a, &q->accounts, link)
+		if (a->uid == uid) {
+			a->refs++;
+			return a;
+		}
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->uid = uid;
+	a->refs = 1;
+	a->limit = ODPD_UNLIMITED;
+	LIST_INIT(&a->segs);
+	LIST_INSERT_HEAD(&q->accounts, a, link);
+	q->n_accounts++;
+	return a;
+}
+
+void odpd_account_put(struct odpd_quota *q, struct odpd_account *a)
+{
+	if (!a || --a->refs > 0)
+		return;
+	while (!LIST_EMPTY(&a->segs)) {          /* empty by now; be safe */
+		struct odpd_acct_seg *s = LIST_FIRST(&a->segs);
+		LIST_REMOVE(s, link);
+		odpd_covmap_clear(&s->cov);
+		free(s);
+	}
+	LIST_REMOVE(a, link);
+	q->n_accounts--;
+	free(a);
+}
+
+static struct odpd_acct_seg *acct_seg(const struct odpd_account *a, const struct odpd_mapping *map)
+{
+	struct odpd_acct_seg *s;
+
+	LIST_FOREACH(s, &a->segs, link)
+		if (s->map == map)
+			return s;
+	return NULL;
+}
+
+uint64_t odpd_account_uncovered(const struct odpd_account *a, const struct odpd_mapping *map,
+				uint64_t s, uint64_t e)
+{
+	const struct odpd_acct_seg *as = acct_seg(a, map);
+
+	return as ? odpd_covmap_uncovered(&as->cov, s, e) : e - s;
+}
+
+int odpd_account_charge(struct odpd_quota *q, struct odpd_account *a, const struct odpd_mapping *map,
+			uint64_t s, uint64_t e)
+{
+	struct odpd_acct_seg *as = acct_seg(a, map);
+	int64_t added;
+
+	(void)q;
+	if (!as) {
+		as = calloc(1, sizeof(*as));
+		if (!as)
+			return -ENOMEM;
+		as->map = map;
+		odpd_covmap_init(&as->cov);
+		LIST_INSERT_HEAD(&a->segs, as, link);
+	}
+	added = odpd_covmap_add(&as->cov, s, e);
+	if (added < 0) {
+		if (as->cov.nsegs == 0) {
+			LIST_REMOVE(as, link);
+			free(as);
+		}
+		return (int)added;
+	}
+	a->pinned += (uint64_t)added;
+	a->mrs++;
+	a->refs++;
+	return 0;
+}
+
+void odpd_account_uncharge(struct odpd_quota *q, struct odpd_account *a, const struct odpd_mapping *map,
+			   uint64_t s, uint64_t e)
+{
+	struct odpd_acct_seg *as = acct_seg(a, map);
+
+	if (as) {
+		a->pinned -= odpd_covmap_remove(&as->cov, s, e);
+		if (as->cov.nsegs == 0) {
+			LIST_REMOVE(as, link);
+			free(as);
+		}
+	}
+	a->mrs--;
+	odpd_account_put(q, a);
+}

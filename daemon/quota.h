@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * Pinning quotas. Pinned bytes are charged to accounts, one per uid, and
+ * counted as distinct pages of each segment (a coverage map per account and
+ * segment): overlapping MRs are not counted twice. The daemon as a whole
+ * counts distinct pages too (a coverage map per segment mapping).
+ *
+ * A client's limit is fixed at connect: the rule of odpd.conf that matches
+ * its user, group or cgroup, else default-pinned, whose default is the
+ * client's own RLIMIT_MEMLOCK (read from /proc/PID/limits, checked against
+ * its pidfd). The account is checked against the limit of the client that
+ * asks.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+#include "conf.h"
+#include "error.h"
+#include "itree.h"
+
+struct odpd_mapping;
+
+/* The pages one account has pinned in one segment. */
+struct odpd_acct_seg {
+	LIST_ENTRY(odpd_acct_seg) link;
+	const struct odpd_mapping *map;
+	struct odpd_covmap cov;
+};
+
+struct odpd_account {
+	LIST_ENTRY(odpd_account) link;
+	uid_t uid;
+	unsigned refs;              /* clients + MR charges */
+	uint64_t pinned;            /* bytes: distinct pages */
+	unsigned mrs;               /* MRs charged */
+	uint64_t limit;             /* of the client that asked last */
+	char rule[80];              /* where that limit came from */
+	LIST_HEAD(, odpd_acct_seg) segs;
+};
+
+struct odpd_quota {
+	LIST_HEAD(, odpd_account) accounts;
+	unsigned n_accounts;
+};
+
+/* What a client may pin, worked out at connect. */
+struct odpd_limit {
+	uint64_t max_pinned;        /* bytes, ODPD_UNLIMITED */
+	char rule[80];              /* "[user alice]", "memlock", "default-pinned" */
+};
+
+/*
+ * The limit of the client (@pid, @pidfd, @uid, @gid, @groups): a rule of
+ * @conf, else default-pinned, else its RLIMIT_MEMLOCK soft limit.
+ * -ESRCH if the process is gone (its pidfd says so) or its limits cannot be
+ * read.
+ */
+int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, uid_t uid, gid_t gid,
+			  const gid_t *groups, unsigned n_groups, struct odpd_limit *ret);
+
+/* Parse the "Max locked memory" soft limit out of the text of /proc/PID/limits.
+ * ODPD_UNLIMITED for "unlimited". -EINVAL if absent. */
+int odpd_parse_memlock(const char *limits_text, uint64_t *ret);
+
+/* The account of @uid (made on first use), with one more reference. NULL: ENOMEM. */
+struct odpd_account *odpd_account_get(struct odpd_quota *q, uid_t uid);
+void odpd_account_put(struct odpd_quota *q, struct odpd_account *a);
+
+/* Bytes of [s, e) of @map that @a has not pinned yet. */
+uint64_t odpd_account_uncovered(const struct odpd_account *a, const struct odpd_mapping *map,
+				uint64_t s, uint64_t e);
+/* Charge / uncharge [s, e) of @map (one MR). Charging takes a reference on
+ * @a; uncharging drops it (and may free @a: pass @q). */
+int odpd_account_charge(struct odpd_quota *q, struct odpd_account *a, const struct odpd_mapping *map,
+			uint64_t s, uint64_t e);
+void odpd_account_uncharge(struct odpd_quota *q, struct odpd_account *a, const struct odpd_mapping *map,
+			   uint64_t s, uint64_t e);

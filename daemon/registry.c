@@ -1,0 +1,1269 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "odpd.pb-c.h"
+#include "registry.h"
+#include "verify.h"
+
+#define PAGE 4096ull
+#define ACCESS_REMOTE (ODPD__ACCESS__ACCESS_REMOTE_READ | ODPD__ACCESS__ACCESS_REMOTE_WRITE | \
+		       ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)
+
+/* A batch of MRs deregistered together on a worker. */
+struct odpd_batch {
+	struct odpd_job job;
+	LIST_ENTRY(odpd_batch) link;
+	struct odpd_registry *r;
+	uint64_t seq;
+	struct odpd_mr *mrs;                /* by batch_next */
+	unsigned n;
+	unsigned n_dereg;                   /* of them registered in the kernel */
+	uint64_t bytes;
+	bool flush;                         /* a flush, not a plain deregistration */
+};
+
+/* Someone waiting for batches: a flush barrier (every batch up to seq) or a
+ * deregistration (that one batch). */
+struct odpd_waiter {
+	LIST_ENTRY(odpd_waiter) link;
+	uint64_t seq;
+	bool only;
+	uint64_t own;                       /* the batch whose MRs it counts, 0: none */
+	odpd_done_cb cb;
+	void *arg;
+	unsigned mrs;
+	uint64_t bytes;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int access_to_ibv(uint32_t a)
+{
+	return (a & ODPD__ACCESS__ACCESS_LOCAL_WRITE ? IBV_ACCESS_LOCAL_WRITE : 0) |
+	       (a & ODPD__ACCESS__ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
+	       (a & ODPD__ACCESS__ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
+	       (a & ODPD__ACCESS__ACCESS_REMOTE_ATOMIC ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+}
+
+const char *odpd_mr_state_name(enum odpd_mr_state s)
+{
+	switch (s) {
+	case ODPD_MR_REGISTERING: return "registering";
+	case ODPD_MR_LIVE: return "live";
+	case ODPD_MR_RELAXED: return "relaxed";
+	case ODPD_MR_INVALIDATING: return "invalidating";
+	}
+	return "?";
+}
+
+static void relaxed_arm(struct odpd_registry *r);
+static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w);
+
+/* ---------------------------------------------------------------- charges */
+
+static struct odpd_charge *charge_find(const struct odpd_mr *mr, const struct odpd_account *a)
+{
+	for (struct odpd_charge *c = mr->charges; c; c = c->next)
+		if (c->acct == a)
+			return c;
+	return NULL;
+}
+
+/* Charge @a for @mr's pages (once per account and MR). */
+static int charge_add(struct odpd_registry *r, struct odpd_mr *mr, struct odpd_account *a,
+		      struct odpd_charge **ret)
+{
+	struct odpd_charge *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	if (mr->pinned) {
+		rc = odpd_account_charge(&r->quota, a, mr->map, mr->offset, mr->offset + mr->length);
+		if (rc < 0) {
+			free(c);
+			return rc;
+		}
+	} else {
+		a->refs++;
+		a->mrs++;
+	}
+	c->acct = a;
+	c->next = mr->charges;
+	mr->charges = c;
+	*ret = c;
+	return 0;
+}
+
+static void charge_drop(struct odpd_registry *r, struct odpd_mr *mr, struct odpd_charge *c)
+{
+	for (struct odpd_charge **pc = &mr->charges; *pc; pc = &(*pc)->next)
+		if (*pc == c) {
+			*pc = c->next;
+			break;
+		}
+	if (mr->pinned) {
+		odpd_account_uncharge(&r->quota, c->acct, mr->map, mr->offset, mr->offset + mr->length);
+	} else {
+		c->acct->mrs--;
+		odpd_account_put(&r->quota, c->acct);
+	}
+	free(c);
+}
+
+/* The daemon's own count of distinct pinned pages. */
+static int global_charge(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	int64_t added;
+
+	if (!mr->pinned)
+		return 0;
+	added = odpd_covmap_add(&mr->map->pinned, mr->offset, mr->offset + mr->length);
+	if (added < 0)
+		return (int)added;
+	r->pinned += (uint64_t)added;
+	return 0;
+}
+
+static void global_uncharge(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	if (mr->pinned)
+		r->pinned -= odpd_covmap_remove(&mr->map->pinned, mr->offset, mr->offset + mr->length);
+}
+
+/* ---------------------------------------------------------------- domains */
+
+static void domain_close_run(struct odpd_job *job);
+static void domain_close_done(struct odpd_job *job);
+
+struct close_job {
+	struct odpd_job job;
+	struct odpd_registry *r;
+	struct odpd_domain *d;
+};
+
+static void shared_maybe_free(struct odpd_registry *r, struct odpd_shared_pd *spd);
+
+/* Close @d on a worker once nobody uses it and no MR is left in it. The
+ * shared PD it belonged to goes too when it has no member and no domain
+ * left, unless @keep_spd (the caller still looks at it). */
+static void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, bool keep_spd)
+{
+	struct odpd_shared_pd *spd = d->spd;
+	struct close_job *j;
+
+	if (d->members || d->n_mrs)
+		return;
+	LIST_REMOVE(d, link);
+	if (spd) {
+		spd->doms[d->dev_index] = NULL;
+		if (!keep_spd)
+			shared_maybe_free(r, spd);
+	}
+	d->spd = NULL;
+	while (!LIST_EMPTY(&d->buckets)) {       /* empty trees by now */
+		struct odpd_bucket *b = LIST_FIRST(&d->buckets);
+		LIST_REMOVE(b, link);
+		free(b);
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j) {                              /* never leak a context: close it here */
+		log_error("out of memory: closing a PD on the event loop");
+		odpd_domain_close(d);
+		return;
+	}
+	j->r = r;
+	j->d = d;
+	j->job.run = domain_close_run;
+	j->job.done = domain_close_done;
+	r->pending++;
+	odpd_pool_submit(r->pool, &j->job);
+}
+
+static void domain_close_run(struct odpd_job *job)
+{
+	odpd_domain_close(((struct close_job *)job)->d);
+}
+
+static void domain_close_done(struct odpd_job *job)
+{
+	struct close_job *j = (struct close_job *)job;
+
+	j->r->pending--;
+	free(j);
+}
+
+static void shared_maybe_free(struct odpd_registry *r, struct odpd_shared_pd *spd)
+{
+	if (spd->members)
+		return;
+	for (unsigned i = 0; i < r->devices->n; i++)
+		if (spd->doms[i])
+			return;
+	LIST_REMOVE(spd, link);
+	r->n_shared--;
+	free(spd->doms);
+	free(spd);
+}
+
+/* The PD a holder registers into on device @i, made on first use. */
+static struct odpd_domain *holder_domain(struct odpd_registry *r, struct odpd_holder *h, unsigned i)
+{
+	struct odpd_domain **slot = h->spd ? &h->spd->doms[i] : &h->domains[i];
+	struct odpd_domain *d = *slot;
+
+	if (d)
+		return d;
+	d = odpd_domain_new(&r->devices->dev[i], i);
+	if (!d)
+		return NULL;
+	d->spd = h->spd;
+	d->owner_id = h->spd ? 0 : h->id;
+	d->members = h->spd ? h->spd->members : 1;
+	LIST_INSERT_HEAD(&r->domains, d, link);
+	*slot = d;
+	return d;
+}
+
+static struct odpd_bucket *bucket_get(struct odpd_domain *d, struct odpd_mapping *map, uint64_t base,
+				      bool create)
+{
+	struct odpd_bucket *b;
+
+	LIST_FOREACH(b, &d->buckets, link)
+		if (b->map == map && b->iova_base == base)
+			return b;
+	if (!create || !(b = calloc(1, sizeof(*b))))
+		return NULL;
+	b->map = map;
+	b->iova_base = base;
+	odpd_itree_init(&b->tree);
+	LIST_INSERT_HEAD(&d->buckets, b, link);
+	return b;
+}
+
+/* Take @mr out of the cache: it is never a hit again. */
+static void mr_unindex(struct odpd_mr *mr)
+{
+	struct odpd_bucket *b = mr->bucket;
+
+	if (!b)
+		return;
+	odpd_itree_remove(&b->tree, &mr->node);
+	mr->bucket = NULL;
+	if (odpd_itree_empty(&b->tree)) {
+		LIST_REMOVE(b, link);
+		free(b);
+	}
+}
+
+/* ---------------------------------------------------------------- the relaxed queue */
+
+static void relaxed_remove(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	TAILQ_REMOVE(&r->relaxed, mr, rlink);
+	r->n_relaxed--;
+	r->relaxed_bytes -= mr->length;
+}
+
+/* Invalidate: out of the cache and the queue, a new generation, into @list. */
+static void mr_invalidate(struct odpd_registry *r, struct odpd_mr *mr, struct odpd_mr **list)
+{
+	if (mr->state == ODPD_MR_RELAXED)
+		relaxed_remove(r, mr);
+	mr_unindex(mr);
+	mr->state = ODPD_MR_INVALIDATING;
+	mr->generation = ++r->generation;
+	mr->batch_next = *list;
+	*list = mr;
+}
+
+static bool flush_selects(const struct odpd_registry *r, const struct odpd_mr *mr,
+			  const struct odpd_flush_sel *sel)
+{
+	const struct odpd_holder *h = sel->holder;
+
+	if (sel->has_pid && mr->relaxed_pid != sel->pid)
+		return false;
+	if (sel->pd && (!mr->dom || !mr->dom->spd || strcmp(mr->dom->spd->name, sel->pd) != 0))
+		return false;
+	if (h) {
+		if (!mr->dom)
+			return false;
+		if (h->spd ? mr->dom->spd != h->spd : mr->dom != h->domains[mr->dom->dev_index])
+			return false;
+	}
+	(void)r;
+	return sel->all || sel->has_pid || sel->pd || h;
+}
+
+/* Move the relaxed MRs @match selects into one batch. */
+static unsigned collect_relaxed(struct odpd_registry *r, bool (*match)(const struct odpd_mr *, const void *),
+				const void *arg, struct odpd_mr **list)
+{
+	struct odpd_mr *mr, *next;
+	unsigned n = 0;
+
+	for (mr = TAILQ_FIRST(&r->relaxed); mr; mr = next) {
+		next = TAILQ_NEXT(mr, rlink);
+		if (match(mr, arg)) {
+			mr_invalidate(r, mr, list);
+			n++;
+		}
+	}
+	return n;
+}
+
+static bool match_all(const struct odpd_mr *mr, const void *arg)
+{
+	(void)mr;
+	(void)arg;
+	return true;
+}
+
+static void flush_queue(struct odpd_registry *r, const char *why)
+{
+	struct odpd_mr *list = NULL;
+	unsigned n = collect_relaxed(r, match_all, NULL, &list);
+
+	if (n) {
+		log_debug("registry: invalidating %u relaxed MR(s): %s", n, why);
+		start_batch(r, list, true, NULL);
+	}
+	relaxed_arm(r);
+}
+
+static void on_relaxed_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	flush_queue(arg, "relaxed window passed");
+}
+
+/* The timer fires when the oldest relaxed MR passes the relaxed window. */
+static void relaxed_arm(struct odpd_registry *r)
+{
+	struct odpd_mr *oldest = TAILQ_FIRST(&r->relaxed);
+	uint64_t due, now;
+	struct timeval tv;
+
+	if (!oldest) {
+		evtimer_del(r->relaxed_timer);
+		return;
+	}
+	now = now_ns();
+	due = oldest->relaxed_ns + r->conf->relaxed_window_ms * 1000000ull;
+	due = due > now ? due - now : 0;
+	tv.tv_sec = (time_t)(due / 1000000000ull);
+	tv.tv_usec = (suseconds_t)(due % 1000000000ull / 1000);
+	evtimer_add(r->relaxed_timer, &tv);
+}
+
+/* ---------------------------------------------------------------- batches */
+
+static void batch_run(struct odpd_job *job)
+{
+	struct odpd_batch *b = (struct odpd_batch *)job;
+
+	for (struct odpd_mr *mr = b->mrs; mr; mr = mr->batch_next) {
+		if (mr->mr) {
+			int e = ibv_dereg_mr(mr->mr);
+			if (e)
+				log_errno(LOG_ERR, e, "ibv_dereg_mr of MR %" PRIu64, mr->id);
+			mr->mr = NULL;
+		}
+		if (mr->imp.pd)
+			ibv_unimport_pd(mr->imp.pd);
+		if (mr->imp.ctx)
+			ibv_close_device(mr->imp.ctx);  /* our dup of the client's cmd_fd */
+		mr->imp.pd = NULL;
+		mr->imp.ctx = NULL;
+	}
+}
+
+/* The MR is gone from the kernel: release what it held, on the loop. */
+static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	while (mr->charges)
+		charge_drop(r, mr, mr->charges);
+	global_uncharge(r, mr);
+	TAILQ_REMOVE(&r->mrs, mr, link);
+	r->n_mrs--;
+	if (mr->dom) {
+		mr->dom->n_mrs--;
+		domain_maybe_close(r, mr->dom, false);
+	}
+	odpd_mapping_put(r->segs, mr->map);
+	free(mr);
+}
+
+static bool waiter_ready(const struct odpd_registry *r, const struct odpd_waiter *w)
+{
+	const struct odpd_batch *b;
+
+	LIST_FOREACH(b, &r->batches, link)
+		if (w->only ? b->seq == w->seq : b->seq <= w->seq)
+			return false;
+	return true;
+}
+
+static void batch_done(struct odpd_job *job)
+{
+	struct odpd_batch *b = (struct odpd_batch *)job;
+	struct odpd_registry *r = b->r;
+	struct odpd_waiter *w, *wn;
+
+	LIST_REMOVE(b, link);
+	r->pending--;
+	while (b->mrs) {
+		struct odpd_mr *mr = b->mrs;
+		b->mrs = mr->batch_next;
+		mr_free(r, mr);
+	}
+	r->stats.deregistrations += b->n_dereg;
+	if (b->flush) {
+		r->stats.flushes++;
+		r->stats.invalidated += b->n;
+	}
+	for (w = LIST_FIRST(&r->waiters); w; w = wn) {
+		wn = LIST_NEXT(w, link);
+		if (w->own == b->seq) {
+			w->mrs += b->n;
+			w->bytes += b->bytes;
+		}
+		if (waiter_ready(r, w)) {
+			LIST_REMOVE(w, link);
+			w->cb(w->arg, w->mrs, w->bytes);
+			free(w);
+		}
+	}
+	free(b);
+}
+
+/* Deregister @list (by batch_next) on a worker. @w (optional) waits for it. */
+static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w)
+{
+	struct odpd_batch *b = calloc(1, sizeof(*b));
+
+	if (!b) {
+		/* No memory for the job: deregister here rather than leak a pin. */
+		struct odpd_batch tmp = { .r = r, .mrs = list };
+		log_error("out of memory: deregistering on the event loop");
+		batch_run(&tmp.job);
+		for (struct odpd_mr *mr = list, *n; mr; mr = n) {
+			n = mr->batch_next;
+			mr_free(r, mr);
+		}
+		if (w) {
+			w->cb(w->arg, 0, 0);
+			free(w);
+		}
+		return;
+	}
+	b->r = r;
+	b->seq = ++r->batch_seq;
+	b->mrs = list;
+	b->flush = flush;
+	for (struct odpd_mr *mr = list; mr; mr = mr->batch_next) {
+		b->n++;
+		b->n_dereg += mr->mr != NULL || mr->imp.ctx != NULL;
+		b->bytes += mr->length;
+	}
+	if (w) {
+		w->seq = w->own = b->seq;
+		w->only = true;
+		LIST_INSERT_HEAD(&r->waiters, w, link);
+	}
+	b->job.run = batch_run;
+	b->job.done = batch_done;
+	LIST_INSERT_HEAD(&r->batches, b, link);
+	r->pending++;
+	odpd_pool_submit(r->pool, &b->job);
+}
+
+/* ---------------------------------------------------------------- references */
+
+static struct odpd_ref *ref_new(struct odpd_holder *h, struct odpd_mr *mr, const struct odpd_reg_req *q)
+{
+	struct odpd_ref *ref = calloc(1, sizeof(*ref));
+
+	if (!ref)
+		return NULL;
+	ref->holder = h;
+	ref->mr = mr;
+	ref->handle = q->handle;
+	ref->iova = q->iova;
+	ref->length = q->length;
+	ref->cookie = q->cookie;
+	LIST_INSERT_HEAD(&h->refs, ref, hlink);
+	h->n_refs++;
+	LIST_INSERT_HEAD(&mr->holders, ref, mlink);
+	mr->refs++;
+	return ref;
+}
+
+struct odpd_ref *odpd_holder_find_ref(struct odpd_holder *h, uint64_t handle)
+{
+	struct odpd_ref *ref;
+
+	LIST_FOREACH(ref, &h->refs, hlink)
+		if (ref->handle == handle)
+			return ref;
+	return NULL;
+}
+
+/* Drop @ref. A last, non-relaxed reference puts the MR on *@dereg. */
+static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed, struct odpd_mr **dereg)
+{
+	struct odpd_holder *h = ref->holder;
+	struct odpd_mr *mr = ref->mr;
+	struct odpd_charge *c = charge_find(mr, h->acct);
+
+	LIST_REMOVE(ref, hlink);
+	h->n_refs--;
+	LIST_REMOVE(ref, mlink);
+	mr->refs--;
+	free(ref);
+	if (c && --c->refs == 0 && (mr->refs > 0 || !relaxed || !mr->bucket))
+		charge_drop(r, mr, c);
+	if (mr->refs > 0)
+		return;
+	if (relaxed && mr->bucket && mr->state == ODPD_MR_LIVE) {
+		/* c (refs 0) stays: the relaxed MR is still charged to its last holder */
+		mr->state = ODPD_MR_RELAXED;
+		mr->relaxed_ns = now_ns();
+		mr->relaxed_pid = h->pid;
+		TAILQ_INSERT_TAIL(&r->relaxed, mr, rlink);
+		r->n_relaxed++;
+		r->relaxed_bytes += mr->length;
+		if (r->n_relaxed > r->conf->relaxed_max_mrs || r->relaxed_bytes > r->conf->relaxed_max_bytes)
+			flush_queue(r, "relaxed-max-mrs or relaxed-max-bytes passed");
+		else if (r->n_relaxed == 1)
+			relaxed_arm(r);
+		return;
+	}
+	mr_invalidate(r, mr, dereg);
+}
+
+int odpd_registry_release(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed,
+			  odpd_done_cb cb, void *arg)
+{
+	struct odpd_mr *list = NULL;
+	struct odpd_waiter *w;
+
+	ref_drop(r, ref, relaxed, &list);
+	if (!list)
+		return 0;
+	w = calloc(1, sizeof(*w));
+	if (w) {
+		w->cb = cb;
+		w->arg = arg;
+	}
+	start_batch(r, list, false, w);
+	return w ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- holders and PDs */
+
+int odpd_holder_init(struct odpd_registry *r, struct odpd_holder *h, uint64_t id, pid_t pid, uid_t uid,
+		     const struct odpd_limit *limit)
+{
+	memset(h, 0, sizeof(*h));
+	h->id = id;
+	h->pid = pid;
+	h->uid = uid;
+	h->limit = *limit;
+	LIST_INIT(&h->refs);
+	h->domains = calloc(r->devices->n ? r->devices->n : 1, sizeof(*h->domains));
+	h->acct = odpd_account_get(&r->quota, uid);
+	if (!h->domains || !h->acct) {
+		free(h->domains);
+		odpd_account_put(&r->quota, h->acct);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static bool match_remote_owned(const struct odpd_mr *mr, const void *arg)
+{
+	return (mr->access & ACCESS_REMOTE) && mr->owner_id == *(const uint64_t *)arg;
+}
+
+static bool match_domain(const struct odpd_mr *mr, const void *arg)
+{
+	return mr->dom == arg;
+}
+
+/* @d lost a member: with nobody left, its relaxed MRs can never be hit. */
+static void domain_leave(struct odpd_registry *r, struct odpd_domain *d, struct odpd_mr **list)
+{
+	if (--d->members == 0) {
+		collect_relaxed(r, match_domain, d, list);
+		domain_maybe_close(r, d, true);
+	}
+}
+
+void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
+{
+	struct odpd_mr *list = NULL;
+
+	while (!LIST_EMPTY(&h->refs))
+		ref_drop(r, LIST_FIRST(&h->refs), false, &list);
+	/* Remote keys it released relaxed die with it (DESIGN.md §4). */
+	collect_relaxed(r, match_remote_owned, &h->id, &list);
+	for (unsigned i = 0; i < r->devices->n; i++)
+		if (h->domains[i])
+			domain_leave(r, h->domains[i], &list);
+	if (h->spd) {
+		struct odpd_shared_pd *spd = h->spd;
+		spd->members--;
+		for (unsigned i = 0; i < r->devices->n; i++)
+			if (spd->doms[i])
+				domain_leave(r, spd->doms[i], &list);
+		shared_maybe_free(r, spd);
+	}
+	if (list)
+		start_batch(r, list, false, NULL);
+	relaxed_arm(r);
+	free(h->domains);
+	h->domains = NULL;
+	odpd_account_put(&r->quota, h->acct);
+	h->acct = NULL;
+}
+
+struct odpd_shared_pd *odpd_registry_find_shared(struct odpd_registry *r, const char *name)
+{
+	struct odpd_shared_pd *spd;
+
+	LIST_FOREACH(spd, &r->shared, link)
+		if (strcmp(spd->name, name) == 0)
+			return spd;
+	return NULL;
+}
+
+int odpd_registry_join(struct odpd_registry *r, struct odpd_holder *h, const char *name,
+		       bool *ret_created, unsigned *ret_members, struct odpd_err *err)
+{
+	struct odpd_shared_pd *spd = odpd_registry_find_shared(r, name);
+	bool created = false;
+
+	if (h->spd)
+		return err_set(err, EALREADY, "this connection already joined the shared PD \"%s\"",
+			       h->spd->name);
+	if (h->registered)
+		return err_set(err, EBUSY, "join a shared PD before the connection's first registration");
+	if (!spd) {
+		spd = calloc(1, sizeof(*spd));
+		if (spd)
+			spd->doms = calloc(r->devices->n ? r->devices->n : 1, sizeof(*spd->doms));
+		if (!spd || !spd->doms) {
+			free(spd);
+			return err_set(err, ENOMEM, "out of memory");
+		}
+		snprintf(spd->name, sizeof(spd->name), "%s", name);
+		spd->creator_uid = h->uid;
+		LIST_INSERT_HEAD(&r->shared, spd, link);
+		r->n_shared++;
+		created = true;
+	}
+	spd->members++;
+	for (unsigned i = 0; i < r->devices->n; i++)
+		if (spd->doms[i])
+			spd->doms[i]->members++;
+	h->spd = spd;
+	*ret_created = created;
+	*ret_members = spd->members;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- lookup */
+
+struct lookup {
+	const struct odpd_holder *h;
+	uint64_t s, e;
+	uint32_t access;
+	struct timespec ctime;
+	bool have_ctime;
+	struct odpd_mr *stale;              /* pinned MRs over replaced pages, by batch_next */
+};
+
+static bool ts_equal(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+static bool hit_ok(struct odpd_inode *n, void *arg)
+{
+	struct odpd_mr *mr = (struct odpd_mr *)n;
+	struct lookup *l = arg;
+
+	if (mr->state != ODPD_MR_LIVE && mr->state != ODPD_MR_RELAXED)
+		return false;
+	if ((mr->access & l->access) != l->access)
+		return false;
+	/* A remote key is served again only to its owner, for the same range:
+	 * nobody else may extend its life or its reach. */
+	if ((mr->access & ACCESS_REMOTE) &&
+	    (mr->owner_id != l->h->id || mr->offset != l->s || mr->offset + mr->length != l->e))
+		return false;
+	if (mr->pinned && l->have_ctime && !ts_equal(&mr->ctime, &l->ctime)) {
+		/* The segment's pages were replaced (hole punched): this MR
+		 * pins orphans. Never serve it again; replace it. */
+		mr->batch_next = l->stale;
+		l->stale = mr;
+		return false;
+	}
+	return true;
+}
+
+/* Out of the cache; deregistered now if nobody holds it. */
+static void retire_stale(struct odpd_registry *r, struct odpd_mr *stale)
+{
+	struct odpd_mr *list = NULL, *next;
+
+	for (struct odpd_mr *mr = stale; mr; mr = next) {
+		next = mr->batch_next;
+		r->stats.replaced++;
+		if (mr->state == ODPD_MR_RELAXED) {
+			mr_invalidate(r, mr, &list);
+		} else {
+			mr_unindex(mr);
+			mr->generation = ++r->generation;
+		}
+	}
+	if (list)
+		start_batch(r, list, true, NULL);
+}
+
+static struct odpd_mr *cache_lookup(struct odpd_registry *r, struct odpd_domain *d, const struct odpd_reg_req *q,
+				    struct lookup *l)
+{
+	struct odpd_bucket *b = bucket_get(d, q->map, q->iova - q->offset, false);
+	struct odpd_inode *n;
+
+	if (!b)
+		return NULL;
+	l->have_ctime = odpd_mapping_ctime(q->map, &l->ctime) == 0;
+	n = odpd_itree_find_covering(&b->tree, l->s, l->e, hit_ok, l);
+	/* retire_stale may free the bucket: it runs after the walk */
+	if (l->stale) {
+		struct odpd_mr *stale = l->stale;
+		l->stale = NULL;
+		retire_stale(r, stale);
+	}
+	return (struct odpd_mr *)n;
+}
+
+/* ---------------------------------------------------------------- quotas */
+
+static bool match_account(const struct odpd_mr *mr, const void *arg)
+{
+	return mr->charges && mr->charges->acct == arg;   /* a relaxed MR has one charge */
+}
+
+/*
+ * Can @h's account take @mr's pages (@need_global: a new MR, so the daemon's
+ * limits too)? 0, or -EDQUOT / -ENOMEM with @err; *@evict: relaxed MRs whose
+ * invalidation would make room (moved into it).
+ */
+static int quota_check(struct odpd_registry *r, struct odpd_holder *h, struct odpd_mapping *map,
+		       uint64_t s, uint64_t e, bool pinned, bool need_global, bool may_evict,
+		       struct odpd_mr **evict, struct odpd_err *err)
+{
+	const struct odpd_conf *conf = r->conf;
+	struct odpd_account *a = h->acct;
+	uint64_t want = pinned ? odpd_account_uncovered(a, map, s, e) : 0;
+	uint64_t gwant = pinned && need_global ? odpd_covmap_uncovered(&map->pinned, s, e) : 0;
+
+	a->limit = h->limit.max_pinned;
+	snprintf(a->rule, sizeof(a->rule), "%s", h->limit.rule);
+	if (want && (want > h->limit.max_pinned || a->pinned > h->limit.max_pinned - want)) {
+		if (may_evict && collect_relaxed(r, match_account, a, evict))
+			return 0;
+		return err_set(err, EDQUOT, "pinning %" PRIu64 " more bytes would pass uid %u's limit of %"
+			       PRIu64 " bytes (%s; %" PRIu64 " pinned): raise it with a rule in odpd.conf",
+			       want, h->uid, h->limit.max_pinned, h->limit.rule, a->pinned);
+	}
+	if (!need_global)
+		return 0;
+	if ((gwant && (gwant > conf->max_pinned || r->pinned > conf->max_pinned - gwant)) ||
+	    r->n_mrs >= conf->max_mrs) {
+		if (may_evict && collect_relaxed(r, match_all, NULL, evict))
+			return 0;
+		if (r->n_mrs >= conf->max_mrs)
+			return err_set(err, ENOMEM, "odpd holds its limit of %" PRIu64 " MRs (max-mrs)",
+				       conf->max_mrs);
+		return err_set(err, ENOMEM, "pinning %" PRIu64 " more bytes would pass odpd's max-pinned "
+			       "of %" PRIu64 " bytes (%" PRIu64 " pinned)", gwant, conf->max_pinned, r->pinned);
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- registration */
+
+struct reg_op {
+	struct odpd_job job;
+	struct odpd_registry *r;
+	struct odpd_holder *h;
+	struct odpd_reg_req q;
+	odpd_reg_cb cb;
+	void *arg;
+	struct odpd_mr *mr;
+	bool evicted;
+	void *daemon_addr;
+	int ibv_access;
+	struct odpd_err err;
+	int rc;
+};
+
+static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_err *err);
+
+static int reg_import(struct reg_op *op)
+{
+	struct odpd_mr *mr = op->mr;
+
+	mr->imp.ctx = ibv_import_device(op->q.cmd_fd);
+	if (!mr->imp.ctx) {
+		int e = errno ? errno : EOPNOTSUPP;
+		return err_set(&op->err, e, "ibv_import_device on your cmd_fd: %s (only providers with "
+			       "import support, e.g. mlx5, can do client-PD mode)", strerror(e));
+	}
+	op->q.cmd_fd = -1;                   /* owned by the context now */
+	mr->imp.pd = ibv_import_pd(mr->imp.ctx, op->q.pd_handle);
+	if (!mr->imp.pd)
+		return err_set(&op->err, errno, "ibv_import_pd(%u): %s", op->q.pd_handle, strerror(errno));
+	return 0;
+}
+
+static void reg_run(struct odpd_job *job)
+{
+	struct reg_op *op = (struct reg_op *)job;
+	struct odpd_mr *mr = op->mr;
+	struct ibv_pd *pd;
+
+	if (op->q.cmd_fd >= 0) {
+		op->rc = reg_import(op);
+		if (op->rc < 0)
+			return;
+		pd = mr->imp.pd;
+	} else {
+		pthread_mutex_lock(&mr->dom->lock);
+		op->rc = odpd_domain_open_locked(mr->dom, &op->err);
+		pthread_mutex_unlock(&mr->dom->lock);
+		if (op->rc < 0)
+			return;
+		pd = mr->dom->pd;
+	}
+	if ((uintptr_t)op->daemon_addr == mr->iova)
+		mr->mr = ibv_reg_mr(pd, op->daemon_addr, mr->length, op->ibv_access);
+	else
+		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, mr->length, mr->iova, op->ibv_access);
+	if (!mr->mr)
+		op->rc = err_set(&op->err, errno, "ibv_reg_mr%s on %s: %s",
+				 (uintptr_t)op->daemon_addr == mr->iova ? "" : "_iova", op->q.dev->name,
+				 strerror(errno));
+}
+
+static void reg_done(struct odpd_job *job)
+{
+	struct reg_op *op = (struct reg_op *)job;
+	struct odpd_registry *r = op->r;
+	struct odpd_mr *mr = op->mr;
+	struct odpd_ref *ref = NULL;
+
+	if (op->q.cmd_fd >= 0)
+		close(op->q.cmd_fd);
+	if (op->rc == 0) {
+		ref = ref_new(op->h, mr, &op->q);
+		if (!ref)
+			op->rc = err_set(&op->err, ENOMEM, "out of memory");
+	}
+	if (op->rc < 0) {
+		/* Registered but no memory for the reference: deregister on a
+		 * worker. Never registered: nothing for a worker to do. */
+		if (mr->mr) {
+			struct odpd_mr *list = NULL;
+			mr_invalidate(r, mr, &list);
+			start_batch(r, list, false, NULL);
+		} else {
+			if (mr->imp.pd)
+				ibv_unimport_pd(mr->imp.pd);
+			if (mr->imp.ctx)
+				ibv_close_device(mr->imp.ctx);
+			mr->imp.pd = NULL;
+			mr->imp.ctx = NULL;
+			mr_free(r, mr);
+		}
+		op->cb(op->arg, op->rc, &op->err, NULL, false);
+	} else {
+		struct odpd_bucket *b = NULL;
+		mr->state = ODPD_MR_LIVE;
+		charge_find(mr, op->h->acct)->refs++;
+		r->stats.registrations++;
+		if (mr->dom && !op->q.no_cache)
+			b = bucket_get(mr->dom, mr->map, mr->iova - mr->offset, true);
+		if (b) {
+			odpd_itree_insert(&b->tree, &mr->node);
+			mr->bucket = b;
+		}
+		log_debug("registry: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
+			  mr->id, mr->iova, mr->length, mr->mr->lkey, mr->mr->rkey);
+		op->cb(op->arg, 0, NULL, ref, false);
+	}
+	free(op);
+}
+
+/* Relaxed MRs were invalidated to make room: try once more. */
+static void reg_retry(void *arg, unsigned mrs, uint64_t bytes)
+{
+	struct reg_op *op = arg;
+	struct odpd_ref *ref = NULL;
+	struct odpd_err err = { 0 };
+	int rc;
+
+	(void)mrs;
+	(void)bytes;
+	op->evicted = true;
+	rc = reg_start(op, &ref, &err);
+	if (rc == 1)
+		return;
+	if (op->q.cmd_fd >= 0)
+		close(op->q.cmd_fd);
+	op->cb(op->arg, rc, &err, ref, rc == 0);
+	free(op);
+}
+
+/* A hit: @h takes a reference on @mr. */
+static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_ref, struct odpd_err *err)
+{
+	struct odpd_registry *r = op->r;
+	struct odpd_holder *h = op->h;
+	struct odpd_charge *c = charge_find(mr, h->acct), *relaxed_charge = NULL;
+	struct odpd_mr *evict = NULL;
+	int rc;
+
+	if (!c) {
+		rc = quota_check(r, h, mr->map, mr->offset, mr->offset + mr->length, mr->pinned, false,
+				 !op->evicted, &evict, err);
+		if (rc < 0)
+			return rc;
+		if (evict) {
+			/* Never evict the MR we are about to serve. */
+			if (mr->state == ODPD_MR_INVALIDATING)
+				return err_set(err, EDQUOT, "the registration cache's MR was evicted to make "
+					       "room; retry");
+			struct odpd_waiter *w = calloc(1, sizeof(*w));
+			r->stats.evictions++;
+			start_batch(r, evict, true, w);
+			if (!w)
+				return err_set(err, ENOMEM, "out of memory");
+			w->cb = reg_retry;
+			w->arg = op;
+			return 1;
+		}
+		if (mr->state == ODPD_MR_RELAXED)
+			relaxed_charge = mr->charges;    /* the last holder's, refs 0 */
+		rc = charge_add(r, mr, h->acct, &c);
+		if (rc < 0)
+			return err_set(err, ENOMEM, "out of memory");
+	}
+	*ret_ref = ref_new(h, mr, &op->q);
+	if (!*ret_ref) {
+		if (c->refs == 0 && c != relaxed_charge && mr->state != ODPD_MR_RELAXED)
+			charge_drop(r, mr, c);
+		return err_set(err, ENOMEM, "out of memory");
+	}
+	c->refs++;
+	if (mr->state == ODPD_MR_RELAXED) {
+		relaxed_remove(r, mr);
+		mr->state = ODPD_MR_LIVE;
+		if (relaxed_charge && relaxed_charge->refs == 0)
+			charge_drop(r, mr, relaxed_charge);
+		relaxed_arm(r);
+	}
+	r->stats.hits++;
+	return 0;
+}
+
+static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct odpd_domain *d,
+			      uint64_t s, uint64_t e)
+{
+	struct odpd_mr *mr = calloc(1, sizeof(*mr));
+
+	if (!mr)
+		return NULL;
+	mr->id = ++r->next_mr_id;
+	mr->dom = d;
+	mr->map = op->q.map;
+	mr->offset = s;
+	mr->length = e - s;
+	mr->node.start = s;
+	mr->node.end = e;
+	mr->iova = op->q.iova - op->q.offset + s;
+	mr->access = op->q.access;
+	mr->pinned = true;
+	mr->state = ODPD_MR_REGISTERING;
+	mr->generation = ++r->generation;
+	mr->owner_id = op->h->id;
+	LIST_INIT(&mr->holders);
+	/* Before the pin: a hole punched after this is seen as a change. */
+	odpd_mapping_ctime(mr->map, &mr->ctime);
+	return mr;
+}
+
+static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64_t e, struct odpd_err *err)
+{
+	struct odpd_registry *r = op->r;
+	struct odpd_mr *mr, *evict = NULL;
+	struct odpd_charge *c;
+	int rc;
+
+	rc = quota_check(r, op->h, op->q.map, s, e, true, true, !op->evicted, &evict, err);
+	if (rc < 0)
+		return rc;
+	if (evict) {
+		struct odpd_waiter *w = calloc(1, sizeof(*w));
+		r->stats.evictions++;
+		start_batch(r, evict, true, w);
+		if (!w)
+			return err_set(err, ENOMEM, "out of memory");
+		w->cb = reg_retry;
+		w->arg = op;
+		return 1;
+	}
+	mr = mr_new(r, op, d, s, e);
+	if (!mr)
+		return err_set(err, ENOMEM, "out of memory");
+	/* Reserve the quota now, so that requests in flight cannot overbook it. */
+	if (global_charge(r, mr) < 0 || charge_add(r, mr, op->h->acct, &c) < 0) {
+		global_uncharge(r, mr);
+		free(mr);
+		return err_set(err, ENOMEM, "out of memory");
+	}
+	odpd_mapping_ref(mr->map);
+	TAILQ_INSERT_TAIL(&r->mrs, mr, link);
+	r->n_mrs++;
+	if (d)
+		d->n_mrs++;
+	op->mr = mr;
+	op->daemon_addr = mr->map->addr + s;
+	op->ibv_access = access_to_ibv(op->q.access);
+	op->job.run = reg_run;
+	op->job.done = reg_done;
+	odpd_pool_submit(r->pool, &op->job);
+	return 1;
+}
+
+static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_err *err)
+{
+	struct odpd_registry *r = op->r;
+	const struct odpd_reg_req *q = &op->q;
+	bool client_pd = q->cmd_fd >= 0;
+	uint64_t s = q->offset & ~(PAGE - 1);
+	uint64_t e = (q->offset + q->length + PAGE - 1) & ~(PAGE - 1);
+	struct odpd_domain *d = NULL;
+	struct odpd_mr *mr;
+	struct lookup l = { .h = op->h, .s = s, .e = e, .access = q->access };
+
+	if (e > q->map->size)
+		e = q->map->size;
+	if (!client_pd) {
+		d = holder_domain(r, op->h, (unsigned)(q->dev - r->devices->dev));
+		if (!d)
+			return err_set(err, ENOMEM, "out of memory");
+	}
+	op->h->registered = true;
+	if (d && !q->no_cache) {
+		if (!op->evicted)
+			r->stats.lookups++;
+		mr = cache_lookup(r, d, q, &l);
+		if (mr)
+			return reg_hit(op, mr, ret_ref, err);
+		if (!op->evicted)
+			r->stats.misses++;
+	}
+	return reg_miss(op, d, s, e, err);
+}
+
+int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const struct odpd_reg_req *q,
+		      odpd_reg_cb cb, void *arg, struct odpd_ref **ret_ref, struct odpd_err *err)
+{
+	struct reg_op *op = calloc(1, sizeof(*op));
+	int rc;
+
+	if (!op) {
+		if (q->cmd_fd >= 0)
+			close(q->cmd_fd);
+		return err_set(err, ENOMEM, "out of memory");
+	}
+	op->r = r;
+	op->h = h;
+	op->q = *q;
+	op->cb = cb;
+	op->arg = arg;
+	if (q->cmd_fd >= 0)
+		op->q.no_cache = true;           /* client-PD: the client's own PD */
+	rc = reg_start(op, ret_ref, err);
+	if (rc != 1) {
+		if (op->q.cmd_fd >= 0)
+			close(op->q.cmd_fd);
+		free(op);
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- flush */
+
+struct flush_arg {
+	const struct odpd_registry *r;
+	const struct odpd_flush_sel *sel;
+};
+
+static bool match_sel(const struct odpd_mr *mr, const void *arg)
+{
+	const struct flush_arg *fa = arg;
+
+	return flush_selects(fa->r, mr, fa->sel);
+}
+
+int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *sel,
+			odpd_done_cb cb, void *arg)
+{
+	struct flush_arg fa = { r, sel };
+	struct odpd_mr *list = NULL;
+	struct odpd_waiter *w;
+
+	collect_relaxed(r, match_sel, &fa, &list);
+	relaxed_arm(r);
+	if (!list && LIST_EMPTY(&r->batches))
+		return 0;
+	if (list)
+		start_batch(r, list, true, NULL);
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return 0;                      /* the batch runs; nobody waits */
+	w->cb = cb;
+	w->arg = arg;
+	w->seq = r->batch_seq;              /* a barrier: every batch up to the newest */
+	w->own = list ? r->batch_seq : 0;   /* it counts only what it selected */
+	LIST_INSERT_HEAD(&r->waiters, w, link);
+	return 1;
+}
+
+/* ---------------------------------------------------------------- verify */
+
+struct verify_op {
+	struct odpd_job job;
+	struct odpd_mr *mr;
+	uint64_t iova, length;
+	size_t buf_size;
+	odpd_verify_cb cb;
+	void *arg;
+	uint32_t crc;
+	const char *method;
+	struct odpd_err err;
+	int rc;
+};
+
+static void verify_run(struct odpd_job *job)
+{
+	struct verify_op *op = (struct verify_op *)job;
+	struct odpd_domain *d = op->mr->dom;
+
+	pthread_mutex_lock(&d->lock);
+	if (!d->verifier)
+		op->rc = odpd_verifier_new(d, op->buf_size, &d->verifier, &op->err);
+	if (op->rc == 0)
+		op->rc = odpd_verify_mr(d->verifier, op->mr->mr, op->iova, op->length,
+					(op->mr->access & ODPD__ACCESS__ACCESS_REMOTE_READ) != 0,
+					&op->crc, &op->method, &op->err);
+	if (op->rc < 0 && d->verifier) {      /* the QPs may be in the error state now */
+		odpd_verifier_free(d->verifier);
+		d->verifier = NULL;
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void verify_done(struct odpd_job *job)
+{
+	struct verify_op *op = (struct verify_op *)job;
+
+	op->cb(op->arg, op->rc, &op->err, op->crc, op->length, op->method);
+	free(op);
+}
+
+int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t iova, uint64_t length,
+			 size_t buf_size, odpd_verify_cb cb, void *arg, struct odpd_err *err)
+{
+	struct verify_op *op;
+
+	if (!ref->mr->dom)
+		return err_set(err, EOPNOTSUPP, "verify reads daemon-PD MRs only; this MR lives in your "
+			       "own PD (client-PD mode)");
+	if (iova == 0 && length == 0) {
+		iova = ref->iova;
+		length = ref->length;
+	} else if (length == 0 || iova < ref->iova || iova + length < iova ||
+		   iova + length > ref->iova + ref->length) {
+		return err_set(err, EINVAL, "verify range is not inside the MR");
+	}
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return err_set(err, ENOMEM, "out of memory");
+	op->mr = ref->mr;
+	op->iova = iova;
+	op->length = length;
+	op->buf_size = buf_size;
+	op->cb = cb;
+	op->arg = arg;
+	op->job.run = verify_run;
+	op->job.done = verify_done;
+	odpd_pool_submit(r->pool, &op->job);
+	return 1;
+}
+
+/* ---------------------------------------------------------------- life */
+
+int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct odpd_pool *pool,
+		       struct odpd_segtable *segs, const struct odpd_conf *conf,
+		       struct odpd_devices *devices)
+{
+	memset(r, 0, sizeof(*r));
+	r->base = base;
+	r->pool = pool;
+	r->segs = segs;
+	r->conf = conf;
+	r->devices = devices;
+	LIST_INIT(&r->quota.accounts);
+	TAILQ_INIT(&r->mrs);
+	TAILQ_INIT(&r->relaxed);
+	LIST_INIT(&r->domains);
+	LIST_INIT(&r->shared);
+	LIST_INIT(&r->batches);
+	LIST_INIT(&r->waiters);
+	r->relaxed_timer = evtimer_new(base, on_relaxed_timer, r);
+	return r->relaxed_timer ? 0 : -ENOMEM;
+}
+
+bool odpd_registry_idle(const struct odpd_registry *r)
+{
+	return r->n_mrs == 0 && r->pending == 0 && LIST_EMPTY(&r->domains);
+}
+
+void odpd_registry_finish(struct odpd_registry *r)
+{
+	if (r->relaxed_timer)
+		event_free(r->relaxed_timer);
+	r->relaxed_timer = NULL;
+}

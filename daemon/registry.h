@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * The registry: the one owner of every MR, and the registration cache.
+ *
+ * MRs live in PDs (struct odpd_domain): a private PD per client and device,
+ * or a named shared PD that several clients joined. Per PD, the MRs over
+ * one segment mapped at one client address (an iova base) sit in an
+ * interval tree over their page-rounded file range. Clients hold
+ * references (struct odpd_ref); an MR with no reference is deregistered at
+ * once, or, released "relaxed", waits on the invalidation queue — still a
+ * cache hit — until a batch invalidates it.
+ *
+ * The registry knows holders (who asks: client id, pid, uid, account), not
+ * connections or sockets. Work that touches the kernel runs on the worker
+ * pool; its completion calls back on the event loop. Everything here runs on
+ * the event loop thread, except where a comment says "worker".
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+#include <time.h>
+#include <event2/event.h>
+
+#include "conf.h"
+#include "device.h"
+#include "domain.h"
+#include "error.h"
+#include "itree.h"
+#include "pool.h"
+#include "quota.h"
+#include "segment.h"
+
+enum odpd_mr_state {
+	ODPD_MR_REGISTERING,        /* ibv_reg_mr on a worker */
+	ODPD_MR_LIVE,               /* held */
+	ODPD_MR_RELAXED,            /* no holder, on the invalidation queue: a hit */
+	ODPD_MR_INVALIDATING,       /* in a batch: never a hit again */
+};
+
+struct odpd_holder;
+struct odpd_mr;
+
+/* One client's reference to an MR: what odpd_reg() returned. */
+struct odpd_ref {
+	LIST_ENTRY(odpd_ref) hlink;         /* in holder->refs */
+	LIST_ENTRY(odpd_ref) mlink;         /* in mr->holders */
+	struct odpd_holder *holder;
+	struct odpd_mr *mr;
+	uint64_t handle;                    /* the client's handle */
+	uint64_t iova, length;              /* what the client asked for */
+	void *cookie;                       /* the caller's (the client's segment) */
+};
+
+/* A holder's charge for one MR: its account pins the MR's pages. */
+struct odpd_charge {
+	struct odpd_charge *next;
+	struct odpd_account *acct;
+	unsigned refs;                      /* references of this account; 0: the relaxed charge */
+};
+
+/* The MRs of one PD over one segment mapped at one client address. */
+struct odpd_bucket {
+	LIST_ENTRY(odpd_bucket) link;
+	struct odpd_mapping *map;
+	uint64_t iova_base;                 /* client address of file offset 0 */
+	struct odpd_itree tree;
+};
+
+struct odpd_mr {
+	struct odpd_inode node;             /* [offset, offset + length) of the file */
+	struct odpd_bucket *bucket;         /* NULL: not in the cache (stale, no-cache, client PD) */
+	TAILQ_ENTRY(odpd_mr) link;          /* registry->mrs, by id */
+	TAILQ_ENTRY(odpd_mr) rlink;         /* registry->relaxed, while RELAXED */
+	struct odpd_mr *batch_next;
+	uint64_t id;
+	struct odpd_domain *dom;            /* daemon-PD mode */
+	struct odpd_import imp;             /* client-PD mode (imp.ctx) */
+	struct odpd_mapping *map;           /* a reference */
+	uint64_t offset, length;            /* page rounded, bytes */
+	uint64_t iova;                      /* of offset */
+	uint32_t access;                    /* Odpd__Access bits */
+	bool pinned;                        /* counts pinned pages */
+	struct ibv_mr *mr;
+	enum odpd_mr_state state;
+	uint64_t generation;
+	struct timespec ctime;              /* the segment's, before registration */
+	uint64_t owner_id;                  /* the client that registered it */
+	unsigned refs;
+	LIST_HEAD(, odpd_ref) holders;
+	struct odpd_charge *charges;
+	uint64_t relaxed_ns;                /* CLOCK_MONOTONIC when it became RELAXED */
+	pid_t relaxed_pid;                  /* the process that released it last */
+};
+
+/* A named shared PD: one domain per device, made on first use. */
+struct odpd_shared_pd {
+	LIST_ENTRY(odpd_shared_pd) link;
+	char name[64];
+	uid_t creator_uid;
+	unsigned members;                   /* holders that joined */
+	struct odpd_domain **doms;          /* [n_devices] */
+};
+
+/* Who asks. Embedded in the connection's state. */
+struct odpd_holder {
+	uint64_t id;
+	pid_t pid;
+	uid_t uid;
+	struct odpd_account *acct;
+	struct odpd_limit limit;
+	struct odpd_shared_pd *spd;         /* joined, or NULL */
+	struct odpd_domain **domains;       /* private, [n_devices] */
+	bool registered;                    /* it has asked for an MR: too late to join */
+	LIST_HEAD(, odpd_ref) refs;
+	unsigned n_refs;
+	unsigned n_relaxed;                 /* MRs it released relaxed, still queued */
+};
+
+struct odpd_cache_stats {
+	uint64_t lookups, hits, misses, evictions;
+	uint64_t registrations, deregistrations;
+	uint64_t flushes, invalidated, replaced;
+};
+
+struct odpd_batch;
+struct odpd_waiter;
+
+struct odpd_registry {
+	struct event_base *base;
+	struct odpd_pool *pool;
+	struct odpd_segtable *segs;
+	const struct odpd_conf *conf;
+	struct odpd_devices *devices;
+	struct odpd_quota quota;
+	TAILQ_HEAD(, odpd_mr) mrs;          /* every MR, by id */
+	unsigned n_mrs;
+	uint64_t pinned;                    /* distinct pinned bytes of the whole daemon */
+	TAILQ_HEAD(, odpd_mr) relaxed;      /* oldest first */
+	unsigned n_relaxed;
+	uint64_t relaxed_bytes;
+	struct event *relaxed_timer;
+	LIST_HEAD(, odpd_domain) domains;
+	LIST_HEAD(, odpd_shared_pd) shared;
+	unsigned n_shared;
+	LIST_HEAD(, odpd_batch) batches;    /* in flight */
+	LIST_HEAD(, odpd_waiter) waiters;
+	uint64_t next_mr_id, generation, batch_seq;
+	unsigned pending;                   /* jobs in flight that are not a client's */
+	struct odpd_cache_stats stats;
+};
+
+int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct odpd_pool *pool,
+		       struct odpd_segtable *segs, const struct odpd_conf *conf,
+		       struct odpd_devices *devices);
+/* At shutdown, after every holder is gone and the pool drained. */
+void odpd_registry_finish(struct odpd_registry *r);
+/* Nothing in flight, nothing to release: shutdown may proceed. */
+bool odpd_registry_idle(const struct odpd_registry *r);
+
+/* Set up / tear down a holder. Release drops every reference (last ones
+ * deregister), flushes the relaxed MRs with remote access it registered, and
+ * leaves its PDs (whose relaxed MRs are flushed when nobody is left). */
+int odpd_holder_init(struct odpd_registry *r, struct odpd_holder *h, uint64_t id, pid_t pid, uid_t uid,
+		     const struct odpd_limit *limit);
+void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h);
+
+/* Join the shared PD @name (policy: the caller checked it). */
+int odpd_registry_join(struct odpd_registry *r, struct odpd_holder *h, const char *name,
+		       bool *ret_created, unsigned *ret_members, struct odpd_err *err);
+struct odpd_shared_pd *odpd_registry_find_shared(struct odpd_registry *r, const char *name);
+
+/* A registration request, validated by the caller. */
+struct odpd_reg_req {
+	struct odpd_device *dev;
+	struct odpd_mapping *map;
+	uint64_t offset;                    /* file offset of iova */
+	uint64_t length;                    /* bytes */
+	uint64_t iova;                      /* the client's address */
+	uint32_t access;                    /* Odpd__Access */
+	bool no_cache;
+	int cmd_fd;                         /* client-PD mode: consumed; else -1 */
+	uint32_t pd_handle;
+	uint64_t handle;                    /* for the new reference */
+	void *cookie;
+};
+
+/* Completion of a request that went to a worker: @rc 0 with @ref, or
+ * negative with @err. Called on the loop. */
+typedef void (*odpd_reg_cb)(void *arg, int rc, const struct odpd_err *err, struct odpd_ref *ref,
+			    bool hit);
+
+/*
+ * Register, or find in the cache. Returns 0 with *@ret_ref on a cache hit
+ * (answered here, no worker), 1 when the answer will come through @cb, or a
+ * negative errno with @err (nothing changed). q->cmd_fd is consumed on every
+ * path.
+ */
+int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const struct odpd_reg_req *q,
+		      odpd_reg_cb cb, void *arg, struct odpd_ref **ret_ref, struct odpd_err *err);
+
+typedef void (*odpd_done_cb)(void *arg, unsigned mrs, uint64_t bytes);
+
+/*
+ * Drop a reference. Returns 0 when done; 1 when the last reference of a
+ * non-relaxed release deregisters the MR: @cb runs once it is deregistered.
+ */
+int odpd_registry_release(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed,
+			  odpd_done_cb cb, void *arg);
+
+struct odpd_ref *odpd_holder_find_ref(struct odpd_holder *h, uint64_t handle);
+
+/* Which relaxed MRs a flush invalidates. */
+struct odpd_flush_sel {
+	bool all;
+	const struct odpd_holder *holder;   /* the PDs this holder uses */
+	bool has_pid;
+	pid_t pid;                          /* last released by this process */
+	const char *pd;                     /* of this shared PD */
+};
+
+/* Invalidate the selected relaxed MRs, then call @cb once they and every
+ * batch already in flight are deregistered (a barrier). Returns 0 when
+ * nothing was to wait for (@cb not called; *@ret_mrs, *@ret_bytes 0), 1. */
+int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *sel,
+			odpd_done_cb cb, void *arg);
+
+/* verify (verify.h) through @ref's MR on a worker. */
+typedef void (*odpd_verify_cb)(void *arg, int rc, const struct odpd_err *err, uint32_t crc,
+			       uint64_t length, const char *method);
+int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t iova, uint64_t length,
+			 size_t buf_size, odpd_verify_cb cb, void *arg, struct odpd_err *err);
+
+const char *odpd_mr_state_name(enum odpd_mr_state s);
