@@ -127,6 +127,7 @@ struct odpd_segment {
 	int fd;
 	bool owns_fd;                   /* odpd_alloc(): close on detach */
 	bool owns_map;                  /* mapped by the library: munmap on detach */
+	bool writable;                  /* mapped PROT_WRITE here (populate for writing) */
 	unsigned n_mrs;                 /* MRs of this connection inside */
 };
 
@@ -183,6 +184,18 @@ int segment_lookup(struct odpd_conn *c, const char *what, const void *addr, size
 /* Unmap, close and free every segment of @c (odpd_disconnect). */
 void segments_release_all(struct odpd_conn *c);
 
+/*
+ * Fault the pages of [@addr, @addr + @length) (rounded out to pages) of @seg
+ * in this process, so that they are allocated by, and charged to, this
+ * process and not the daemon: MADV_POPULATE_WRITE where @seg is mapped
+ * writable, else (or if the kernel refuses that for the mapping)
+ * MADV_POPULATE_READ. EINVAL from madvise (a kernel before 5.14, or a
+ * mapping that cannot be populated) is ignored: 0. Other errors of madvise
+ * are returned, with a message naming @what. Caller holds c->lock.
+ */
+int segment_populate(const struct odpd_segment *seg, const char *what, const void *addr,
+		     size_t length);
+
 /* ---------------------------------------------------------------- mr.c */
 
 /* What a RegMr sends beside the range. */
@@ -193,6 +206,7 @@ struct mr_request {
 	uint32_t client_pd_handle;
 	int cmd_fd;                     /* with client_pd */
 	const char *device;             /* NULL: the connection's device */
+	uint32_t flags;                 /* bit mask of Odpd__RegFlags */
 };
 
 struct mr_result {
@@ -203,14 +217,19 @@ struct mr_result {
 	bool has_kernel_handle;
 	bool has_access;
 	uint32_t access;                /* bit mask of Odpd__Access granted */
+	uint64_t generation;            /* 0 if the daemon sent none */
+	bool cache_hit;
 };
 
 /* RegMr on @c's device. Caller holds c->lock. */
 int mr_register(struct odpd_conn *c, const char *what, const void *addr, size_t length,
 		const struct mr_request *q, struct mr_result *ret);
 
-/* DeregMr. Caller holds c->lock. */
-int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle);
+/*
+ * DeregMr. @relaxed: the daemon may keep the MR registered (relaxed) after
+ * the last reference. Caller holds c->lock.
+ */
+int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle, bool relaxed);
 
 /* Free every struct odpd_mr of @c (odpd_disconnect). */
 void mrs_release_all(struct odpd_conn *c);

@@ -113,13 +113,13 @@ static int mirror_import(struct odpd_conn *c, const char *what, struct ibv_pd *p
 	int err;
 
 	if (!res->has_kernel_handle) {
-		mr_deregister(c, what, res->handle);
+		mr_deregister(c, what, res->handle, false);
 		return errmsg_set(-EIO, "%s: the daemon's reply has no kernel MR handle", what);
 	}
 	mr = ibv_import_mr(pd, res->kernel_handle);
 	if (!mr) {
 		err = errno > 0 ? errno : EIO;
-		mr_deregister(c, what, res->handle);
+		mr_deregister(c, what, res->handle, false);
 		return errmsg_set(-err, "%s: ibv_import_mr: %m", what);
 	}
 	*ret = mr;
@@ -234,7 +234,7 @@ static int mirror_dereg(struct ibv_mr *mr)
 	if (!e)
 		r = errmsg_set(-ENOENT, "%s: this MR is no longer registered", what);
 	else
-		r = mr_deregister(c, what, e->handle);
+		r = mr_deregister(c, what, e->handle, false);
 	if (r >= 0)
 		mirror_remove(c, e);
 	pthread_mutex_unlock(&c->lock);

@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* mr.c - MRs in the daemon's PD: odpd_reg, odpd_dereg, odpd_verify. */
+/*
+ * mr.c - MRs in the daemon's PD: odpd_reg(_attr), odpd_dereg(_relaxed),
+ * odpd_flush_relaxed, odpd_join_pd, odpd_verify.
+ */
 #include <stdlib.h>
+#include <string.h>
 
 #include "libodpd-private.h"
 
@@ -19,7 +23,7 @@ static int mr_reply(struct odpd_conn *c, const char *what, const void *addr,
 	if (!m->has_handle)
 		return errmsg_set(-EIO, "%s: the daemon's reply names no MR", what);
 	if (!m->has_lkey) {
-		mr_deregister(c, what, m->handle);
+		mr_deregister(c, what, m->handle, false);
 		return errmsg_set(-EIO, "%s: the daemon's reply has no lkey", what);
 	}
 	*ret = (struct mr_result) {
@@ -31,6 +35,8 @@ static int mr_reply(struct odpd_conn *c, const char *what, const void *addr,
 		.has_kernel_handle = m->has_kernel_handle,
 		.has_access = m->has_access,
 		.access = m->access,
+		.generation = m->generation,
+		.cache_hit = m->cache_hit,
 	};
 	return 0;
 }
@@ -54,6 +60,10 @@ int mr_register(struct odpd_conn *c, const char *what, const void *addr, size_t 
 		m.client_pd = true;
 		m.client_pd_handle = q->client_pd_handle;
 	}
+	if (q->flags) {
+		m.has_flags = true;
+		m.flags = q->flags;
+	}
 	req.body_case = ODPD__REQUEST__BODY_REG_MR;
 	req.reg_mr = &m;
 	r = conn_call(c, what, &req, &q->cmd_fd, q->client_pd ? 1 : 0, ODPD__REPLY__BODY_MR, &reply);
@@ -64,13 +74,17 @@ int mr_register(struct odpd_conn *c, const char *what, const void *addr, size_t 
 	return r;
 }
 
-int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle)
+int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle, bool relaxed)
 {
 	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
 	Odpd__Request req = ODPD__REQUEST__INIT;
 
 	d.has_handle = true;
 	d.handle = handle;
+	if (relaxed) {
+		d.has_relaxed = true;
+		d.relaxed = true;
+	}
 	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
 	req.dereg_mr = &d;
 	return conn_call(c, what, &req, NULL, 0, ODPD__REPLY__BODY__NOT_SET, NULL);
@@ -108,6 +122,37 @@ void mrs_release_all(struct odpd_conn *c)
 
 /* ---------------------------------------------------------------- odpd_reg */
 
+#define REG_ATTR_MASK_KNOWN (ODPD_REG_ATTR_ACCESS | ODPD_REG_ATTR_FLAGS)
+#define REG_FLAGS_KNOWN (ODPD_REG_NO_CACHE | ODPD_REG_NO_POPULATE)
+
+/* A registration as the library does it: odpd_reg_attr() with the fields read. */
+struct reg_args {
+	unsigned access;                /* IBV_ACCESS_* */
+	uint32_t flags;                 /* ODPD_REG_* */
+};
+
+/* @attr as rdma-core reads its *_attr structs: only the fields comp_mask names. */
+static int reg_attr_read(const char *what, const struct odpd_reg_attr *attr, struct reg_args *ret)
+{
+	*ret = (struct reg_args) { 0 };
+	if (!attr)
+		return 0;
+	if (attr->comp_mask & ~(uint32_t)REG_ATTR_MASK_KNOWN)
+		return errmsg_set(-EINVAL, "%s: comp_mask 0x%x has bits this libodpd does not know "
+				  "(0x%x; it knows ODPD_REG_ATTR_ACCESS and ODPD_REG_ATTR_FLAGS)", what,
+				  attr->comp_mask, attr->comp_mask & ~(uint32_t)REG_ATTR_MASK_KNOWN);
+	if (attr->comp_mask & ODPD_REG_ATTR_ACCESS)
+		ret->access = attr->access;
+	if (attr->comp_mask & ODPD_REG_ATTR_FLAGS) {
+		if (attr->flags & ~(uint32_t)REG_FLAGS_KNOWN)
+			return errmsg_set(-EINVAL, "%s: flags 0x%x not supported (only ODPD_REG_NO_CACHE "
+					  "and ODPD_REG_NO_POPULATE)", what,
+					  attr->flags & ~(uint32_t)REG_FLAGS_KNOWN);
+		ret->flags = attr->flags;
+	}
+	return 0;
+}
+
 static void mr_fill(struct odpd_mr *mr, void *addr, size_t length, unsigned access,
 		    Odpd__MrKind kind, const struct mr_result *res)
 {
@@ -118,35 +163,51 @@ static void mr_fill(struct odpd_mr *mr, void *addr, size_t length, unsigned acce
 	mr->rkey = res->rkey;
 	mr->access = res->has_access ? access_from_wire(res->access, kind) : access;
 	mr->handle = res->handle;
+	mr->generation = res->generation;
+	mr->cache_hit = res->cache_hit;
 }
 
-static int mr_reg(struct odpd_conn *c, void *addr, size_t length, unsigned access,
-		  struct odpd_mr **ret)
+/* Populate (pinned MRs), then RegMr. Caller holds c->lock. */
+static int mr_reg_locked(struct odpd_conn *c, const char *what, void *addr, size_t length,
+			 const struct reg_args *a, const struct mr_request *q,
+			 struct mr_entry *e)
 {
-	const char *what = "odpd_reg";
-	struct mr_request q = { .cmd_fd = -1 };
 	struct odpd_segment *seg;
 	struct mr_result res;
+	int r;
+
+	r = conn_check(c, what);
+	if (r >= 0)
+		r = segment_lookup(c, what, addr, length, &seg);
+	if (r >= 0 && q->kind == ODPD__MR_KIND__MR_PINNED && !(a->flags & ODPD_REG_NO_POPULATE))
+		r = segment_populate(seg, what, addr, length);
+	if (r >= 0)
+		r = mr_register(c, what, addr, length, q, &res);
+	if (r < 0)
+		return r;
+	mr_fill(&e->mr, addr, length, a->access, q->kind, &res);
+	mr_insert(c, e, seg);
+	return 0;
+}
+
+static int mr_reg(struct odpd_conn *c, const char *what, void *addr, size_t length,
+		  const struct reg_args *a, struct odpd_mr **ret)
+{
+	struct mr_request q = { .cmd_fd = -1 };
 	struct mr_entry *e;
 	int r;
 
-	r = access_to_wire(what, access, &q.access, &q.kind);
+	r = access_to_wire(what, a->access, &q.access, &q.kind);
 	if (r < 0)
 		return r;
+	if (a->flags & ODPD_REG_NO_CACHE)
+		q.flags |= ODPD__REG_FLAGS__REG_NO_CACHE;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return errmsg_set(-ENOMEM, "%s: %m", what);
 
 	pthread_mutex_lock(&c->lock);
-	r = conn_check(c, what);
-	if (r >= 0)
-		r = segment_lookup(c, what, addr, length, &seg);
-	if (r >= 0)
-		r = mr_register(c, what, addr, length, &q, &res);
-	if (r >= 0) {
-		mr_fill(&e->mr, addr, length, access, q.kind, &res);
-		mr_insert(c, e, seg);
-	}
+	r = mr_reg_locked(c, what, addr, length, a, &q, e);
 	pthread_mutex_unlock(&c->lock);
 	if (r < 0) {
 		free(e);
@@ -156,28 +217,48 @@ static int mr_reg(struct odpd_conn *c, void *addr, size_t length, unsigned acces
 	return 0;
 }
 
+_public_ struct odpd_mr *odpd_reg_attr(struct odpd_conn *conn, void *addr, size_t length,
+				       const struct odpd_reg_attr *attr)
+{
+	const char *what = "odpd_reg_attr";
+	struct odpd_mr *mr = NULL;
+	struct reg_args a = { 0 };
+	int r;
+
+	errmsg_clear();
+	if (!conn)
+		r = errmsg_set(-EINVAL, "%s: no connection", what);
+	else
+		r = reg_attr_read(what, attr, &a);
+	if (r >= 0)
+		r = mr_reg(conn, what, addr, length, &a, &mr);
+	return public_ptr(r, mr);
+}
+
 _public_ struct odpd_mr *odpd_reg(struct odpd_conn *conn, void *addr, size_t length, unsigned int access)
 {
+	const char *what = "odpd_reg";
+	struct reg_args a = { .access = access };
 	struct odpd_mr *mr = NULL;
 	int r;
 
 	errmsg_clear();
 	if (!conn)
-		r = errmsg_set(-EINVAL, "odpd_reg: no connection");
+		r = errmsg_set(-EINVAL, "%s: no connection", what);
 	else
-		r = mr_reg(conn, addr, length, access, &mr);
+		r = mr_reg(conn, what, addr, length, &a, &mr);
 	return public_ptr(r, mr);
 }
 
 /* ---------------------------------------------------------------- odpd_dereg */
 
-static int mr_dereg(struct mr_entry *e)
+static int mr_dereg(struct mr_entry *e, const char *what, bool relaxed)
 {
 	struct odpd_conn *c = e->conn;
 	int r;
 
 	pthread_mutex_lock(&c->lock);
-	r = mr_deregister(c, "odpd_dereg", e->mr.handle);
+	r = mr_deregister(c, what, e->mr.handle, relaxed);
 	if (r >= 0)
 		mr_remove(e);
 	pthread_mutex_unlock(&c->lock);
@@ -191,7 +272,74 @@ _public_ int odpd_dereg(struct odpd_mr *mr)
 	errmsg_clear();
 	if (!mr)
 		return public_int(errmsg_set(-EINVAL, "odpd_dereg: mr is NULL"));
-	return public_int(mr_dereg(container_of(mr, struct mr_entry, mr)));
+	return public_int(mr_dereg(container_of(mr, struct mr_entry, mr), "odpd_dereg", false));
+}
+
+_public_ int odpd_dereg_relaxed(struct odpd_mr *mr)
+{
+	errmsg_clear();
+	if (!mr)
+		return public_int(errmsg_set(-EINVAL, "odpd_dereg_relaxed: mr is NULL"));
+	return public_int(mr_dereg(container_of(mr, struct mr_entry, mr), "odpd_dereg_relaxed", true));
+}
+
+/* ---------------------------------------------------------------- odpd_flush_relaxed */
+
+static int conn_flush(struct odpd_conn *c)
+{
+	/* No field set: the relaxed MRs of this connection's PD. */
+	Odpd__Flush f = ODPD__FLUSH__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	int r;
+
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &f;
+	pthread_mutex_lock(&c->lock);
+	r = conn_call(c, "odpd_flush_relaxed", &req, NULL, 0, ODPD__REPLY__BODY__NOT_SET, NULL);
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+_public_ int odpd_flush_relaxed(struct odpd_conn *conn)
+{
+	errmsg_clear();
+	if (!conn)
+		return public_int(errmsg_set(-EINVAL, "odpd_flush_relaxed: no connection"));
+	return public_int(conn_flush(conn));
+}
+
+/* ---------------------------------------------------------------- odpd_join_pd */
+
+/* The daemon's limit; it also checks the characters ([A-Za-z0-9._:@-]). */
+#define PD_NAME_MAX 63
+
+static int conn_join_pd(struct odpd_conn *c, const char *name)
+{
+	const char *what = "odpd_join_pd";
+	Odpd__JoinPd j = ODPD__JOIN_PD__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	size_t len = name ? strnlen(name, PD_NAME_MAX + 1) : 0;
+	int r;
+
+	if (!name || len == 0 || len > PD_NAME_MAX)
+		return errmsg_set(-EINVAL, "%s: %s", what,
+				  !name ? "name is NULL" : len == 0 ? "name is empty" :
+				  "name is longer than 63 bytes");
+	j.name = (char *)name;
+	req.body_case = ODPD__REQUEST__BODY_JOIN_PD;
+	req.join_pd = &j;
+	pthread_mutex_lock(&c->lock);
+	r = conn_call(c, what, &req, NULL, 0, ODPD__REPLY__BODY__NOT_SET, NULL);
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+_public_ int odpd_join_pd(struct odpd_conn *conn, const char *name)
+{
+	errmsg_clear();
+	if (!conn)
+		return public_int(errmsg_set(-EINVAL, "odpd_join_pd: no connection"));
+	return public_int(conn_join_pd(conn, name));
 }
 
 /* ---------------------------------------------------------------- odpd_verify */

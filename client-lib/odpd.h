@@ -36,6 +36,15 @@ extern "C" {
 
 struct rdma_cm_id;
 
+/*
+ * The library interface version: 1.1 added odpd_reg_attr(),
+ * odpd_dereg_relaxed(), odpd_flush_relaxed(), odpd_join_pd() and the
+ * generation and cache_hit fields of struct odpd_mr (symbol version
+ * ODPD_1.1; the 1.0 calls stay at ODPD_1.0).
+ */
+#define ODPD_VERSION_MAJOR 1
+#define ODPD_VERSION_MINOR 1
+
 /* Environment variable naming the daemon's socket; default below. */
 #define ODPD_SOCKET_ENV "ODPD_SOCKET"
 #define ODPD_SOCKET_DEFAULT "/run/odpd/odpd.sock"
@@ -177,6 +186,31 @@ int odpd_segment_fd(const struct odpd_segment *seg);
 int odpd_detach(struct odpd_segment *seg);
 
 /*
+ * Use the named shared PD instead of the connection's private one: every
+ * later registration of @conn goes into that PD. Only before the
+ * connection's first registration (odpd_reg(), odpd_reg_attr()). The first
+ * join of a name creates the PD. @name is 1 to 63 bytes of
+ * [A-Za-z0-9._:@-]. The members of a shared PD share its device context,
+ * its MRs and their keys: shared PDs are for processes that trust each
+ * other. Members that register the same range of the same segment (one
+ * memfd, each member's odpd_attach() of it), mapped at the same address
+ * (as odpd_attach() with @addr NULL maps it: where the daemon did), get
+ * the same MR - same lkey and rkey: one ibv_reg_mr(3), one pin, several
+ * holders - unless it has remote access (see the registration cache at
+ * odpd_reg()). Who may create or join is
+ * the daemon's policy: the [pd PATTERN] sections of odpd.conf(5); where
+ * none matches the name, only the uid that created the PD may join.
+ * Errors: EINVAL (@conn or @name NULL, @name empty or longer than 63 bytes
+ * - checked before anything is sent - or, from the daemon, a character
+ * outside that set), EPERM (the daemon's policy refused: odpd_errmsg()
+ * names the rule), EBUSY (the connection has already registered an MR),
+ * EALREADY (the connection has already joined a PD), ENOMEM (in the
+ * daemon), EOPNOTSUPP (an odpd older than shared PDs), ENOTCONN. The PD's device context and PD are made on its first
+ * registration: their errors are odpd_reg()'s.
+ */
+int odpd_join_pd(struct odpd_conn *conn, const char *name);
+
+/*
  * An MR registered by the daemon in the connection's PD. The library owns
  * it; fields are read-only. New fields are only ever appended.
  */
@@ -186,8 +220,11 @@ struct odpd_mr {
 	uint64_t iova;       /* == (uintptr_t)addr */
 	uint32_t lkey;
 	uint32_t rkey;
-	unsigned int access; /* IBV_ACCESS_* granted */
+	unsigned int access; /* IBV_ACCESS_* granted (a cache hit may grant more) */
 	uint64_t handle;     /* the daemon's handle for the MR */
+	/* since 1.1: filled by libodpd 1.1 and later only (see libodpd(3)) */
+	uint64_t generation; /* the daemon's; changes whenever the MR is invalidated */
+	int cache_hit;       /* 1: served by an MR already registered; 0: a new one */
 };
 
 /*
@@ -195,25 +232,129 @@ struct odpd_mr {
  * mask of IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ,
  * IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_ATOMIC and IBV_ACCESS_ON_DEMAND.
  * The daemon calls ibv_reg_mr(3) (ibv_reg_mr_iova when its mapping of the
- * segment lies at another address) with iova = @addr.
- * Errors: EINVAL (@length 0, @addr + @length overflows, range not inside one
- * segment, unknown access bits, IBV_ACCESS_REMOTE_WRITE or _ATOMIC without
- * IBV_ACCESS_LOCAL_WRITE), EACCES (write access on a segment sealed or opened
- * read-only), EOPNOTSUPP (IBV_ACCESS_ON_DEMAND: ODP registration is not
- * implemented yet), ENODEV (the daemon has no device), EDQUOT (the
- * daemon's limit of 65536 MRs per connection), the errors of
- * ibv_open_device(3)/ibv_alloc_pd(3) on the first registration (the
- * connection's context and PD are made then), ENOMEM and the other
- * errors of ibv_reg_mr(3) as the daemon saw them, ENOTCONN.
+ * segment lies at another address) with iova = @addr, over the range
+ * rounded out to whole pages.
+ *
+ * Before asking for a pinned MR (no IBV_ACCESS_ON_DEMAND), the library
+ * faults the page-rounded range in this process (madvise(2)
+ * MADV_POPULATE_WRITE on a writable mapping, MADV_POPULATE_READ on a
+ * read-only one), so that the pages are allocated by, and charged to the
+ * memory cgroup of, this process rather than odpd. A kernel without it
+ * (before 5.14) is not an error. Pages faulted in stay in the segment even
+ * when the daemon then refuses the registration.
+ *
+ * Registration cache: a registration is served from the registration cache
+ * when a live or relaxed MR of the connection's PD over the same segment,
+ * mapped at the same address, covers the page-rounded range with at least
+ * the requested access (struct odpd_mr.cache_hit is then 1, and access may
+ * hold more than was asked); an MR with remote access (REMOTE_READ, _WRITE
+ * or _ATOMIC) is served again only to the connection that registered it,
+ * for the same page-rounded range. A pinned MR is not served after the
+ * segment's pages were replaced (FALLOC_FL_PUNCH_HOLE, MADV_REMOVE: the
+ * segment's ctime changed); a new MR is registered instead. Each
+ * registration is a reference: release it with odpd_dereg() or
+ * odpd_dereg_relaxed().
+ *
+ * Pinned bytes are counted per user (the uid of the connection), as
+ * distinct pages, against the user's pinning quota: by default the
+ * RLIMIT_MEMLOCK of the registering process, raised or lowered by the
+ * [user], [group] and [cgroup] rules of odpd.conf(5).
+ *
+ * Errors: EINVAL (@conn NULL, @length 0, @addr + @length overflows, range
+ * not inside one segment, unknown access bits, IBV_ACCESS_REMOTE_WRITE or
+ * _ATOMIC without IBV_ACCESS_LOCAL_WRITE), EACCES (write access on a
+ * segment sealed or opened read-only), EOPNOTSUPP (IBV_ACCESS_ON_DEMAND:
+ * ODP registration is not implemented yet), ENODEV (the daemon has no
+ * device), EDQUOT (over the user's pinning quota even after odpd
+ * deregistered that user's relaxed MRs to make room, or the daemon's limit
+ * of 65536 MRs per connection), ENOMEM (out of memory here or in the
+ * daemon; over the daemon's own limit of pinned bytes or of MRs -
+ * max-pinned, max-mrs in odpd.conf(5) - even after it invalidated relaxed
+ * MRs to make room; or faulting the range in failed: over this process's
+ * memory cgroup limit, or part of the range is no longer mapped), EFAULT and EHWPOISON (faulting the range in hit a
+ * SIGBUS, e.g. no huge page left, or a page with a memory error), the
+ * errors of ibv_open_device(3)/ibv_alloc_pd(3) on the first registration
+ * (the connection's context and PD are made then), the other errors of
+ * ibv_reg_mr(3) as the daemon saw them, ENOTCONN.
  */
 struct odpd_mr *odpd_reg(struct odpd_conn *conn, void *addr, size_t length, unsigned int access);
 
+/* Which fields of struct odpd_reg_attr are set. */
+enum odpd_reg_attr_mask {
+	ODPD_REG_ATTR_ACCESS = 1 << 0,  /* access */
+	ODPD_REG_ATTR_FLAGS = 1 << 1,   /* flags */
+};
+
+/* struct odpd_reg_attr.flags */
+enum odpd_reg_flags {
+	/* A fresh MR: no cache lookup, and never served to another registration. */
+	ODPD_REG_NO_CACHE = 1 << 0,
+	/* Do not fault the range in this process first (see odpd_reg()). */
+	ODPD_REG_NO_POPULATE = 1 << 1,
+};
+
 /*
- * Deregister (ibv_dereg_mr(3) in the daemon) and free @mr.
- * Errors: ENOENT (not registered through this connection), ENOMEM (in the
- * daemon), ENOTCONN; on failure @mr stays valid.
+ * What odpd_reg_attr() registers with, as rdma-core's *_attr structs: the
+ * library reads only the fields that comp_mask names (a field left out is
+ * 0), so the struct may grow at its end and a caller built against an
+ * older header never has its bytes past its own struct read.
+ */
+struct odpd_reg_attr {
+	uint32_t comp_mask;     /* bit mask of enum odpd_reg_attr_mask */
+	unsigned int access;    /* IBV_ACCESS_*, as odpd_reg() */
+	uint32_t flags;         /* bit mask of enum odpd_reg_flags */
+};
+
+/*
+ * odpd_reg() with attributes: access (ODPD_REG_ATTR_ACCESS) and flags
+ * (ODPD_REG_ATTR_FLAGS). @attr NULL is odpd_reg() with access 0;
+ * odpd_reg(conn, addr, length, access) is odpd_reg_attr() with comp_mask
+ * ODPD_REG_ATTR_ACCESS. ODPD_REG_NO_CACHE asks the daemon for a fresh MR
+ * (RegMr flag REG_NO_CACHE): never a cache hit, never shared, never served
+ * again. ODPD_REG_NO_POPULATE skips faulting the range in before a pinned
+ * registration (the daemon's ibv_reg_mr then faults in what is missing,
+ * and those pages are charged to odpd's memory cgroup).
+ * Errors: those of odpd_reg(), and EINVAL for bits of comp_mask or of flags
+ * that this library does not know (as ibv_create_cq_ex(3) for comp_mask),
+ * before anything is sent.
+ */
+struct odpd_mr *odpd_reg_attr(struct odpd_conn *conn, void *addr, size_t length,
+			      const struct odpd_reg_attr *attr);
+
+/*
+ * Release @mr's reference and free @mr. When it was the last reference to
+ * the daemon's MR, the daemon deregisters it (ibv_dereg_mr(3)) before it
+ * answers.
+ * Errors: EINVAL (@mr NULL), ENOENT (not registered through this
+ * connection), ENOMEM (in the daemon), ENOTCONN; on failure @mr stays
+ * valid.
  */
 int odpd_dereg(struct odpd_mr *mr);
+
+/*
+ * Release @mr's reference and free @mr, without waiting for
+ * ibv_dereg_mr(3): returns at once; the MR stays registered (and is a cache
+ * hit if requested again, see odpd_reg()) until its batch is invalidated:
+ * when the daemon's batch window passes or its queue of relaxed MRs is full
+ * (relaxed-window-ms, relaxed-max-mrs, relaxed-max-bytes in odpd.conf(5)),
+ * when the daemon needs room (a user's pinning quota, its limits), by
+ * odpd_flush_relaxed(), or by an administrator (odpctl(8)). Its pinned
+ * bytes stay charged to the user until then.
+ * Errors: those of odpd_dereg(); on failure @mr stays valid.
+ */
+int odpd_dereg_relaxed(struct odpd_mr *mr);
+
+/*
+ * Invalidate every relaxed MR (odpd_dereg_relaxed()) of the connection's
+ * PD - of a shared PD (odpd_join_pd()), also those its other members
+ * released - and return only when all are deregistered (ibv_dereg_mr(3)
+ * in the daemon): a barrier. Afterwards no MR released relaxed before the
+ * call is registered or served from the cache any longer. The daemon's
+ * Flush request with no field set.
+ * Errors: EINVAL (@conn NULL), ENOMEM (in the daemon), EOPNOTSUPP (an odpd
+ * older than relaxed MRs), ENOTCONN.
+ */
+int odpd_flush_relaxed(struct odpd_conn *conn);
 
 /*
  * Have the daemon read [@addr, @addr + @length) back through @mr with the

@@ -7,6 +7,7 @@
  * iova == address on both sides. If the address is taken here, the segment
  * is detached, mapped anywhere, and attached again at that address.
  * odpd_attach(fd, addr, length) attaches a mapping the caller made.
+ * segment_populate() faults a range in here before a pinned registration.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -22,6 +23,13 @@
 #endif
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+/* Linux 5.14; older headers lack them (older kernels answer EINVAL). */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
 #endif
 
 #define SEALS_REQUIRED (F_SEAL_SHRINK | F_SEAL_GROW)
@@ -143,6 +151,48 @@ int segment_lookup(struct odpd_conn *c, const char *what, const void *addr, size
 			  "odpd_attach() (libodpd never copies)", what, addr, (void *)(a + length));
 }
 
+/* ---------------------------------------------------------------- populate */
+
+static int populate(void *start, size_t length, int advice)
+{
+	int r;
+
+	do
+		r = madvise(start, length, advice);
+	while (r < 0 && errno == EINTR);
+	return r < 0 ? -errno : 0;
+}
+
+int segment_populate(const struct odpd_segment *seg, const char *what, const void *addr,
+		     size_t length)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~(page - 1);
+	/* Inside a mapping of the segment (whole pages): no overflow. */
+	uintptr_t end = ((uintptr_t)addr + length + page - 1) & ~(page - 1);
+	int advice = seg->writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+	int r;
+
+	r = populate((void *)start, end - start, advice);
+	/* Made read-only since (mprotect): read is what can be done. */
+	if (r == -EINVAL && advice == MADV_POPULATE_WRITE) {
+		advice = MADV_POPULATE_READ;
+		r = populate((void *)start, end - start, advice);
+	}
+	/* A kernel before 5.14, or a mapping madvise cannot populate. */
+	if (r == -EINVAL)
+		return 0;
+	if (r < 0)
+		return errmsg_set(r, "%s: faulting in [%p, %p) with %s before registering: %m%s", what,
+				  (void *)start, (void *)end,
+				  advice == MADV_POPULATE_WRITE ? "MADV_POPULATE_WRITE" : "MADV_POPULATE_READ",
+				  r == -ENOMEM ? " (out of memory, over the memory cgroup's limit, or part of "
+				  "the range is no longer mapped)" :
+				  r == -EFAULT ? " (SIGBUS: no memory behind the mapping, e.g. no free huge pages)" :
+				  r == -EHWPOISON ? " (a page has a hardware memory error)" : "");
+	return 0;
+}
+
 /* ---------------------------------------------------------------- mapping */
 
 /* Map @fd at exactly @addr, never over a mapping: 0, -EEXIST if taken. */
@@ -213,6 +263,7 @@ static int segment_map_whole(struct odpd_conn *c, const char *what, int fd, uint
 	seg->length = s.length;
 	seg->fd = fd;
 	seg->owns_map = true;
+	seg->writable = prot & PROT_WRITE;
 	return 0;
 }
 
@@ -411,6 +462,7 @@ static int segment_attach_mapped(struct odpd_conn *c, const char *what, int fd, 
 	seg->addr = addr;
 	seg->length = length;
 	seg->fd = fd;
+	seg->writable = e.perms[1] == 'w';
 	return 0;
 }
 

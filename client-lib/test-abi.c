@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Linked against the real libodpd.so: every API function resolves, the
- * calls that need no daemon behave as odpd.h says, and (with nm) the library
- * exports exactly the functions odpd.h declares, each at version ODPD_1.0.
+ * calls that need no daemon behave as odpd.h says, the structs only ever
+ * grew at their end, and (with nm) the library exports exactly the
+ * functions odpd.h declares, each as the default version of the node of the
+ * release that added it (ODPD_1.0, ODPD_1.1), and no other node; the newest
+ * node and the file name (libodpd.so.MAJOR.MINOR.0) agree with
+ * ODPD_VERSION_MAJOR and ODPD_VERSION_MINOR.
  *
  * Usage: test-abi [NM LIBODPD.so ODPD.h]
  */
 #include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +36,36 @@
 	CHECK(strstr(odpd_errmsg(), name) != NULL); \
 } while (0)
 
-/* Every function of the API, so that linking proves each one is exported. */
-static void *const api[] = {
-	(void *)odpd_errmsg, (void *)odpd_connect, (void *)odpd_disconnect,
-	(void *)odpd_device_count, (void *)odpd_query_device, (void *)odpd_alloc,
-	(void *)odpd_attach, (void *)odpd_segment_addr, (void *)odpd_segment_length,
-	(void *)odpd_segment_fd, (void *)odpd_detach, (void *)odpd_reg, (void *)odpd_dereg,
-	(void *)odpd_verify, (void *)odpd_reg_msgs, (void *)odpd_reg_read,
-	(void *)odpd_reg_write, (void *)odpd_dereg_mr, (void *)odpd_default_conn,
+/*
+ * Every function of the API with the version node it was added in, so that
+ * linking proves each one is exported. A released entry never changes.
+ */
+static const struct api_fn {
+	const char *name;
+	void *fn;
+	const char *version;
+} api[] = {
+#define FN(f, v) { #f, (void *)f, v }
+	FN(odpd_errmsg, "ODPD_1.0"), FN(odpd_connect, "ODPD_1.0"),
+	FN(odpd_disconnect, "ODPD_1.0"), FN(odpd_device_count, "ODPD_1.0"),
+	FN(odpd_query_device, "ODPD_1.0"), FN(odpd_alloc, "ODPD_1.0"),
+	FN(odpd_attach, "ODPD_1.0"), FN(odpd_segment_addr, "ODPD_1.0"),
+	FN(odpd_segment_length, "ODPD_1.0"), FN(odpd_segment_fd, "ODPD_1.0"),
+	FN(odpd_detach, "ODPD_1.0"), FN(odpd_reg, "ODPD_1.0"), FN(odpd_dereg, "ODPD_1.0"),
+	FN(odpd_verify, "ODPD_1.0"), FN(odpd_reg_msgs, "ODPD_1.0"),
+	FN(odpd_reg_read, "ODPD_1.0"), FN(odpd_reg_write, "ODPD_1.0"),
+	FN(odpd_dereg_mr, "ODPD_1.0"), FN(odpd_default_conn, "ODPD_1.0"),
+	FN(odpd_reg_attr, "ODPD_1.1"), FN(odpd_dereg_relaxed, "ODPD_1.1"),
+	FN(odpd_flush_relaxed, "ODPD_1.1"), FN(odpd_join_pd, "ODPD_1.1"),
+#undef FN
 };
+
+#define API_N (sizeof(api) / sizeof(api[0]))
+
+/* The version nodes, oldest first; the last is ODPD_VERSION_MAJOR.MINOR. */
+static const char *const nodes[] = { "ODPD_1.0", "ODPD_1.1" };
+
+#define NODES_N (sizeof(nodes) / sizeof(nodes[0]))
 
 #define MAX_NAMES 256
 
@@ -88,8 +114,11 @@ static void read_declared(const char *header, struct names *s)
 	qsort(s->v, s->n, sizeof(s->v[0]), cmp_str);
 }
 
-/* "ADDR T name@@ODPD_1.0" from nm; the version node itself is an "A" symbol. */
-static void read_exported(const char *nm, const char *lib, struct names *s)
+/*
+ * "ADDR T name@@ODPD_1.0" from nm into @s; the version nodes themselves are
+ * "A" symbols ("ADDR A ODPD_1.0"), into @ret_nodes.
+ */
+static void read_exported(const char *nm, const char *lib, struct names *s, struct names *ret_nodes)
 {
 	char cmd[4096], *line = NULL;
 	size_t cap = 0;
@@ -101,31 +130,77 @@ static void read_exported(const char *nm, const char *lib, struct names *s)
 	while (getline(&line, &cap, p) >= 0) {
 		char type, name[256];
 
-		if (sscanf(line, "%*s %c %255s", &type, name) == 2 && type != 'A')
+		if (sscanf(line, "%*s %c %255s", &type, name) != 2)
+			continue;
+		if (type == 'A')
+			names_add(ret_nodes, name, strcspn(name, "@"));
+		else
 			names_add(s, name, strlen(name));
 	}
 	free(line);
 	CHECK(pclose(p) == 0);
 	qsort(s->v, s->n, sizeof(s->v[0]), cmp_str);
+	qsort(ret_nodes->v, ret_nodes->n, sizeof(ret_nodes->v[0]), cmp_str);
+}
+
+static const struct api_fn *api_find(const char *name)
+{
+	for (size_t i = 0; i < API_N; i++)
+		if (strcmp(api[i].name, name) == 0)
+			return &api[i];
+	return NULL;
+}
+
+static void names_free(struct names *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	s->n = 0;
+}
+
+/* The nodes are exactly nodes[]; the newest and the file name match odpd.h. */
+static void test_nodes(const char *lib, const struct names *found)
+{
+	char newest[32], suffix[64];
+	size_t len = strlen(lib);
+
+	CHECK(found->n == NODES_N);
+	for (size_t i = 0; i < NODES_N; i++)   /* nodes[] is sorted too */
+		CHECK(strcmp(found->v[i], nodes[i]) == 0);
+	snprintf(newest, sizeof(newest), "ODPD_%d.%d", ODPD_VERSION_MAJOR, ODPD_VERSION_MINOR);
+	CHECK(strcmp(nodes[NODES_N - 1], newest) == 0);
+	snprintf(suffix, sizeof(suffix), "/libodpd.so.%d.%d.0", ODPD_VERSION_MAJOR, ODPD_VERSION_MINOR);
+	CHECK(len >= strlen(suffix) && strcmp(lib + len - strlen(suffix), suffix) == 0);
 }
 
 static void test_exports(const char *nm, const char *lib, const char *header)
 {
-	struct names declared = { .n = 0 }, exported = { .n = 0 };
+	struct names declared = { .n = 0 }, exported = { .n = 0 }, found_nodes = { .n = 0 };
+	unsigned per_node[NODES_N] = { 0 };
 	bool ok;
 
 	read_declared(header, &declared);
-	read_exported(nm, lib, &exported);
-	CHECK(declared.n == sizeof(api) / sizeof(api[0]));
+	read_exported(nm, lib, &exported, &found_nodes);
+	/* api[] lists exactly what odpd.h declares */
+	CHECK(declared.n == API_N);
+	for (size_t i = 0; i < declared.n; i++)
+		CHECK(api_find(declared.v[i]) != NULL);
+
+	/* "name@@NODE": exported as the default version, of its own node */
 	ok = declared.n == exported.n;
 	for (size_t i = 0; i < declared.n && i < exported.n; i++) {
+		const struct api_fn *f = api_find(declared.v[i]);
 		size_t len = strlen(declared.v[i]);
 
 		if (strncmp(exported.v[i], declared.v[i], len) != 0 ||
-		    strcmp(exported.v[i] + len, "@@ODPD_1.0") != 0) {
-			fprintf(stderr, "declared %s, exported %s\n", declared.v[i], exported.v[i]);
+		    strncmp(exported.v[i] + len, "@@", 2) != 0 ||
+		    strcmp(exported.v[i] + len + 2, f->version) != 0) {
+			fprintf(stderr, "declared %s (%s), exported %s\n", declared.v[i], f->version,
+				exported.v[i]);
 			ok = false;
 		}
+		for (size_t n = 0; n < NODES_N; n++)
+			per_node[n] += strcmp(f->version, nodes[n]) == 0;
 	}
 	if (!ok) {
 		fprintf(stderr, "exported:\n");
@@ -133,11 +208,35 @@ static void test_exports(const char *nm, const char *lib, const char *header)
 			fprintf(stderr, "  %s\n", exported.v[i]);
 	}
 	CHECK(ok);
-	for (size_t i = 0; i < declared.n; i++)
-		free(declared.v[i]);
-	for (size_t i = 0; i < exported.n; i++)
-		free(exported.v[i]);
-	printf("exports: %zu functions, all ODPD_1.0\n", exported.n);
+	test_nodes(lib, &found_nodes);
+	printf("exports: %zu functions:", exported.n);
+	for (size_t n = 0; n < NODES_N; n++)
+		printf(" %u at %s", per_node[n], nodes[n]);
+	printf("\n");
+	names_free(&declared);
+	names_free(&exported);
+	names_free(&found_nodes);
+}
+
+/*
+ * Structs the library fills or reads only ever grow at their end: the fields
+ * of 1.0 keep their offsets (LP64), the fields of 1.1 come after them.
+ */
+static void test_layout(void)
+{
+#if UINTPTR_MAX == UINT64_MAX
+	CHECK(offsetof(struct odpd_mr, addr) == 0 && offsetof(struct odpd_mr, length) == 8);
+	CHECK(offsetof(struct odpd_mr, iova) == 16 && offsetof(struct odpd_mr, lkey) == 24);
+	CHECK(offsetof(struct odpd_mr, rkey) == 28 && offsetof(struct odpd_mr, access) == 32);
+	CHECK(offsetof(struct odpd_mr, handle) == 40);
+#endif
+	CHECK(offsetof(struct odpd_mr, generation) >= offsetof(struct odpd_mr, handle) + sizeof(uint64_t));
+	CHECK(offsetof(struct odpd_mr, cache_hit) > offsetof(struct odpd_mr, generation));
+	/* comp_mask first: what the caller set is readable at any struct size */
+	CHECK(offsetof(struct odpd_reg_attr, comp_mask) == 0);
+	CHECK(offsetof(struct odpd_reg_attr, access) < offsetof(struct odpd_reg_attr, flags));
+	CHECK(ODPD_REG_ATTR_ACCESS == 1 && ODPD_REG_ATTR_FLAGS == 2);
+	CHECK(ODPD_REG_NO_CACHE == 1 && ODPD_REG_NO_POPULATE == 2);
 }
 
 int main(int argc, char **argv)
@@ -149,9 +248,10 @@ int main(int argc, char **argv)
 		test_exports(argv[1], argv[2], argv[3]);
 	else
 		printf("exports: not checked (no nm)\n");
+	test_layout();
 
-	for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++)
-		CHECK(api[i] != NULL);
+	for (size_t i = 0; i < API_N; i++)
+		CHECK(api[i].fn != NULL);
 	CHECK(strcmp(odpd_errmsg(), "") == 0);
 
 	/* No daemon at the path. */
@@ -170,7 +270,11 @@ int main(int argc, char **argv)
 	CHECK_FAIL(odpd_attach(NULL, 0, NULL, 0), NULL, EINVAL, "odpd_attach");
 	CHECK_FAIL(odpd_detach(NULL), -1, EINVAL, "odpd_detach");
 	CHECK_FAIL(odpd_reg(NULL, NULL, 1, 0), NULL, EINVAL, "odpd_reg");
+	CHECK_FAIL(odpd_reg_attr(NULL, NULL, 1, NULL), NULL, EINVAL, "odpd_reg_attr");
 	CHECK_FAIL(odpd_dereg(NULL), -1, EINVAL, "odpd_dereg");
+	CHECK_FAIL(odpd_dereg_relaxed(NULL), -1, EINVAL, "odpd_dereg_relaxed");
+	CHECK_FAIL(odpd_flush_relaxed(NULL), -1, EINVAL, "odpd_flush_relaxed");
+	CHECK_FAIL(odpd_join_pd(NULL, "pd"), -1, EINVAL, "odpd_join_pd");
 	CHECK_FAIL(odpd_verify(NULL, NULL, 0, &crc), -1, EINVAL, "odpd_verify");
 	CHECK_FAIL(odpd_reg_msgs(NULL, NULL, 1), NULL, EINVAL, "odpd_reg_msgs");
 	CHECK_FAIL(odpd_reg_read(NULL, NULL, 1), NULL, EINVAL, "odpd_reg_read");

@@ -10,7 +10,17 @@
  * script failures: RegMr of 12345 bytes is refused with ENOMEM, of 7777
  * bytes closes the connection; client-PD RegMr is refused with EPERM;
  * Verify of 333 bytes is answered with garbage, of 334 bytes with an
- * oversized packet, of 335 bytes with garbage and then, late, the reply.
+ * oversized packet, of 335 bytes with garbage and then, late, the reply;
+ * a relaxed DeregMr of an MR of 4321 bytes is refused with ENOMEM; JoinPd
+ * of "forbidden" is refused with EPERM.
+ *
+ * Its registration cache is a caricature of odpd's: a RegMr without
+ * REG_NO_CACHE for the same range, kind and no more access than a live or
+ * relaxed MR of the connection is a hit (same MR, handle and generation);
+ * a relaxed DeregMr of the last reference keeps the MR until a Flush. At
+ * RegMr it records how many pages of the range (rounded out to pages) were
+ * already in the memfd's page cache (mincore through its own mapping): the
+ * library must have faulted them in before it asked.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +69,10 @@
 #define GARBAGE_LENGTH 333
 #define HUGE_LENGTH 334
 #define LATE_LENGTH 335
+#define NO_RELAX_LENGTH 4321
+#define FAKE_GENERATION (1ull << 40)    /* + the MR's handle: 64 bits on the wire */
+#define FAKE_FORBIDDEN_PD "forbidden"
+#define FAKE_PD_RULE "fake: [pd forb*] lists neither uid 1000 nor its groups"
 
 /* What the fake saw; in shared memory. */
 struct fake_log {
@@ -75,6 +89,15 @@ struct fake_log {
 	int reg_client_pd;
 	uint32_t reg_pd_handle;
 	unsigned reg_nfds;
+	int reg_has_flags;
+	uint32_t reg_flags;
+	unsigned reg_pages;             /* of the range rounded out to pages */
+	unsigned reg_resident;          /* of those, in the page cache at RegMr */
+	int dereg_has_relaxed, dereg_relaxed;
+	unsigned flushes, flushed;      /* Flush requests; MRs they dropped */
+	int flush_fields;               /* the last Flush had a field set */
+	unsigned joins;
+	char join_name[128];
 };
 
 struct fake_opts {
@@ -91,6 +114,10 @@ struct fake_seg {
 struct fake_mr {
 	bool used;
 	uint64_t handle, addr, length;
+	uint32_t access;
+	int kind;
+	bool no_cache;                  /* registered with REG_NO_CACHE: never a hit */
+	unsigned refs;                  /* 0: relaxed */
 };
 
 struct fake_client {
@@ -98,6 +125,7 @@ struct fake_client {
 	struct fake_seg segs[FAKE_SEGS];
 	struct fake_mr mrs[FAKE_MRS];
 	uint64_t next_handle;
+	bool registered, joined;
 };
 
 /* What one request produced: a status, or one of the bodies. */
@@ -109,6 +137,8 @@ struct fake_reply {
 	Odpd__SegmentReply seg;
 	Odpd__MrReply mr;
 	Odpd__VerifyReply verify;
+	Odpd__JoinPdReply join;
+	Odpd__FlushReply flush;
 };
 
 static struct fake_log *flog;
@@ -182,6 +212,9 @@ static void fake_attach(struct fake_client *c, const Odpd__AttachSegment *a,
 	len = a->length ? a->length : (uint64_t)st.st_size;
 	map = mmap((void *)(uintptr_t)flog->next_window, len, PROT_READ | PROT_WRITE,
 		   MAP_SHARED | MAP_FIXED_NOREPLACE, p->fds[0], (off_t)a->file_offset);
+	if (map == MAP_FAILED && errno == EACCES)       /* an O_RDONLY fd */
+		map = mmap((void *)(uintptr_t)flog->next_window, len, PROT_READ,
+			   MAP_SHARED | MAP_FIXED_NOREPLACE, p->fds[0], (off_t)a->file_offset);
 	if (map == MAP_FAILED)
 		return fake_fail(f, errno, "fake: mmap failed");
 	flog->next_window += (len + 0xffffffull) & ~0xffffffull;
@@ -234,11 +267,44 @@ static struct fake_mr *fake_mr_find(struct fake_client *c, uint64_t handle)
 	return NULL;
 }
 
+/* A live or relaxed MR that can serve @m, as odpd's cache would (simplified). */
+static struct fake_mr *fake_mr_hit(struct fake_client *c, const Odpd__RegMr *m)
+{
+	if (m->flags & ODPD__REG_FLAGS__REG_NO_CACHE)
+		return NULL;
+	for (int i = 0; i < FAKE_MRS; i++) {
+		struct fake_mr *mr = &c->mrs[i];
+
+		if (mr->used && !mr->no_cache && mr->addr == m->addr && mr->length == m->length &&
+		    mr->kind == (int)m->kind && (mr->access & m->access) == m->access)
+			return mr;
+	}
+	return NULL;
+}
+
+/* How many pages of [addr, addr + length), rounded out, are in the page cache. */
+static void fake_residency(const struct fake_seg *s, uint64_t addr, uint64_t length)
+{
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t start = addr & ~(pg - 1), end = (addr + length + pg - 1) & ~(pg - 1);
+	unsigned char vec[1024];
+	uint64_t n = (end - start) / pg;
+
+	flog->reg_pages = (unsigned)n;
+	flog->reg_resident = 0;
+	if (n > sizeof(vec) || mincore(s->map + (start - s->client_addr), end - start, vec) < 0)
+		return;
+	for (uint64_t i = 0; i < n; i++)
+		flog->reg_resident += vec[i] & 1;
+}
+
 /* false: hang up on the client. */
 static bool fake_reg(struct fake_client *c, const Odpd__RegMr *m, const struct odpd_packet *p,
 		     struct fake_reply *f)
 {
-	struct fake_mr *mr = fake_mr_find(c, 0);
+	struct fake_seg *s = fake_seg_of(c, m->addr, m->length);
+	struct fake_mr *mr = fake_mr_hit(c, m);
+	bool hit = mr != NULL;
 
 	flog->regs++;
 	snprintf(flog->reg_device, sizeof(flog->reg_device), "%s", m->device ? m->device : "");
@@ -247,6 +313,11 @@ static bool fake_reg(struct fake_client *c, const Odpd__RegMr *m, const struct o
 	flog->reg_client_pd = m->client_pd;
 	flog->reg_pd_handle = m->client_pd_handle;
 	flog->reg_nfds = p->nfds;
+	flog->reg_has_flags = m->has_flags;
+	flog->reg_flags = m->flags;
+	flog->reg_pages = flog->reg_resident = 0;
+	if (s)
+		fake_residency(s, m->addr, m->length);
 	for (int i = 0; i < FAKE_MRS && !mr; i++)
 		if (!c->mrs[i].used)
 			mr = &c->mrs[i];
@@ -258,22 +329,32 @@ static bool fake_reg(struct fake_client *c, const Odpd__RegMr *m, const struct o
 		fake_fail(f, EPERM, "fake: remote access not granted");
 	else if (m->kind == ODPD__MR_KIND__MR_ODP)
 		fake_fail(f, EOPNOTSUPP, "fake: ODP registration is not implemented yet");
-	else if (!fake_seg_of(c, m->addr, m->length) || !mr)
+	else if (!s || !mr)
 		fake_fail(f, EINVAL, "fake: not inside a segment");
 	if (f->r.status)
 		return true;
 
-	*mr = (struct fake_mr) { .used = true, .handle = ++c->next_handle, .addr = m->addr,
-				 .length = m->length };
+	if (hit)
+		mr->refs++;
+	else
+		*mr = (struct fake_mr) {
+			.used = true, .handle = ++c->next_handle, .addr = m->addr, .length = m->length,
+			.access = m->access, .kind = m->kind, .refs = 1,
+			.no_cache = m->flags & ODPD__REG_FLAGS__REG_NO_CACHE,
+		};
+	c->registered = true;
 	odpd__mr_reply__init(&f->mr);
 	f->mr.has_handle = f->mr.has_lkey = f->mr.has_rkey = f->mr.has_iova = true;
 	f->mr.has_length = f->mr.has_access = true;
+	f->mr.has_generation = f->mr.has_cache_hit = true;
 	f->mr.handle = mr->handle;
 	f->mr.lkey = 0x1000 + (uint32_t)mr->handle;
 	f->mr.rkey = 0x2000 + (uint32_t)mr->handle;
 	f->mr.iova = m->addr;
 	f->mr.length = m->length;
-	f->mr.access = m->access;
+	f->mr.access = mr->access;
+	f->mr.generation = FAKE_GENERATION + mr->handle;
+	f->mr.cache_hit = hit;
 	f->r.body_case = ODPD__REPLY__BODY_MR;
 	f->r.mr = &f->mr;
 	return true;
@@ -284,9 +365,59 @@ static void fake_dereg(struct fake_client *c, const Odpd__DeregMr *d, struct fak
 	struct fake_mr *mr = fake_mr_find(c, d->handle);
 
 	flog->deregs++;
-	if (!mr)
+	flog->dereg_has_relaxed = d->has_relaxed;
+	flog->dereg_relaxed = d->relaxed;
+	if (!mr || mr->refs == 0)
 		return fake_fail(f, ENOENT, "fake: no such MR");
-	mr->used = false;
+	if (d->relaxed && mr->length == NO_RELAX_LENGTH)
+		return fake_fail(f, ENOMEM, "fake: no room on the invalidation queue");
+	if (--mr->refs == 0 && !d->relaxed)
+		mr->used = false;
+}
+
+/* Drop the relaxed MRs (no holder left). */
+static void fake_flush(struct fake_client *c, const Odpd__Flush *q, struct fake_reply *f)
+{
+	odpd__flush_reply__init(&f->flush);
+	flog->flushes++;
+	flog->flush_fields = q->has_all || q->has_pid || q->pd;
+	for (int i = 0; i < FAKE_MRS; i++) {
+		struct fake_mr *mr = &c->mrs[i];
+
+		if (mr->used && mr->refs == 0) {
+			mr->used = false;
+			f->flush.mrs++;
+			f->flush.bytes += mr->length;
+		}
+	}
+	flog->flushed += f->flush.mrs;
+	f->flush.has_mrs = f->flush.has_bytes = true;
+	f->r.body_case = ODPD__REPLY__BODY_FLUSH;
+	f->r.flush = &f->flush;
+}
+
+static void fake_join(struct fake_client *c, const Odpd__JoinPd *j, struct fake_reply *f)
+{
+	const char *name = j->name ? j->name : "";
+
+	flog->joins++;
+	snprintf(flog->join_name, sizeof(flog->join_name), "%s", name);
+	if (c->registered)
+		return fake_fail(f, EBUSY, "fake: the connection has registered an MR");
+	if (c->joined)
+		return fake_fail(f, EALREADY, "fake: the connection has joined a PD");
+	if (!name[0] || strlen(name) > 63 ||
+	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:@-") != strlen(name))
+		return fake_fail(f, EINVAL, "fake: invalid PD name");
+	if (strcmp(name, FAKE_FORBIDDEN_PD) == 0)
+		return fake_fail(f, EPERM, FAKE_PD_RULE);
+	c->joined = true;
+	odpd__join_pd_reply__init(&f->join);
+	f->join.has_created = f->join.has_members = true;
+	f->join.created = true;
+	f->join.members = 1;
+	f->r.body_case = ODPD__REPLY__BODY_JOIN_PD;
+	f->r.join_pd = &f->join;
 }
 
 /* The CRC of the bytes through the fake's own mapping of the memfd. */
@@ -329,6 +460,12 @@ static bool fake_dispatch(struct fake_client *c, const Odpd__Request *q, const s
 		return true;
 	case ODPD__REQUEST__BODY_VERIFY:
 		fake_verify(c, q->verify, f);
+		return true;
+	case ODPD__REQUEST__BODY_FLUSH:
+		fake_flush(c, q->flush, f);
+		return true;
+	case ODPD__REQUEST__BODY_JOIN_PD:
+		fake_join(c, q->join_pd, f);
 		return true;
 	default:
 		fake_fail(f, EINVAL, "fake: unknown request");
@@ -484,6 +621,43 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
+/* Is the page at @p mapped in this process's page tables (/proc/self/pagemap bit 63)? */
+static bool page_present(const void *p)
+{
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	uint64_t e = 0;
+
+	CHECK(fd >= 0);
+	CHECK(pread(fd, &e, sizeof(e), (off_t)((uintptr_t)p / page_size() * sizeof(e))) == sizeof(e));
+	close(fd);
+	return e >> 63;
+}
+
+/* Dirty bytes (Shared_Dirty + Private_Dirty of smaps) of the mapping that starts at @start. */
+static size_t mapping_dirty(const void *start)
+{
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[512], head[32];
+	bool in = false, found = false;
+	size_t dirty = 0, kb;
+
+	CHECK(f);
+	snprintf(head, sizeof(head), "%lx-", (unsigned long)(uintptr_t)start);
+	while (fgets(line, sizeof(line), f)) {
+		/* a mapping's first line: "start-end perms ..." (no ':' after the first word) */
+		if (strchr(line, '-') && strcspn(line, ":") > strcspn(line, " ")) {
+			in = strncmp(line, head, strlen(head)) == 0;
+			found |= in;
+		} else if (in && (sscanf(line, "Shared_Dirty: %zu kB", &kb) == 1 ||
+				  sscanf(line, "Private_Dirty: %zu kB", &kb) == 1)) {
+			dirty += kb * 1024;
+		}
+	}
+	fclose(f);
+	CHECK(found);
+	return dirty;
+}
+
 /* ---------------------------------------------------------------- tests */
 
 static void test_connect(const char *path)
@@ -597,6 +771,317 @@ static void test_alloc_reg_verify(const char *path)
 	CHECK(odpd_dereg(mr) == 0);
 	CHECK(odpd_detach(seg) == 0);
 	CHECK(strcmp(odpd_errmsg(), "") == 0);
+	odpd_disconnect(c);
+}
+
+/* odpd_reg_attr: what it sends, what it checks before sending, what it returns. */
+static void test_reg_attr(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	struct odpd_segment *seg = c ? odpd_alloc(c, 8 * page_size(), 0) : NULL;
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_reg_attr attr;
+	struct odpd_mr *mr, *mr2, *mr3;
+	unsigned regs;
+
+	CHECK(seg);
+	/* Checked here, before anything is sent. */
+	regs = flog->regs;
+	attr = (struct odpd_reg_attr) { .comp_mask = 1u << 2 };
+	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "odpd_reg_attr: comp_mask 0x4");
+	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_ACCESS | 0x80000000u };
+	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "comp_mask");
+	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_FLAGS, .flags = 1u << 2 };
+	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "odpd_reg_attr: flags 0x4 not supported");
+	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_ACCESS, .access = IBV_ACCESS_REMOTE_WRITE };
+	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "LOCAL_WRITE");
+	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_ACCESS, .access = IBV_ACCESS_MW_BIND };
+	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "not supported");
+	CHECK_FAIL(odpd_reg_attr(c, p, 0, NULL), EINVAL, "odpd_reg_attr: length is 0");
+	CHECK_FAIL(odpd_reg_attr(c, p, 9 * page_size(), NULL), EINVAL, "odpd_alloc()");
+	CHECK_FAIL(odpd_reg_attr(NULL, p, 64, NULL), EINVAL, "odpd_reg_attr: no connection");
+	CHECK(flog->regs == regs);
+
+	/* attr NULL: access 0, no flags. */
+	mr = odpd_reg_attr(c, p, 64, NULL);
+	CHECK(mr && flog->regs == regs + 1 && strcmp(odpd_errmsg(), "") == 0);
+	CHECK(flog->reg_access == 0 && flog->reg_kind == ODPD__MR_KIND__MR_PINNED && !flog->reg_has_flags);
+	CHECK(mr->access == 0 && mr->addr == p && mr->length == 64 && mr->iova == (uintptr_t)p);
+	CHECK(odpd_dereg(mr) == 0);
+
+	/* Fields comp_mask does not name are not read. */
+	attr = (struct odpd_reg_attr) { .comp_mask = 0, .access = 0xffff, .flags = 0xffff };
+	mr = odpd_reg_attr(c, p, 64, &attr);
+	CHECK(mr && flog->reg_access == 0 && !flog->reg_has_flags && mr->access == 0);
+	CHECK(odpd_dereg(mr) == 0);
+	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_FLAGS, .access = IBV_ACCESS_LOCAL_WRITE };
+	mr = odpd_reg_attr(c, p, 64, &attr);
+	CHECK(mr && flog->reg_access == 0 && !flog->reg_has_flags);
+	CHECK(odpd_dereg(mr) == 0);
+
+	/* Access and NO_CACHE go out; the reply is mapped, generation 64 bits wide. */
+	attr = (struct odpd_reg_attr) {
+		.comp_mask = ODPD_REG_ATTR_ACCESS | ODPD_REG_ATTR_FLAGS,
+		.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+		.flags = ODPD_REG_NO_CACHE,
+	};
+	mr = odpd_reg_attr(c, p + 100, 4000, &attr);
+	CHECK(mr && flog->reg_has_flags && flog->reg_flags == ODPD__REG_FLAGS__REG_NO_CACHE);
+	CHECK(flog->reg_access == (ODPD__ACCESS__ACCESS_LOCAL_WRITE | ODPD__ACCESS__ACCESS_REMOTE_READ));
+	CHECK(mr->access == (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ));
+	CHECK(mr->addr == p + 100 && mr->length == 4000 && mr->lkey == 0x1000 + mr->handle);
+	CHECK(mr->generation == FAKE_GENERATION + mr->handle && mr->cache_hit == 0);
+	/* Again with NO_CACHE: sent again, so a fresh MR. */
+	mr2 = odpd_reg_attr(c, p + 100, 4000, &attr);
+	CHECK(mr2 && mr2->handle != mr->handle && mr2->cache_hit == 0 && flog->reg_flags == ODPD__REG_FLAGS__REG_NO_CACHE);
+	/* ODPD_REG_NO_POPULATE stays here: not a wire flag. */
+	attr.flags = ODPD_REG_NO_POPULATE;
+	mr3 = odpd_reg_attr(c, p + 100, 4000, &attr);
+	CHECK(mr3 && !flog->reg_has_flags && mr3->cache_hit == 0);
+	CHECK(odpd_dereg(mr3) == 0 && odpd_dereg(mr2) == 0 && odpd_dereg(mr) == 0);
+
+	/* odpd_reg is odpd_reg_attr with comp_mask ODPD_REG_ATTR_ACCESS. */
+	mr = odpd_reg(c, p, 128, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && flog->reg_access == ODPD__ACCESS__ACCESS_LOCAL_WRITE && !flog->reg_has_flags);
+	CHECK(mr->generation == FAKE_GENERATION + mr->handle && mr->cache_hit == 0);
+	/* A second registration of the range is the fake's cache hit: same MR, mapped as such. */
+	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_ACCESS, .access = 0 };
+	mr2 = odpd_reg_attr(c, p, 128, &attr);
+	CHECK(mr2 && mr2 != mr && mr2->cache_hit == 1);
+	CHECK(mr2->lkey == mr->lkey && mr2->generation == mr->generation);
+	CHECK(mr2->access == IBV_ACCESS_LOCAL_WRITE);  /* granted: more than asked */
+	CHECK(odpd_dereg(mr2) == 0 && odpd_dereg(mr) == 0);
+
+	/* The daemon's refusals carry this call's name. */
+	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_ACCESS, .access = IBV_ACCESS_LOCAL_WRITE };
+	CHECK(odpd_reg_attr(c, p, QUOTA_LENGTH, &attr) == NULL && errno == ENOMEM);
+	CHECK(strcmp(odpd_errmsg(), "odpd_reg_attr: fake: pinned quota exceeded") == 0);
+	attr.access |= IBV_ACCESS_ON_DEMAND;
+	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EOPNOTSUPP, "odpd_reg_attr: fake: ODP");
+	CHECK(flog->reg_kind == ODPD__MR_KIND__MR_ODP);
+	CHECK(odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+}
+
+/* odpd_dereg_relaxed sends relaxed; odpd_flush_relaxed sends an empty Flush. */
+static void test_relaxed(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	struct odpd_segment *seg = c ? odpd_alloc(c, 4 * page_size(), 0) : NULL;
+	uint8_t *p = odpd_segment_addr(seg);
+	size_t len = 2 * page_size();
+	struct odpd_mr *mr, *mr2;
+	unsigned deregs, flushes;
+	uint64_t generation;
+	uint32_t lkey, crc;
+
+	CHECK(seg);
+	mr = odpd_reg(c, p, len, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && mr->cache_hit == 0);
+	generation = mr->generation;
+	lkey = mr->lkey;
+
+	/* odpd_dereg: not relaxed. */
+	mr2 = odpd_reg(c, p, len, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr2 && mr2->cache_hit == 1);
+	deregs = flog->deregs;
+	CHECK(odpd_dereg(mr2) == 0);
+	CHECK(flog->deregs == deregs + 1 && !flog->dereg_relaxed);
+
+	/* The last reference released relaxed: the MR stays, and is a hit again. */
+	CHECK(odpd_dereg_relaxed(mr) == 0 && strcmp(odpd_errmsg(), "") == 0);
+	CHECK(flog->deregs == deregs + 2 && flog->dereg_has_relaxed && flog->dereg_relaxed);
+	mr = odpd_reg(c, p, len, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && mr->cache_hit == 1 && mr->lkey == lkey && mr->generation == generation);
+	/* The library forgot the released MR: the segment holds one MR again. */
+	CHECK(odpd_dereg_relaxed(mr) == 0);
+	CHECK(odpd_dereg_relaxed(NULL) == -1 && errno == EINVAL);
+	CHECK(strcmp(odpd_errmsg(), "odpd_dereg_relaxed: mr is NULL") == 0);
+
+	/* Flush: no field set; afterwards a registration is a new MR. */
+	flushes = flog->flushes;
+	flog->flushed = 0;
+	CHECK(odpd_flush_relaxed(c) == 0 && strcmp(odpd_errmsg(), "") == 0);
+	CHECK(flog->flushes == flushes + 1 && !flog->flush_fields && flog->flushed == 1);
+	mr = odpd_reg(c, p, len, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && mr->cache_hit == 0 && mr->generation != generation);
+	CHECK(odpd_flush_relaxed(c) == 0 && flog->flushed == 1);  /* a live MR stays */
+	CHECK(odpd_verify(mr, NULL, 0, &crc) == 0);
+	CHECK(odpd_dereg(mr) == 0);
+	CHECK_FAIL(odpd_flush_relaxed(NULL) == 0, EINVAL, "odpd_flush_relaxed: no connection");
+
+	/* Refused: the daemon's errno and message, and the MR stays valid. */
+	mr = odpd_reg(c, p, NO_RELAX_LENGTH, 0);
+	CHECK(mr);
+	CHECK_FAIL(odpd_dereg_relaxed(mr) == 0, ENOMEM,
+		   "odpd_dereg_relaxed: fake: no room on the invalidation queue");
+	CHECK_FAIL(odpd_detach(seg) == 0, EBUSY, "deregister them first");
+	CHECK(odpd_verify(mr, NULL, 0, &crc) == 0 && crc == crc32(0, p, NO_RELAX_LENGTH));
+	CHECK(odpd_dereg(mr) == 0);
+	CHECK(odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+}
+
+static void test_join_pd(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL), *c2 = odpd_connect(path, NULL);
+	struct odpd_segment *seg;
+	char name[80];
+	unsigned joins = flog->joins;
+
+	CHECK(c && c2);
+	/* Checked here, before anything is sent. */
+	CHECK_FAIL(odpd_join_pd(c, NULL) == 0, EINVAL, "odpd_join_pd: name is NULL");
+	CHECK_FAIL(odpd_join_pd(c, "") == 0, EINVAL, "odpd_join_pd: name is empty");
+	memset(name, 'a', 64);
+	name[64] = '\0';
+	CHECK_FAIL(odpd_join_pd(c, name) == 0, EINVAL, "longer than 63 bytes");
+	CHECK_FAIL(odpd_join_pd(NULL, "x") == 0, EINVAL, "odpd_join_pd: no connection");
+	CHECK(flog->joins == joins);
+
+	/* 63 bytes are fine; the name goes out as given. */
+	name[63] = '\0';
+	CHECK(odpd_join_pd(c, name) == 0 && strcmp(odpd_errmsg(), "") == 0);
+	CHECK(flog->joins == joins + 1 && strcmp(flog->join_name, name) == 0);
+	CHECK_FAIL(odpd_join_pd(c, "other") == 0, EALREADY, "odpd_join_pd: fake: the connection has joined a PD");
+
+	/* The daemon's policy: EPERM with the rule that refused. */
+	errno = 0;
+	CHECK(odpd_join_pd(c2, FAKE_FORBIDDEN_PD) == -1 && errno == EPERM);
+	CHECK(strcmp(odpd_errmsg(), "odpd_join_pd: " FAKE_PD_RULE) == 0);
+	CHECK(strcmp(flog->join_name, FAKE_FORBIDDEN_PD) == 0);
+	/* The characters are the daemon's to check. */
+	CHECK_FAIL(odpd_join_pd(c2, "no spaces") == 0, EINVAL, "odpd_join_pd: fake: invalid PD name");
+	CHECK(flog->joins == joins + 4 && strcmp(flog->join_name, "no spaces") == 0);
+
+	/* After a registration: EBUSY. */
+	seg = odpd_alloc(c2, page_size(), 0);
+	CHECK(seg);
+	CHECK(odpd_dereg(odpd_reg(c2, odpd_segment_addr(seg), 64, 0)) == 0);
+	CHECK_FAIL(odpd_join_pd(c2, "late") == 0, EBUSY, "odpd_join_pd: fake: the connection has registered an MR");
+	CHECK(odpd_detach(seg) == 0);
+	odpd_disconnect(c2);
+	odpd_disconnect(c);
+}
+
+/* A memfd of @pages pages mapped MAP_SHARED with @prot here. */
+static uint8_t *map_memfd(size_t pages, int prot, int *ret_fd)
+{
+	int fd = sealed_memfd(pages * page_size());
+	void *p = mmap(NULL, pages * page_size(), prot, MAP_SHARED, fd, 0);
+
+	CHECK(p != MAP_FAILED);
+	*ret_fd = fd;
+	return p;
+}
+
+/* Does this kernel know MADV_POPULATE_READ (Linux 5.14)? */
+static bool populate_supported(void)
+{
+	void *p = mmap(NULL, page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	bool ok;
+
+	CHECK(p != MAP_FAILED);
+	ok = madvise(p, page_size(), 22 /* MADV_POPULATE_READ */) == 0;
+	CHECK(ok || errno == EINVAL);
+	munmap(p, page_size());
+	return ok;
+}
+
+/*
+ * Pinned registrations fault the range in this process first (so the pages
+ * are charged to this process, not the daemon): writable mappings for
+ * writing, read-only ones for reading; not with ODPD_REG_NO_POPULATE, not
+ * for ODP.
+ */
+static void test_populate(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	size_t pg = page_size();
+	struct odpd_segment *seg = c ? odpd_alloc(c, 8 * pg, 0) : NULL, *seg2;
+	struct odpd_reg_attr attr = { .comp_mask = ODPD_REG_ATTR_FLAGS, .flags = ODPD_REG_NO_POPULATE };
+	uint8_t *p = odpd_segment_addr(seg), *q;
+	struct odpd_mr *mr, *mr2;
+	char fdpath[64];
+	unsigned regs;
+	int fd, rofd;
+
+	CHECK(seg);
+	for (size_t i = 0; i < 8; i++)
+		CHECK(!page_present(p + i * pg));
+	CHECK(mapping_dirty(p) == 0);
+	if (!populate_supported()) {
+		/* madvise's EINVAL is ignored: the registration goes ahead unpopulated. */
+		printf("populate: this kernel has no MADV_POPULATE_*: checked that registration works\n");
+		mr = odpd_reg(c, p, pg, IBV_ACCESS_LOCAL_WRITE);
+		CHECK(mr && strcmp(odpd_errmsg(), "") == 0 && flog->reg_resident == 0);
+		CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg) == 0);
+		odpd_disconnect(c);
+		return;
+	}
+
+	/* [p + pg + 100, +2 pages) rounds out to pages 1..3: all in memory when RegMr came. */
+	mr = odpd_reg(c, p + pg + 100, 2 * pg, 0);
+	CHECK(mr && flog->reg_pages == 3 && flog->reg_resident == 3);
+	CHECK(!page_present(p) && page_present(p + pg) && page_present(p + 2 * pg));
+	CHECK(page_present(p + 3 * pg) && !page_present(p + 4 * pg));
+	/* faulted for writing: the segment is writable */
+	CHECK(mapping_dirty(p) == 3 * pg);
+
+	/* ODPD_REG_NO_POPULATE: left to the daemon. */
+	mr2 = odpd_reg_attr(c, p + 5 * pg, pg, &attr);
+	CHECK(mr2 && flog->reg_pages == 1 && flog->reg_resident == 0 && !page_present(p + 5 * pg));
+	CHECK(odpd_dereg(mr2) == 0);
+	/* ODP: nothing pinned, nothing faulted. */
+	CHECK_FAIL(odpd_reg(c, p + 6 * pg, pg, IBV_ACCESS_ON_DEMAND), EOPNOTSUPP, "ODP");
+	CHECK(flog->reg_pages == 1 && flog->reg_resident == 0 && !page_present(p + 6 * pg));
+	CHECK(mapping_dirty(p) == 3 * pg);
+	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg) == 0);
+
+	/* A read-only segment (O_RDONLY fd: mapped PROT_READ) is faulted for reading. */
+	fd = sealed_memfd(2 * pg);
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	rofd = open(fdpath, O_RDONLY | O_CLOEXEC);
+	CHECK(rofd >= 0);
+	seg2 = odpd_attach(c, rofd, NULL, 0);
+	CHECK(seg2);
+	q = odpd_segment_addr(seg2);
+	mr = odpd_reg(c, q, 2 * pg, 0);
+	CHECK(mr && flog->reg_pages == 2 && flog->reg_resident == 2);
+	CHECK(page_present(q) && page_present(q + pg) && mapping_dirty(q) == 0);
+	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg2) == 0);
+	close(rofd);
+	close(fd);
+
+	/* Attached writable, made read-only since: faulted for reading. */
+	q = map_memfd(2, PROT_READ | PROT_WRITE, &fd);
+	seg2 = odpd_attach(c, fd, q, 2 * pg);
+	CHECK(seg2 && mprotect(q, 2 * pg, PROT_READ) == 0);
+	mr = odpd_reg(c, q, 2 * pg, 0);
+	CHECK(mr && flog->reg_resident == 2 && page_present(q) && mapping_dirty(q) == 0);
+	CHECK(odpd_dereg(mr) == 0);
+	/* madvise's EINVAL (here: PROT_NONE; or a kernel before 5.14) is no error. */
+	CHECK(mprotect(q, 2 * pg, PROT_NONE) == 0);
+	CHECK(madvise(q, 2 * pg, MADV_DONTNEED) == 0);
+	mr = odpd_reg(c, q, pg, 0);
+	CHECK(mr && strcmp(odpd_errmsg(), "") == 0);
+	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg2) == 0);
+	munmap(q, 2 * pg);
+	close(fd);
+
+	/* Other errors of madvise fail the call, before anything is sent: a hole. */
+	q = map_memfd(3, PROT_READ | PROT_WRITE, &fd);
+	seg2 = odpd_attach(c, fd, q, 3 * pg);
+	CHECK(seg2 && munmap(q + pg, pg) == 0);
+	regs = flog->regs;
+	CHECK_FAIL(odpd_reg(c, q, 3 * pg, IBV_ACCESS_LOCAL_WRITE), ENOMEM, "odpd_reg: faulting in");
+	CHECK(strstr(odpd_errmsg(), "MADV_POPULATE_WRITE") && flog->regs == regs);
+	mr = odpd_reg_attr(c, q, 3 * pg, &attr);          /* NO_POPULATE: sent */
+	CHECK(mr && flog->regs == regs + 1);
+	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg2) == 0);
+	munmap(q, pg);
+	munmap(q + 2 * pg, pg);
+	close(fd);
 	odpd_disconnect(c);
 }
 
@@ -730,6 +1215,10 @@ static void test_fork(const char *path)
 		CHECK_FAIL(odpd_dereg(mr) == 0, ENOTCONN, msg);
 		CHECK_FAIL(odpd_detach(seg) == 0, ENOTCONN, msg);
 		CHECK_FAIL(odpd_alloc(c, 4096, 0), ENOTCONN, msg);
+		CHECK_FAIL(odpd_reg_attr(c, odpd_segment_addr(seg), 64, NULL), ENOTCONN, msg);
+		CHECK_FAIL(odpd_dereg_relaxed(mr) == 0, ENOTCONN, msg);
+		CHECK_FAIL(odpd_flush_relaxed(c) == 0, ENOTCONN, msg);
+		CHECK_FAIL(odpd_join_pd(c, "pd") == 0, ENOTCONN, msg);
 		odpd_disconnect(c);
 		_exit(0);
 	}
@@ -936,6 +1425,10 @@ int main(void)
 	test_connect(path);
 	test_version();
 	test_alloc_reg_verify(path);
+	test_reg_attr(path);
+	test_relaxed(path);
+	test_join_pd(path);
+	test_populate(path);
 	test_daemon_error(path);
 	test_alloc_taken(path);
 	test_attach(path);
