@@ -211,6 +211,24 @@ static uint64_t covmap_plan(const struct odpd_covmap *m, uint64_t s, uint64_t e,
 	return gap;
 }
 
+void odpd_covmap_for_each_gap(const struct odpd_covmap *m, uint64_t s, uint64_t e,
+			      void (*fn)(uint64_t gs, uint64_t ge, void *arg), void *arg)
+{
+	const struct odpd_covseg *g = s < e ? covseg_first_after(m, s) : NULL;
+	uint64_t pos = s;
+
+	while (pos < e) {
+		if (!g || g->start >= e) {
+			fn(pos, e, arg);
+			return;
+		}
+		if (g->start > pos)
+			fn(pos, g->start, arg);
+		pos = g->end;
+		g = covseg_next((struct odpd_covseg *)g);
+	}
+}
+
 uint64_t odpd_covmap_uncovered(const struct odpd_covmap *m, uint64_t s, uint64_t e)
 {
 	if (s >= e)

@@ -74,6 +74,10 @@ void odpd_covmap_init(struct odpd_covmap *m);
 void odpd_covmap_clear(struct odpd_covmap *m);
 /* Bytes of [s, e) that no range covers yet (what odpd_covmap_add would return). */
 uint64_t odpd_covmap_uncovered(const struct odpd_covmap *m, uint64_t s, uint64_t e);
+/* Call @fn for each maximal sub-range of [s, e) that no range covers, in
+ * ascending order. @fn must not change @m. */
+void odpd_covmap_for_each_gap(const struct odpd_covmap *m, uint64_t s, uint64_t e,
+			      void (*fn)(uint64_t gs, uint64_t ge, void *arg), void *arg);
 /* Cover [s, e) once more. Returns the bytes newly covered (>= 0), or -ENOMEM
  * (then nothing changed). */
 int64_t odpd_covmap_add(struct odpd_covmap *m, uint64_t s, uint64_t e);

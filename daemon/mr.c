@@ -328,8 +328,9 @@ void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req)
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		return;
 	}
-	if (odpd_registry_verify(&c->m->registry, ref, req->addr, req->length, c->m->cfg.verify_buffer,
-				 verify_cb, p, &err) < 0) {
+	if (odpd_registry_verify(&c->m->registry, ref, req->addr, req->length,
+				 req->has_rkey ? &req->rkey : NULL, c->m->cfg.verify_buffer, verify_cb, p,
+				 &err) < 0) {
 		free(p);
 		odpd_reply_err(c, id, &err);
 		return;

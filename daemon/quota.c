@@ -60,6 +60,15 @@ static void read_cgroup(pid_t pid, char *buf, size_t cap)
 		snprintf(buf, cap, "%.*s", (int)strcspn(p + 3, "\n"), p + 3);
 }
 
+/* Does /proc/PID/status say the process holds CAP_IPC_LOCK (effective)? */
+static bool has_ipc_lock(const char *status_text)
+{
+	const char *p = strstr(status_text, "\nCapEff:");
+	unsigned long long caps;
+
+	return p && sscanf(p + strlen("\nCapEff:"), " %llx", &caps) == 1 && (caps >> 14) & 1;
+}
+
 int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, uid_t uid, gid_t gid,
 			  const gid_t *groups, unsigned n_groups, struct odpd_limit *ret)
 {
@@ -77,6 +86,15 @@ int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, ui
 		ret->max_pinned = conf->default_pinned;
 		snprintf(ret->rule, sizeof(ret->rule), "default-pinned");
 	} else {
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+		if (read_text(path, text, sizeof(text)) < 0)
+			return -ESRCH;
+		if (has_ipc_lock(text)) {
+			/* It could pin without limit itself: so it may here. */
+			ret->max_pinned = ODPD_UNLIMITED;
+			snprintf(ret->rule, sizeof(ret->rule), "CAP_IPC_LOCK");
+			goto check;
+		}
 		snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
 		r = read_text(path, text, sizeof(text));
 		if (r < 0)
@@ -86,6 +104,7 @@ int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, ui
 		ret->max_pinned = memlock;
 		snprintf(ret->rule, sizeof(ret->rule), "memlock");
 	}
+check:
 	/* The pid named the client only if it is still running now. */
 	if (!odpd_pidfd_alive(pidfd))
 		return -ESRCH;

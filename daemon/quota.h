@@ -10,7 +10,8 @@
  * A client's limit is fixed at connect: the rule of odpd.conf that matches
  * its user, group or cgroup, else default-pinned, whose default is the
  * client's own RLIMIT_MEMLOCK (read from /proc/PID/limits, checked against
- * its pidfd). The account is checked against the limit of the client that
+ * its pidfd), or no limit if it holds CAP_IPC_LOCK (it could pin anything
+ * itself). The account is checked against the limit of the client that
  * asks.
  */
 

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -370,6 +373,87 @@ static void relaxed_arm(struct odpd_registry *r)
 	evtimer_add(r->relaxed_timer, &tv);
 }
 
+/* ---------------------------------------------------------------- the witness view */
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+/* Is @ts (a file's ctime) earlier than the current coarse clock, the clock
+ * the kernel stamps inodes with? Then any later change stamps a later time. */
+static bool ctime_settled(const struct timespec *ts)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME_COARSE, &now);
+	return now.tv_sec > ts->tv_sec || (now.tv_sec == ts->tv_sec && now.tv_nsec > ts->tv_nsec);
+}
+
+static void witness_populate(uint64_t s, uint64_t e, void *arg)
+{
+	struct odpd_mapping *map = arg;
+
+	/* errors leave pages absent: the MR then just never proves current */
+	madvise(map->witness + s, e - s, MADV_POPULATE_READ);
+}
+
+/*
+ * Worker, before the pin: the baseline ctime, then the witness pages of the
+ * range that no other MR relies on. A hole punched after this zaps them (and
+ * moves ctime), so the MR never proves current again; punched before the pin
+ * is the same. Page faults move ctime too (file_update_time on every first
+ * write fault of a shared mapping), so ctime alone would make needless
+ * misses, and at the clock's tick granularity it could miss a punch.
+ */
+static void witness_begin(struct odpd_mr *mr, int stat_fd)
+{
+	struct odpd_mapping *map = mr->map;
+	struct stat st;
+
+	if (fstat(stat_fd, &st) == 0) {
+		mr->ctime = st.st_ctim;
+		mr->ctime_ok = ctime_settled(&mr->ctime);
+	}
+	if (!map->witness)
+		return;
+	odpd_covmap_for_each_gap(&map->witness_cov, mr->offset, mr->offset + mr->length,
+				 witness_populate, map);
+	mr->witnessed = odpd_covmap_add(&map->witness_cov, mr->offset, mr->offset + mr->length) >= 0;
+}
+
+static void witness_end(struct odpd_mr *mr)
+{
+	struct odpd_mapping *map = mr->map;
+
+	if (!mr->witnessed)
+		return;
+	pthread_mutex_lock(&map->witness_lock);
+	odpd_covmap_remove(&map->witness_cov, mr->offset, mr->offset + mr->length);
+	pthread_mutex_unlock(&map->witness_lock);
+	mr->witnessed = false;
+}
+
+/* Are all witness pages of @mr present (nothing punched since its pin)? */
+static bool witness_present(const struct odpd_registry *r, const struct odpd_mr *mr)
+{
+	uint64_t buf[512];
+	uint64_t first = (uintptr_t)(mr->map->witness + mr->offset) / PAGE, n = mr->length / PAGE;
+
+	if (!mr->witnessed || r->pagemap_fd < 0)
+		return false;
+	for (uint64_t done = 0; done < n;) {
+		size_t k = n - done < 512 ? (size_t)(n - done) : 512;
+		ssize_t got = pread(r->pagemap_fd, buf, k * sizeof(buf[0]), (off_t)((first + done) * 8));
+		if (got != (ssize_t)(k * sizeof(buf[0])))
+			return false;
+		for (size_t i = 0; i < k; i++)
+			if (!(buf[i] >> 63 & 1))       /* PM_PRESENT */
+				return false;
+		done += k;
+	}
+	return true;
+}
+
 /* ---------------------------------------------------------------- batches */
 
 static void batch_run(struct odpd_job *job)
@@ -383,6 +467,7 @@ static void batch_run(struct odpd_job *job)
 				log_errno(LOG_ERR, e, "ibv_dereg_mr of MR %" PRIu64, mr->id);
 			mr->mr = NULL;
 		}
+		witness_end(mr);
 		if (mr->imp.pd)
 			ibv_unimport_pd(mr->imp.pd);
 		if (mr->imp.ctx)
@@ -690,10 +775,11 @@ int odpd_registry_join(struct odpd_registry *r, struct odpd_holder *h, const cha
 /* ---------------------------------------------------------------- lookup */
 
 struct lookup {
+	const struct odpd_registry *r;
 	const struct odpd_holder *h;
 	uint64_t s, e;
 	uint32_t access;
-	struct timespec ctime;
+	struct timespec ctime;              /* read before any witness check */
 	bool have_ctime;
 	struct odpd_mr *stale;              /* pinned MRs over replaced pages, by batch_next */
 };
@@ -701,6 +787,24 @@ struct lookup {
 static bool ts_equal(const struct timespec *a, const struct timespec *b)
 {
 	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+/*
+ * Does pinned @mr still pin the segment's pages? Fast: the segment's ctime
+ * has not moved since it was last proven. Else its witness pages decide,
+ * and a proof moves the baseline to the ctime read before it.
+ */
+static bool pinned_current(struct odpd_mr *mr, const struct lookup *l)
+{
+	if (!l->have_ctime)
+		return false;
+	if (mr->ctime_ok && ts_equal(&mr->ctime, &l->ctime))
+		return true;
+	if (!witness_present(l->r, mr))
+		return false;
+	mr->ctime = l->ctime;
+	mr->ctime_ok = ctime_settled(&l->ctime);
+	return true;
 }
 
 static bool hit_ok(struct odpd_inode *n, void *arg)
@@ -717,7 +821,7 @@ static bool hit_ok(struct odpd_inode *n, void *arg)
 	if ((mr->access & ACCESS_REMOTE) &&
 	    (mr->owner_id != l->h->id || mr->offset != l->s || mr->offset + mr->length != l->e))
 		return false;
-	if (mr->pinned && l->have_ctime && !ts_equal(&mr->ctime, &l->ctime)) {
+	if (mr->pinned && !pinned_current(mr, l)) {
 		/* The segment's pages were replaced (hole punched): this MR
 		 * pins orphans. Never serve it again; replace it. */
 		mr->batch_next = l->stale;
@@ -823,6 +927,7 @@ struct reg_op {
 	bool evicted;
 	void *daemon_addr;
 	int ibv_access;
+	int stat_fd;                        /* a dup of the segment's fd, for its ctime */
 	struct odpd_err err;
 	int rc;
 };
@@ -865,10 +970,14 @@ static void reg_run(struct odpd_job *job)
 			return;
 		pd = mr->dom->pd;
 	}
+	/* Witness, then pin, as one step among the segment's registrations. */
+	pthread_mutex_lock(&mr->map->witness_lock);
+	witness_begin(mr, op->stat_fd);
 	if ((uintptr_t)op->daemon_addr == mr->iova)
 		mr->mr = ibv_reg_mr(pd, op->daemon_addr, mr->length, op->ibv_access);
 	else
 		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, mr->length, mr->iova, op->ibv_access);
+	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (!mr->mr)
 		op->rc = err_set(&op->err, errno, "ibv_reg_mr%s on %s: %s",
 				 (uintptr_t)op->daemon_addr == mr->iova ? "" : "_iova", op->q.dev->name,
@@ -884,6 +993,7 @@ static void reg_done(struct odpd_job *job)
 
 	if (op->q.cmd_fd >= 0)
 		close(op->q.cmd_fd);
+	close(op->stat_fd);
 	if (op->rc == 0) {
 		ref = ref_new(op->h, mr, &op->q);
 		if (!ref)
@@ -959,10 +1069,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 		if (rc < 0)
 			return rc;
 		if (evict) {
-			/* Never evict the MR we are about to serve. */
-			if (mr->state == ODPD_MR_INVALIDATING)
-				return err_set(err, EDQUOT, "the registration cache's MR was evicted to make "
-					       "room; retry");
+			/* (never @mr: it is not charged to this account) */
 			struct odpd_waiter *w = calloc(1, sizeof(*w));
 			r->stats.evictions++;
 			start_batch(r, evict, true, w);
@@ -1017,8 +1124,6 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 	mr->generation = ++r->generation;
 	mr->owner_id = op->h->id;
 	LIST_INIT(&mr->holders);
-	/* Before the pin: a hole punched after this is seen as a change. */
-	odpd_mapping_ctime(mr->map, &mr->ctime);
 	return mr;
 }
 
@@ -1042,13 +1147,19 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 		w->arg = op;
 		return 1;
 	}
+	op->stat_fd = fcntl(op->q.map->fd, F_DUPFD_CLOEXEC, 0);
+	if (op->stat_fd < 0)
+		return err_set(err, errno, "dup of the segment fd: %s", strerror(errno));
 	mr = mr_new(r, op, d, s, e);
-	if (!mr)
+	if (!mr) {
+		close(op->stat_fd);
 		return err_set(err, ENOMEM, "out of memory");
+	}
 	/* Reserve the quota now, so that requests in flight cannot overbook it. */
-	if (global_charge(r, mr) < 0 || charge_add(r, mr, op->h->acct, &c) < 0) {
-		global_uncharge(r, mr);
+	if (global_charge(r, mr) < 0 || (charge_add(r, mr, op->h->acct, &c) < 0 &&
+					 (global_uncharge(r, mr), true))) {
 		free(mr);
+		close(op->stat_fd);
 		return err_set(err, ENOMEM, "out of memory");
 	}
 	odpd_mapping_ref(mr->map);
@@ -1074,7 +1185,7 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 	uint64_t e = (q->offset + q->length + PAGE - 1) & ~(PAGE - 1);
 	struct odpd_domain *d = NULL;
 	struct odpd_mr *mr;
-	struct lookup l = { .h = op->h, .s = s, .e = e, .access = q->access };
+	struct lookup l = { .r = r, .h = op->h, .s = s, .e = e, .access = q->access };
 
 	if (e > q->map->size)
 		e = q->map->size;
@@ -1167,6 +1278,8 @@ struct verify_op {
 	struct odpd_job job;
 	struct odpd_mr *mr;
 	uint64_t iova, length;
+	bool probe;                         /* READ with rkey, not the MR's */
+	uint32_t rkey;
 	size_t buf_size;
 	odpd_verify_cb cb;
 	void *arg;
@@ -1184,10 +1297,12 @@ static void verify_run(struct odpd_job *job)
 	pthread_mutex_lock(&d->lock);
 	if (!d->verifier)
 		op->rc = odpd_verifier_new(d, op->buf_size, &d->verifier, &op->err);
-	if (op->rc == 0)
-		op->rc = odpd_verify_mr(d->verifier, op->mr->mr, op->iova, op->length,
-					(op->mr->access & ODPD__ACCESS__ACCESS_REMOTE_READ) != 0,
+	if (op->rc == 0) {
+		struct odpd_keys k = { op->mr->mr->lkey, op->probe ? op->rkey : op->mr->mr->rkey };
+		op->rc = odpd_verify_mr(d->verifier, &k, op->iova, op->length,
+					op->probe || (op->mr->access & ODPD__ACCESS__ACCESS_REMOTE_READ),
 					&op->crc, &op->method, &op->err);
+	}
 	if (op->rc < 0 && d->verifier) {      /* the QPs may be in the error state now */
 		odpd_verifier_free(d->verifier);
 		d->verifier = NULL;
@@ -1204,14 +1319,18 @@ static void verify_done(struct odpd_job *job)
 }
 
 int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t iova, uint64_t length,
-			 size_t buf_size, odpd_verify_cb cb, void *arg, struct odpd_err *err)
+			 const uint32_t *probe_rkey, size_t buf_size, odpd_verify_cb cb, void *arg,
+			 struct odpd_err *err)
 {
 	struct verify_op *op;
 
 	if (!ref->mr->dom)
 		return err_set(err, EOPNOTSUPP, "verify reads daemon-PD MRs only; this MR lives in your "
 			       "own PD (client-PD mode)");
-	if (iova == 0 && length == 0) {
+	if (probe_rkey) {
+		if (length == 0 || iova + length < iova)
+			return err_set(err, EINVAL, "a probe needs an address and a length");
+	} else if (iova == 0 && length == 0) {
 		iova = ref->iova;
 		length = ref->length;
 	} else if (length == 0 || iova < ref->iova || iova + length < iova ||
@@ -1222,6 +1341,8 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 	if (!op)
 		return err_set(err, ENOMEM, "out of memory");
 	op->mr = ref->mr;
+	op->probe = probe_rkey != NULL;
+	op->rkey = probe_rkey ? *probe_rkey : 0;
 	op->iova = iova;
 	op->length = length;
 	op->buf_size = buf_size;
@@ -1252,6 +1373,10 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 	LIST_INIT(&r->shared);
 	LIST_INIT(&r->batches);
 	LIST_INIT(&r->waiters);
+	r->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (r->pagemap_fd < 0)
+		log_errno(LOG_WARNING, errno, "/proc/self/pagemap: pinned MRs are not served from the "
+			  "cache once their segment's ctime changed");
 	r->relaxed_timer = evtimer_new(base, on_relaxed_timer, r);
 	return r->relaxed_timer ? 0 : -ENOMEM;
 }
@@ -1266,4 +1391,7 @@ void odpd_registry_finish(struct odpd_registry *r)
 	if (r->relaxed_timer)
 		event_free(r->relaxed_timer);
 	r->relaxed_timer = NULL;
+	if (r->pagemap_fd >= 0)
+		close(r->pagemap_fd);
+	r->pagemap_fd = -1;
 }

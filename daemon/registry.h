@@ -87,7 +87,10 @@ struct odpd_mr {
 	struct ibv_mr *mr;
 	enum odpd_mr_state state;
 	uint64_t generation;
-	struct timespec ctime;              /* the segment's, before registration */
+	/* Pinned: are its pages still the segment's (see odpd_mapping.witness)? */
+	bool witnessed;                     /* counted in map->witness_cov */
+	struct timespec ctime;              /* the segment's ctime when last proven current */
+	bool ctime_ok;                      /* ctime is a valid fast-path baseline */
 	uint64_t owner_id;                  /* the client that registered it */
 	unsigned refs;
 	LIST_HEAD(, odpd_ref) holders;
@@ -149,6 +152,7 @@ struct odpd_registry {
 	LIST_HEAD(, odpd_batch) batches;    /* in flight */
 	LIST_HEAD(, odpd_waiter) waiters;
 	uint64_t next_mr_id, generation, batch_seq;
+	int pagemap_fd;                     /* /proc/self/pagemap: witness pages present? */
 	unsigned pending;                   /* jobs in flight that are not a client's */
 	struct odpd_cache_stats stats;
 };
@@ -231,7 +235,10 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 /* verify (verify.h) through @ref's MR on a worker. */
 typedef void (*odpd_verify_cb)(void *arg, int rc, const struct odpd_err *err, uint32_t crc,
 			       uint64_t length, const char *method);
+/* With @probe_rkey: RDMA READ [iova, +length) with that key from the QP in
+ * @ref's PD instead (proto: Verify.rkey). */
 int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t iova, uint64_t length,
-			 size_t buf_size, odpd_verify_cb cb, void *arg, struct odpd_err *err);
+			 const uint32_t *probe_rkey, size_t buf_size, odpd_verify_cb cb, void *arg,
+			 struct odpd_err *err);
 
 const char *odpd_mr_state_name(enum odpd_mr_state s);

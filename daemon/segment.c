@@ -168,6 +168,17 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	}
 	mapping_dontdump(m);
 	odpd_covmap_init(&m->pinned);
+	odpd_covmap_init(&m->witness_cov);
+	pthread_mutex_init(&m->witness_lock, NULL);
+	/* Without a witness view pinned MRs over the segment are never served
+	 * from the cache after its ctime changed. */
+	m->witness = mmap(NULL, m->size, PROT_READ, MAP_SHARED, fd, 0);
+	if (m->witness == MAP_FAILED) {
+		log_errno(LOG_WARNING, errno, "witness view of a segment");
+		m->witness = NULL;
+	} else if (madvise(m->witness, m->size, MADV_DONTDUMP) < 0) {
+		log_errno(LOG_WARNING, errno, "madvise(MADV_DONTDUMP) on a witness view");
+	}
 	m->refs = 1;
 	m->next = t->list;
 	t->list = m;
@@ -191,6 +202,8 @@ static void unmap_run(struct odpd_job *job)
 {
 	struct odpd_mapping *m = unmap_mapping(job);
 
+	if (m->witness)
+		munmap(m->witness, m->size);
 	if (m->in_window)
 		odpd_window_unmap(m->addr, m->size);   /* replaces the mapping */
 	else
@@ -209,6 +222,8 @@ static void unmap_done(struct odpd_job *job)
 	t->bytes -= m->size;
 	t->unmapping--;
 	odpd_covmap_clear(&m->pinned);
+	odpd_covmap_clear(&m->witness_cov);
+	pthread_mutex_destroy(&m->witness_lock);
 	free(m);
 }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +40,18 @@ struct odpd_mapping {
 	bool in_window;
 	unsigned refs;                  /* client attachments and MRs */
 	struct odpd_covmap pinned;      /* pages pinned by MRs of any PD */
+	/*
+	 * The witness view: a second, read-only mapping of the file that
+	 * nothing faults in but odpd, just before it pins pages that no
+	 * other pinned MR relies on (witness_cov counts those MRs). A hole
+	 * punched into the file zaps its page table entries, and nothing
+	 * puts them back while an MR relies on them: an MR whose witness
+	 * pages are all present pins the file's current pages. Workers only,
+	 * under witness_lock.
+	 */
+	uint8_t *witness;
+	pthread_mutex_t witness_lock;
+	struct odpd_covmap witness_cov;
 	struct odpd_mapping *next;
 	struct odpd_job unmap;          /* embedded: the last put never allocates */
 	struct odpd_segtable *table;

@@ -235,7 +235,7 @@ static int wait_completion(struct odpd_verifier *v, struct odpd_err *err)
 	return 0;
 }
 
-static int post_chunk(struct odpd_verifier *v, struct ibv_mr *mr, uint64_t iova, uint32_t len,
+static int post_chunk(struct odpd_verifier *v, const struct odpd_keys *k, uint64_t iova, uint32_t len,
 		      bool use_rkey, struct odpd_err *err)
 {
 	struct ibv_sge sge;
@@ -246,9 +246,9 @@ static int post_chunk(struct odpd_verifier *v, struct ibv_mr *mr, uint64_t iova,
 		sge = (struct ibv_sge){ .addr = (uintptr_t)v->buf, .length = len, .lkey = v->mr->lkey };
 		wr.opcode = IBV_WR_RDMA_READ;
 		wr.wr.rdma.remote_addr = iova;
-		wr.wr.rdma.rkey = mr->rkey;
+		wr.wr.rdma.rkey = k->rkey;
 	} else {                          /* MR -> bounce */
-		sge = (struct ibv_sge){ .addr = iova, .length = len, .lkey = mr->lkey };
+		sge = (struct ibv_sge){ .addr = iova, .length = len, .lkey = k->lkey };
 		wr.opcode = IBV_WR_RDMA_WRITE;
 		wr.wr.rdma.remote_addr = (uintptr_t)v->buf;
 		wr.wr.rdma.rkey = v->mr->rkey;
@@ -259,7 +259,7 @@ static int post_chunk(struct odpd_verifier *v, struct ibv_mr *mr, uint64_t iova,
 	return wait_completion(v, err);
 }
 
-int odpd_verify_mr(struct odpd_verifier *v, struct ibv_mr *mr, uint64_t iova, uint64_t length,
+int odpd_verify_mr(struct odpd_verifier *v, const struct odpd_keys *k, uint64_t iova, uint64_t length,
 		   bool use_rkey, uint32_t *ret_crc, const char **ret_method, struct odpd_err *err)
 {
 	uint64_t chunk = v->size < v->max_msg ? v->size : v->max_msg;
@@ -267,7 +267,7 @@ int odpd_verify_mr(struct odpd_verifier *v, struct ibv_mr *mr, uint64_t iova, ui
 
 	for (uint64_t done = 0; done < length;) {
 		uint32_t n = (uint32_t)(length - done < chunk ? length - done : chunk);
-		int r = post_chunk(v, mr, iova + done, n, use_rkey, err);
+		int r = post_chunk(v, k, iova + done, n, use_rkey, err);
 		if (r < 0)
 			return r;
 		crc = crc32(crc, v->buf, n);

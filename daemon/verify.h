@@ -20,10 +20,14 @@ int odpd_verifier_new(struct odpd_domain *dom, size_t buf_size, struct odpd_veri
 void odpd_verifier_free(struct odpd_verifier *v);
 
 /*
- * CRC-32 of [iova, iova + length) of @mr as the HCA reads it, in chunks of
+ * CRC-32 of [iova, iova + length) of the MR with keys @k as the HCA reads it, in chunks of
  * at most the bounce buffer. With @use_rkey, RDMA READ from the MR (iova as
  * remote address, rkey); else RDMA WRITE from the MR (iova as local address,
  * lkey) into the bounce buffer. Returns the method's name in *ret_method.
  */
-int odpd_verify_mr(struct odpd_verifier *v, struct ibv_mr *mr, uint64_t iova, uint64_t length,
+struct odpd_keys {
+	uint32_t lkey, rkey;
+};
+
+int odpd_verify_mr(struct odpd_verifier *v, const struct odpd_keys *k, uint64_t iova, uint64_t length,
 		   bool use_rkey, uint32_t *ret_crc, const char **ret_method, struct odpd_err *err);

@@ -634,6 +634,46 @@ static uint64_t model_uncovered(const struct cmodel *c, uint64_t s, uint64_t e)
 	return gap;
 }
 
+struct gaps {
+	uint64_t s[CPAGES + 2], e[CPAGES + 2];
+	unsigned n;
+};
+
+static void gap_cb(uint64_t gs, uint64_t ge, void *arg)
+{
+	struct gaps *g = arg;
+
+	assert_true(g->n < CPAGES + 2);
+	g->s[g->n] = gs;
+	g->e[g->n] = ge;
+	g->n++;
+}
+
+/* The gaps of [s, e): maximal runs of uncovered bytes, ascending. */
+static void check_gaps(const struct odpd_covmap *m, const struct cmodel *c, uint64_t s, uint64_t e)
+{
+	struct gaps g = { .n = 0 };
+	uint64_t pos = s;
+	unsigned i = 0;
+
+	odpd_covmap_for_each_gap(m, s, e, gap_cb, &g);
+	while (pos < e) {
+		uint64_t p = pos / PAGE, next = (p + 1) * PAGE < e ? (p + 1) * PAGE : e;
+		if (c->cnt[p]) {
+			pos = next;
+			continue;
+		}
+		uint64_t run = pos;
+		while (pos < e && !c->cnt[pos / PAGE])
+			pos = (pos / PAGE + 1) * PAGE < e ? (pos / PAGE + 1) * PAGE : e;
+		assert_true(i < g.n);
+		assert_int_equal(g.s[i], run);
+		assert_int_equal(g.e[i], pos);
+		i++;
+	}
+	assert_int_equal(i, g.n);
+}
+
 static void check_cmodel(const struct odpd_covmap *m, const struct cmodel *c)
 {
 	uint64_t covered = 0;
@@ -649,6 +689,7 @@ static void check_cmodel(const struct odpd_covmap *m, const struct cmodel *c)
 		uint64_t s = rnd((CPAGES + 2) * PAGE), e = s + rnd((CPAGES + 2) * PAGE - s + 1);
 
 		assert_int_equal(odpd_covmap_uncovered(m, s, e), model_uncovered(c, s, e));
+		check_gaps(m, c, s, e);
 	}
 }
 

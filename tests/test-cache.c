@@ -1,0 +1,951 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The registration cache, relaxed release, flush, named shared PDs and
+ * pinning quotas, on real verbs (run inside the test VM, as root; some
+ * clients drop to other uids). What the kernel holds is read from the
+ * kernel (rdma resource show mr, VmPin, memory.current), not from odpd.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <json-c/json.h>
+#include <zlib.h>
+
+#include "harness.h"
+#include "odpd.h"
+
+#define UID_NOBODY 65534         /* no rule: its RLIMIT_MEMLOCK is its limit */
+#define UID_RULED 65533          /* [user 65533] max-pinned = 1G, member of [pd team] */
+#define MIB (1ull << 20)
+
+static const char config_text[] =
+	"# written by tests/test-cache.c\n"
+	"[limits]\n"
+	"relaxed-window-ms = 600000   # the tests flush; one test uses a daemon with a short window\n"
+	"relaxed-max-mrs = 8\n"
+	"[user 65533]\n"
+	"max-pinned = 1G\n"
+	"[pd team]\n"
+	"users = 0 65533\n";
+
+static char config_path[96];
+
+/* ---------------------------------------------------------------- helpers */
+
+static struct odpd_conn *connect_or_fail(void)
+{
+	struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
+
+	if (!c)
+		fail_msg("odpd_connect: %s: %s", strerror(errno), odpd_errmsg());
+	return c;
+}
+
+static struct odpd_mr *reg_or_fail(struct odpd_conn *c, void *p, size_t len, unsigned access)
+{
+	struct odpd_mr *mr = odpd_reg(c, p, len, access);
+
+	if (!mr)
+		fail_msg("odpd_reg(%p, %zu): %s: %s", p, len, strerror(errno), odpd_errmsg());
+	return mr;
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(seed * 131 + i * 7 + (i >> 12));
+}
+
+static uint32_t crc_of(const void *p, size_t n)
+{
+	return (uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)n);
+}
+
+static uint32_t verify_or_fail(struct odpd_mr *mr)
+{
+	uint32_t crc = 0;
+
+	if (odpd_verify(mr, NULL, 0, &crc) < 0)
+		fail_msg("odpd_verify: %s: %s", strerror(errno), odpd_errmsg());
+	return crc;
+}
+
+/* The cache counters and relaxed queue of odpd's status. */
+struct cache {
+	uint64_t lookups, hits, misses, evictions, registrations, deregistrations, flushes, replaced;
+	unsigned relaxed;
+};
+
+static void cache_get(struct cache *k)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr = status_get(test_admin_fd, &r);
+	const Odpd__CacheStats *s = sr->cache;
+
+	assert_non_null(s);
+	*k = (struct cache){ s->lookups, s->hits, s->misses, s->evictions, s->registrations,
+			     s->deregistrations, s->flushes, s->replaced, s->relaxed_pending };
+	odpd__reply__free_unpacked(r, NULL);
+}
+
+/* Pinned bytes odpd charges to @uid (distinct pages), 0 if no account. */
+static uint64_t quota_pinned(uid_t uid)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr = status_get(test_admin_fd, &r);
+	uint64_t v = 0;
+
+	for (size_t i = 0; i < sr->n_quotas; i++)
+		if (sr->quotas[i]->uid == uid)
+			v = sr->quotas[i]->pinned_bytes;
+	odpd__reply__free_unpacked(r, NULL);
+	return v;
+}
+
+/* raw_call that must succeed. */
+static Odpd__Reply *raw_ok(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds)
+{
+	Odpd__Reply *r = raw_call(fd, id, req, fds, nfds);
+
+	if (r->status != 0)
+		fail_msg("request %llu: %s: %s", (unsigned long long)id, strerror(r->status),
+			 r->message ? r->message : "");
+	return r;
+}
+
+static int kmrs(void)
+{
+	return kernel_mr_count(test_daemon.pid);
+}
+
+/*
+ * Run @fn in a child as @uid (and gid) with RLIMIT_MEMLOCK @memlock (bytes),
+ * dying with the test. Returns its exit status (fn's return value), or
+ * 100 + signal.
+ */
+static int run_as(uid_t uid, rlim_t memlock, int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = { memlock, memlock };
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) < 0 || setgroups(0, NULL) < 0 ||
+		    setgid(uid) < 0 || setuid(uid) < 0)
+			_exit(90);
+		_exit(fn(arg));
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+#define CHILD_CHECK(cond, code) do { if (!(cond)) { \
+	fprintf(stderr, "child: %s failed (errno %d: %s)\n", #cond, errno, odpd_errmsg()); \
+	return (code); } } while (0)
+
+/* ---------------------------------------------------------------- the cache */
+
+/* A scripted sequence with exact counts: covering hits, access supersets,
+ * remote keys served only for the same range, and what the kernel holds. */
+static void test_hit_miss_sequence(void **state)
+{
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE, rr = lw | IBV_ACCESS_REMOTE_READ;
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, 4 * MIB, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *m[6];
+	struct cache k0, k1, k2;
+	int kernel0;
+
+	(void)state;
+	cache_get(&k0);
+	kernel0 = kmrs();
+	m[0] = reg_or_fail(c, p, 64 << 10, lw);                   /* miss */
+	m[1] = reg_or_fail(c, p + 4096, 4096, lw);                /* hit: inside m0 */
+	m[2] = reg_or_fail(c, p, 64 << 10, rr);                   /* miss: more access */
+	m[3] = reg_or_fail(c, p + 100, (64 << 10) - 200, rr);     /* hit: same page-rounded range */
+	m[4] = reg_or_fail(c, p, 32 << 10, rr);                   /* miss: a remote key never widens */
+	m[5] = reg_or_fail(c, p + (60 << 10), 8 << 10, lw);       /* miss: past m0 */
+	cache_get(&k1);
+	assert_int_equal(k1.lookups - k0.lookups, 6);
+	assert_int_equal(k1.hits - k0.hits, 2);
+	assert_int_equal(k1.misses - k0.misses, 4);
+	assert_int_equal(k1.registrations - k0.registrations, 4);
+	assert_false(m[0]->cache_hit);
+	assert_true(m[1]->cache_hit);
+	assert_int_equal(m[1]->lkey, m[0]->lkey);
+	assert_true(m[3]->cache_hit);
+	assert_int_equal(m[3]->rkey, m[2]->rkey);
+	assert_int_not_equal(m[4]->rkey, m[2]->rkey);
+	assert_int_equal(m[3]->addr, p + 100);                    /* the caller's range */
+	assert_int_equal(kmrs(), kernel0 + 4);                    /* the kernel's view */
+	/* a held MR stays while another holder releases it */
+	assert_int_equal(odpd_dereg(m[1]), 0);
+	assert_int_equal(kmrs(), kernel0 + 4);
+	assert_int_equal(odpd_dereg(m[0]), 0);                    /* the last: gone at once */
+	assert_int_equal(kmrs(), kernel0 + 3);
+	for (int i = 2; i < 6; i++)
+		assert_int_equal(odpd_dereg(m[i]), 0);
+	cache_get(&k2);
+	assert_int_equal(k2.deregistrations - k0.deregistrations, 4);
+	assert_int_equal(kmrs(), kernel0);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
+/* Relaxed release keeps the MR (a hit); a flush is a barrier after which
+ * the kernel has no such MR and its old rkey is refused by the HCA. */
+static void test_relaxed_flush_barrier_and_dead_rkey(void **state)
+{
+	const unsigned rr = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+	int conn = raw_connect_hello(test_daemon.sock);
+	int fd = sealed_memfd(2 * MIB);
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+	Odpd__RegMr rm = ODPD__REG_MR__INIT;
+	Odpd__DeregMr dm = ODPD__DEREG_MR__INIT;
+	Odpd__Flush fl = ODPD__FLUSH__INIT;
+	Odpd__Verify v = ODPD__VERIFY__INIT;
+	Odpd__Reply *r;
+	/* (the bodies of a oneof share a union: set the pointer with every body_case) */
+	uint64_t base, ha, hb, ha2;
+	uint32_t rkey_a;
+	struct cache k0, k1;
+	int kernel_held;
+
+	(void)state;
+	(void)rr;
+	cache_get(&k0);
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	r = raw_ok(conn, 2, &req, &fd, 1);
+	base = r->segment->addr;
+	odpd__reply__free_unpacked(r, NULL);
+	/* A and B: B keeps the PD and its loopback QPs alive */
+	rm.has_addr = rm.has_length = rm.has_access = 1;
+	rm.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE | ODPD__ACCESS__ACCESS_REMOTE_READ;
+	rm.addr = base;
+	rm.length = MIB;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &rm;
+	r = raw_ok(conn, 3, &req, NULL, 0);
+	ha = r->mr->handle;
+	rkey_a = r->mr->rkey;
+	odpd__reply__free_unpacked(r, NULL);
+	rm.addr = base + MIB;
+	r = raw_ok(conn, 4, &req, NULL, 0);
+	hb = r->mr->handle;
+	odpd__reply__free_unpacked(r, NULL);
+	/* the old key works while A lives: read A through B's PD with A's rkey */
+	v.has_handle = v.has_addr = v.has_length = v.has_rkey = 1;
+	v.handle = hb;
+	v.addr = base;
+	v.length = 4096;
+	v.rkey = rkey_a;
+	req.body_case = ODPD__REQUEST__BODY_VERIFY;
+	req.verify = &v;
+	r = raw_ok(conn, 5, &req, NULL, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	kernel_held = kmrs();                 /* A, B and the bounce buffer */
+
+	/* relaxed: the reply comes at once, the MR stays, and is a hit */
+	dm.has_handle = dm.has_relaxed = 1;
+	dm.handle = ha;
+	dm.relaxed = 1;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &dm;
+	r = raw_ok(conn, 6, &req, NULL, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_int_equal(kmrs(), kernel_held);
+	cache_get(&k1);
+	assert_int_equal(k1.relaxed, k0.relaxed + 1);
+	rm.addr = base;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &rm;
+	r = raw_ok(conn, 7, &req, NULL, 0);
+	assert_true(r->mr->cache_hit);
+	assert_int_equal(r->mr->rkey, rkey_a);
+	ha2 = r->mr->handle;
+	odpd__reply__free_unpacked(r, NULL);
+	cache_get(&k1);
+	assert_int_equal(k1.relaxed, k0.relaxed);
+	assert_int_equal(k1.hits, k0.hits + 1);
+
+	/* release relaxed again, then flush: a barrier */
+	dm.handle = ha2;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &dm;
+	r = raw_ok(conn, 8, &req, NULL, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &fl;
+	r = raw_ok(conn, 9, &req, NULL, 0);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_FLUSH);
+	assert_int_equal(r->flush->mrs, 1);
+	assert_int_equal(r->flush->bytes, MIB);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_int_equal(kmrs(), kernel_held - 1);   /* gone when flush returned */
+	cache_get(&k1);
+	assert_int_equal(k1.relaxed, k0.relaxed);
+	assert_int_equal(k1.flushes, k0.flushes + 1);
+
+	/* the HCA refuses A's old rkey now */
+	req.body_case = ODPD__REQUEST__BODY_VERIFY;
+	req.verify = &v;
+	r = raw_call(conn, 10, &req, NULL, 0);
+	if (r->status != EIO || !r->message || !strstr(r->message, "remote access"))
+		fail_msg("READ through the dead rkey %#x: status %d: %s", rkey_a, r->status,
+			 r->message ? r->message : "");
+	odpd__reply__free_unpacked(r, NULL);
+	close(conn);
+	close(fd);
+}
+
+/* The three thresholds of the relaxed queue: count here, age in a daemon of
+ * its own with a short window. */
+static void test_relaxed_queue_limits(void **state)
+{
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, 16 * 4096, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *m[9];
+	struct cache k;
+	int kernel0 = kmrs();
+
+	(void)state;
+	for (int i = 0; i < 9; i++)
+		m[i] = reg_or_fail(c, p + i * 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(odpd_dereg_relaxed(m[i]), 0);
+	cache_get(&k);
+	assert_int_equal(k.relaxed, 8);               /* relaxed-max-mrs = 8: still queued */
+	assert_int_equal(kmrs(), kernel0 + 9);
+	assert_int_equal(odpd_dereg_relaxed(m[8]), 0); /* the 9th passes it: the batch goes */
+	/* the batch runs on a worker: wait for it (bounded; not a timing test) */
+	for (int i = 0; i < 400 && (cache_get(&k), k.relaxed || kmrs() != kernel0); i++)
+		usleep(50000);
+	assert_int_equal(k.relaxed, 0);
+	assert_int_equal(kmrs(), kernel0);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
+/* Age: a daemon whose relaxed window is 200 ms invalidates a relaxed MR by
+ * itself; until then the MR is a hit. */
+static void test_relaxed_window_expires(void **state)
+{
+	char path[128];
+	const char *args[] = { "--config", path, NULL };
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr;
+	FILE *f;
+	int kernel0;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s.window", config_path);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("[limits]\nrelaxed-window-ms = 200\n", f);
+	fclose(f);
+	daemon_start(&d, args);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, MIB, 0);
+	assert_non_null(seg);
+	mr = reg_or_fail(c, odpd_segment_addr(seg), MIB, IBV_ACCESS_LOCAL_WRITE);
+	kernel0 = kernel_mr_count(d.pid);
+	assert_int_equal(odpd_dereg_relaxed(mr), 0);
+	assert_int_equal(kernel_mr_count(d.pid), kernel0);
+	for (int i = 0; i < 400 && kernel_mr_count(d.pid) == kernel0; i++)
+		usleep(50000);
+	assert_int_equal(kernel_mr_count(d.pid), kernel0 - 1);   /* invalidated without a flush */
+	mr = reg_or_fail(c, odpd_segment_addr(seg), MIB, IBV_ACCESS_LOCAL_WRITE);
+	assert_false(mr->cache_hit);
+	odpd_dereg(mr);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+	daemon_stop(&d);
+	unlink(path);
+}
+
+/* ---------------------------------------------------------------- punched holes */
+
+/*
+ * FALLOC_FL_PUNCH_HOLE replaces a memfd's pages. A pinned MR keeps the old,
+ * orphaned ones (verify still reads the old bytes through it), so the cache
+ * must not serve it again: the next request is a miss, and its MR reads the
+ * new bytes.
+ */
+static void test_punched_hole_replaces_pinned_mr(void **state)
+{
+	const unsigned rr = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+	const size_t len = MIB;
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, 2 * MIB, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *old, *fresh, *relaxed;
+	uint32_t crc_old, crc_new;
+	struct cache k0, k1;
+
+	(void)state;
+	fill(p, len, 7);
+	crc_old = crc_of(p, len);
+	old = reg_or_fail(c, p, len, rr);
+	relaxed = reg_or_fail(c, p + len, len, IBV_ACCESS_LOCAL_WRITE);
+	assert_int_equal(odpd_dereg_relaxed(relaxed), 0);
+	assert_int_equal(verify_or_fail(old), crc_old);
+	cache_get(&k0);
+	assert_int_equal(fallocate(odpd_segment_fd(seg), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+				   (off_t)(2 * MIB)), 0);
+	fill(p, len, 8);                     /* lands in new pages */
+	crc_new = crc_of(p, len);
+	assert_int_not_equal(crc_new, crc_old);
+	assert_int_equal(verify_or_fail(old), crc_old);   /* the orphans */
+	fresh = reg_or_fail(c, p, len, rr);
+	assert_false(fresh->cache_hit);
+	assert_int_not_equal(fresh->rkey, old->rkey);
+	assert_int_equal(verify_or_fail(fresh), crc_new);
+	/* the relaxed MR over the punched range is not a hit either */
+	relaxed = reg_or_fail(c, p + len, len, IBV_ACCESS_LOCAL_WRITE);
+	assert_false(relaxed->cache_hit);
+	cache_get(&k1);
+	assert_int_equal(k1.replaced - k0.replaced, 2);
+	assert_int_equal(k1.hits, k0.hits);
+	odpd_dereg(relaxed);
+	odpd_dereg(fresh);
+	odpd_dereg(old);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
+/* ---------------------------------------------------------------- shared PDs */
+
+struct shared_child {
+	int fd;                       /* the memfd both attach */
+	int report;                   /* pipe: lkey, rkey */
+	int go;                       /* pipe: release when readable */
+};
+
+static int shared_child_main(void *arg)
+{
+	const struct shared_child *sc = arg;
+	struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
+	struct odpd_segment *seg;
+	struct odpd_mr *mr;
+	uint32_t keys[2];
+	char b;
+
+	CHILD_CHECK(c, 10);
+	CHILD_CHECK(odpd_join_pd(c, "team") == 0, 11);
+	seg = odpd_attach(c, sc->fd, NULL, 0);
+	CHILD_CHECK(seg, 12);
+	mr = odpd_reg(c, odpd_segment_addr(seg), 4 * MIB, IBV_ACCESS_LOCAL_WRITE);
+	CHILD_CHECK(mr, 13);
+	keys[0] = mr->lkey;
+	keys[1] = mr->rkey;
+	CHILD_CHECK(write(sc->report, keys, sizeof(keys)) == sizeof(keys), 14);
+	CHILD_CHECK(read(sc->go, &b, 1) == 1, 15);
+	CHILD_CHECK(odpd_dereg(mr) == 0, 16);
+	odpd_disconnect(c);
+	return 0;
+}
+
+static pid_t spawn(int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(fn(arg));
+	}
+	return pid;
+}
+
+static int child_status(pid_t pid)
+{
+	int st;
+
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+/* odpctl mrs --json, parsed; the caller puts the root object. */
+static json_object *odpctl_json(const char *args)
+{
+	const char *odpctl = getenv("ODPD_TEST_ODPCTL");
+	static char out[1 << 20];
+	char cmd[512];
+	json_object *root;
+	size_t n;
+	FILE *p;
+
+	assert_non_null(odpctl);
+	snprintf(cmd, sizeof(cmd), "%s --socket %s %s --json", odpctl, test_daemon.sock, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	assert_int_equal(pclose(p), 0);
+	out[n] = 0;
+	root = json_tokener_parse(out);
+	if (!root)
+		fail_msg("odpctl %s printed no JSON:\n%s", args, out);
+	return root;
+}
+
+/* Two processes in one shared PD register the same range of one segment:
+ * one ibv_reg_mr, the same keys, two holders. */
+static void test_shared_pd_same_keys(void **state)
+{
+	struct shared_child sc[2];
+	int report[2][2], go[2];
+	uint32_t keys[2][2];
+	pid_t pid[2];
+	int fd = sealed_memfd(8 * MIB), kernel0 = kmrs();
+	json_object *root, *mrs, *mr = NULL;
+
+	(void)state;
+	assert_int_equal(pipe(go), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(pipe(report[i]), 0);
+		sc[i] = (struct shared_child){ fd, report[i][1], go[0] };
+		pid[i] = spawn(shared_child_main, &sc[i]);
+		assert_int_equal(read(report[i][0], keys[i], sizeof(keys[i])), sizeof(keys[i]));
+	}
+	assert_int_equal(keys[0][0], keys[1][0]);
+	assert_int_equal(keys[0][1], keys[1][1]);
+	assert_int_equal(kmrs(), kernel0 + 1);          /* the kernel has one MR */
+	root = odpctl_json("mrs --pd team");
+	assert_true(json_object_object_get_ex(root, "mrs", &mrs));
+	for (size_t i = 0; i < json_object_array_length(mrs); i++) {
+		json_object *o = json_object_array_get_idx(mrs, i);
+		if (json_object_get_int(json_object_object_get(o, "lkey")) == (int32_t)keys[0][0])
+			mr = o;
+	}
+	assert_non_null(mr);
+	assert_int_equal(json_object_get_int(json_object_object_get(mr, "holders")), 2);
+	assert_string_equal(json_object_get_string(json_object_object_get(mr, "state")), "live");
+	assert_string_equal(json_object_get_string(json_object_object_get(mr, "pd")), "team");
+	json_object_put(root);
+	assert_int_equal(write(go[1], "gg", 2), 2);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(child_status(pid[i]), 0);
+		close(report[i][0]);
+		close(report[i][1]);
+	}
+	close(go[0]);
+	close(go[1]);
+	close(fd);
+	assert_true(kmrs() == kernel0 || (usleep(200000), kmrs() == kernel0));
+}
+
+struct join_case {
+	const char *name;
+	int want_errno;               /* 0: must succeed */
+	const char *want_text;        /* in odpd_errmsg() */
+};
+
+static int join_child(void *arg)
+{
+	const struct join_case *jc = arg;
+	struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
+	int r;
+
+	CHILD_CHECK(c, 10);
+	errno = 0;
+	r = odpd_join_pd(c, jc->name);
+	if (jc->want_errno == 0)
+		CHILD_CHECK(r == 0, 11);
+	else
+		CHILD_CHECK(r == -1 && errno == jc->want_errno && strstr(odpd_errmsg(), jc->want_text), 12);
+	odpd_disconnect(c);
+	return 0;
+}
+
+/* Default: only the creator's uid may join; a [pd] rule admits others. */
+static void test_shared_pd_policy(void **state)
+{
+	struct odpd_conn *root = connect_or_fail();
+	struct join_case solo_other = { "solo", EPERM, "creator" };
+	struct join_case team_ruled = { "team", 0, NULL };
+	struct join_case team_other = { "team", EPERM, "[pd team]" };
+	struct join_case solo_root = { "solo", 0, NULL };
+
+	(void)state;
+	assert_int_equal(odpd_join_pd(root, "solo"), 0);             /* root creates "solo" */
+	assert_int_equal(run_as(UID_NOBODY, 64 << 10, join_child, &solo_other), 0);
+	assert_int_equal(run_as(0, 64 << 10, join_child, &solo_root), 0);
+	assert_int_equal(run_as(UID_RULED, 64 << 10, join_child, &team_ruled), 0);
+	assert_int_equal(run_as(UID_NOBODY, 64 << 10, join_child, &team_other), 0);
+	/* too late after a registration; twice is EALREADY */
+	assert_int_equal(odpd_join_pd(root, "other"), -1);
+	assert_int_equal(errno, EALREADY);
+	odpd_disconnect(root);
+	root = connect_or_fail();
+	{
+		struct odpd_segment *seg = odpd_alloc(root, MIB, 0);
+		struct odpd_mr *mr = reg_or_fail(root, odpd_segment_addr(seg), 4096, 0);
+		assert_int_equal(odpd_join_pd(root, "team"), -1);
+		assert_int_equal(errno, EBUSY);
+		assert_int_equal(odpd_join_pd(root, "bad/name"), -1);
+		assert_int_equal(errno, EINVAL);
+		odpd_dereg(mr);
+		odpd_detach(seg);
+	}
+	odpd_disconnect(root);
+}
+
+/* ---------------------------------------------------------------- quotas */
+
+struct quota_case {
+	size_t seg;
+	uint64_t *out;                /* pinned bytes as odpd counts them, written by the parent */
+};
+
+/* uid 65534, ulimit -l 8 MiB, no rule: 64 MiB is EDQUOT; distinct pages
+ * are counted once; relaxed MRs are evicted to make room. */
+static int quota_nobody_child(void *arg)
+{
+	struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
+	struct odpd_segment *seg;
+	struct odpd_mr *a, *b, *x;
+	uint8_t *p;
+
+	(void)arg;
+	CHILD_CHECK(c, 10);
+	seg = odpd_alloc(c, 64 * MIB, 0);
+	CHILD_CHECK(seg, 11);
+	p = odpd_segment_addr(seg);
+	x = odpd_reg(c, p, 64 * MIB, IBV_ACCESS_LOCAL_WRITE);
+	CHILD_CHECK(!x && errno == EDQUOT && strstr(odpd_errmsg(), "memlock"), 12);
+	/* [0, 6M) and [2M, 8M): 8 MiB of distinct pages, not 12 */
+	a = odpd_reg(c, p, 6 * MIB, IBV_ACCESS_LOCAL_WRITE);
+	CHILD_CHECK(a, 13);
+	b = odpd_reg(c, p + 2 * MIB, 6 * MIB, IBV_ACCESS_LOCAL_WRITE);
+	CHILD_CHECK(b, 14);
+	x = odpd_reg(c, p + 8 * MIB, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHILD_CHECK(!x && errno == EDQUOT, 15);
+	/* relaxed MRs still count, but are evicted to make room */
+	CHILD_CHECK(odpd_dereg_relaxed(a) == 0, 16);
+	CHILD_CHECK(odpd_dereg_relaxed(b) == 0, 17);
+	x = odpd_reg(c, p + 16 * MIB, 6 * MIB, IBV_ACCESS_LOCAL_WRITE);
+	CHILD_CHECK(x, 18);
+	CHILD_CHECK(odpd_dereg(x) == 0, 19);
+	odpd_disconnect(c);
+	return 0;
+}
+
+static int quota_ruled_child(void *arg)
+{
+	const struct quota_case *qc = arg;
+	struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
+	struct odpd_segment *seg;
+	struct odpd_mr *m;
+
+	CHILD_CHECK(c, 10);
+	seg = odpd_alloc(c, qc->seg, 0);
+	CHILD_CHECK(seg, 11);
+	m = odpd_reg(c, odpd_segment_addr(seg), qc->seg, IBV_ACCESS_LOCAL_WRITE);
+	CHILD_CHECK(m, 12);
+	CHILD_CHECK(odpd_dereg(m) == 0, 13);
+	odpd_disconnect(c);
+	return 0;
+}
+
+static void test_quota_memlock_and_rule(void **state)
+{
+	struct quota_case qc = { 64 * MIB, NULL };
+	struct cache k0, k1;
+	long pin0 = vmpin_kb(test_daemon.pid);
+
+	(void)state;
+	cache_get(&k0);
+	assert_int_equal(run_as(UID_NOBODY, 8 * MIB, quota_nobody_child, NULL), 0);
+	cache_get(&k1);
+	assert_int_equal(k1.evictions - k0.evictions, 1);
+	/* the same memlock limit, but a rule in odpd.conf: 64 MiB pins */
+	assert_int_equal(run_as(UID_RULED, 8 * MIB, quota_ruled_child, &qc), 0);
+	wait_idle(test_admin_fd);
+	assert_int_equal(vmpin_kb(test_daemon.pid), pin0);
+	assert_int_equal(quota_pinned(UID_NOBODY), 0);
+}
+
+/* ---------------------------------------------------------------- death */
+
+static int killed_child(void *arg)
+{
+	int ready = *(int *)arg;
+	struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
+	struct odpd_segment *seg;
+	struct odpd_mr *live, *relaxed, *remote;
+	uint8_t *p;
+
+	CHILD_CHECK(c, 10);
+	seg = odpd_alloc(c, 8 * MIB, 0);
+	CHILD_CHECK(seg, 11);
+	p = odpd_segment_addr(seg);
+	live = odpd_reg(c, p, 2 * MIB, IBV_ACCESS_LOCAL_WRITE);
+	relaxed = odpd_reg(c, p + 2 * MIB, 2 * MIB, IBV_ACCESS_LOCAL_WRITE);
+	remote = odpd_reg(c, p + 4 * MIB, 2 * MIB, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	CHILD_CHECK(live && relaxed && remote, 12);
+	CHILD_CHECK(odpd_dereg_relaxed(relaxed) == 0 && odpd_dereg_relaxed(remote) == 0, 13);
+	CHILD_CHECK(write(ready, "r", 1) == 1, 14);
+	pause();
+	return 15;
+}
+
+struct release_check {
+	int kernel;
+	long vmpin;
+};
+
+static bool released(void *arg)
+{
+	const struct release_check *rc = arg;
+	struct cache k;
+
+	cache_get(&k);
+	return k.relaxed == 0 && kmrs() == rc->kernel && vmpin_kb(test_daemon.pid) == rc->vmpin;
+}
+
+/* SIGKILL while holding live and relaxed MRs (one with remote access): the
+ * kernel holds nothing of it afterwards. */
+static void test_sigkill_with_live_and_relaxed_mrs(void **state)
+{
+	struct release_check rc = { kmrs(), vmpin_kb(test_daemon.pid) };
+	int pipefd[2];
+	char b;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(pipe(pipefd), 0);
+	pid = spawn(killed_child, &pipefd[1]);
+	assert_int_equal(read(pipefd[0], &b, 1), 1);
+	assert_int_equal(kmrs(), rc.kernel + 3);
+	assert_true(vmpin_kb(test_daemon.pid) >= rc.vmpin + 6 * 1024);
+	kill(pid, SIGKILL);
+	assert_int_equal(child_status(pid), 100 + SIGKILL);
+	if (!wait_until(released, &rc))
+		fail_msg("not released: kernel MRs %d (want %d), VmPin %ld kB (want %ld)", kmrs(), rc.kernel,
+			 vmpin_kb(test_daemon.pid), rc.vmpin);
+	wait_idle(test_admin_fd);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
+/* ---------------------------------------------------------------- odpctl flush */
+
+static void test_odpctl_flush(void **state)
+{
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, 4 * MIB, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	json_object *root, *v;
+	int kernel0 = kmrs();
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(odpd_dereg_relaxed(reg_or_fail(c, p + i * MIB, MIB, IBV_ACCESS_LOCAL_WRITE)), 0);
+	root = odpctl_json("mrs");
+	assert_true(json_object_object_get_ex(root, "mrs", &v));
+	assert_int_equal(json_object_array_length(v), 3);
+	assert_string_equal(json_object_get_string(json_object_object_get(json_object_array_get_idx(v, 0),
+									  "state")), "relaxed");
+	json_object_put(root);
+	assert_int_equal(kmrs(), kernel0 + 3);
+	root = odpctl_json("flush");
+	assert_int_equal(json_object_get_int(json_object_object_get(root, "mrs")), 3);
+	assert_string_equal(json_object_get_string(json_object_object_get(root, "bytes")), "3145728");
+	json_object_put(root);
+	assert_int_equal(kmrs(), kernel0);              /* a barrier: gone when it returned */
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
+/* ---------------------------------------------------------------- memory cgroups */
+
+static long cg_current(const char *cg)
+{
+	char path[160];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/memory.current", cg);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	assert_int_equal(fscanf(f, "%ld", &v), 1);
+	fclose(f);
+	return v;
+}
+
+static void cg_put(const char *cg, pid_t pid)
+{
+	char path[160];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/cgroup.procs", cg);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "%d\n", (int)pid);
+	assert_int_equal(fclose(f), 0);
+}
+
+struct cg_child {
+	int ready, go;
+	bool populate;
+};
+
+static int cgroup_child(void *arg)
+{
+	const struct cg_child *cc = arg;
+	struct odpd_reg_attr attr = { .comp_mask = ODPD_REG_ATTR_ACCESS | ODPD_REG_ATTR_FLAGS,
+				      .access = IBV_ACCESS_LOCAL_WRITE,
+				      .flags = cc->populate ? 0 : ODPD_REG_NO_POPULATE };
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr;
+	char b;
+
+	CHILD_CHECK(read(cc->go, &b, 1) == 1, 9);      /* moved into its cgroup */
+	c = odpd_connect(test_daemon.sock, NULL);
+	CHILD_CHECK(c, 10);
+	seg = odpd_alloc(c, 32 * MIB, 0);
+	CHILD_CHECK(seg, 11);
+	mr = odpd_reg_attr(c, odpd_segment_addr(seg), 32 * MIB, &attr);
+	CHILD_CHECK(mr, 12);
+	CHILD_CHECK(write(cc->ready, "r", 1) == 1, 13);
+	CHILD_CHECK(read(cc->go, &b, 1) == 1, 14);
+	odpd_disconnect(c);
+	return 0;
+}
+
+/* Which cgroup pays for a pinned segment's pages: the client's, because
+ * libodpd faults them in the client before it asks; with
+ * ODPD_REG_NO_POPULATE odpd's pin faults them and odpd's cgroup pays. */
+static long cgroup_charge(bool populate, long *ret_daemon)
+{
+	struct cg_child cc = { .populate = populate };
+	int ready[2], go[2];
+	long c0, d0, c1, d1;
+	char b;
+	pid_t pid;
+
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(go), 0);
+	cc.ready = ready[1];
+	cc.go = go[0];
+	pid = spawn(cgroup_child, &cc);
+	cg_put("odpd-test-client", pid);
+	c0 = cg_current("odpd-test-client");
+	d0 = cg_current("odpd-test-daemon");
+	assert_int_equal(write(go[1], "g", 1), 1);
+	assert_int_equal(read(ready[0], &b, 1), 1);
+	c1 = cg_current("odpd-test-client");
+	d1 = cg_current("odpd-test-daemon");
+	assert_int_equal(write(go[1], "g", 1), 1);
+	assert_int_equal(child_status(pid), 0);
+	for (int i = 0; i < 2; i++) {
+		close(ready[i]);
+		close(go[i]);
+	}
+	wait_idle(test_admin_fd);
+	*ret_daemon = d1 - d0;
+	return c1 - c0;
+}
+
+static void test_pages_charged_to_client_cgroup(void **state)
+{
+	const long seg = 32 * MIB;
+	long client, daemon;
+
+	(void)state;
+	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) != 0)
+		assert_int_equal(mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, NULL), 0);
+	{
+		FILE *f = fopen("/sys/fs/cgroup/cgroup.subtree_control", "w");
+		assert_non_null(f);
+		fputs("+memory", f);
+		assert_int_equal(fclose(f), 0);
+	}
+	mkdir("/sys/fs/cgroup/odpd-test-daemon", 0755);
+	mkdir("/sys/fs/cgroup/odpd-test-client", 0755);
+	cg_put("odpd-test-daemon", test_daemon.pid);
+
+	client = cgroup_charge(true, &daemon);
+	if (client < seg || daemon > seg / 4)
+		fail_msg("populated in the client: client cgroup +%ld, odpd's +%ld bytes (segment %ld)",
+			 client, daemon, seg);
+	client = cgroup_charge(false, &daemon);
+	if (daemon < seg || client > seg / 4)
+		fail_msg("faulted by odpd's pin: client cgroup +%ld, odpd's +%ld bytes (segment %ld)",
+			 client, daemon, seg);
+	cg_put("", test_daemon.pid);                    /* back to the root */
+}
+
+/* ---------------------------------------------------------------- main */
+
+static int group_setup(void **state)
+{
+	const char *args[] = { "--config", config_path, NULL };
+	FILE *f;
+
+	(void)state;
+	snprintf(config_path, sizeof(config_path), "/tmp/odpd-test-cache.%d.conf", (int)getpid());
+	f = fopen(config_path, "w");
+	assert_non_null(f);
+	fputs(config_text, f);
+	fclose(f);
+	chmod(config_path, 0644);
+	daemon_start(&test_daemon, args);
+	test_admin_fd = raw_connect_hello(test_daemon.sock);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	unlink(config_path);
+	return harness_group_teardown(state);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_hit_miss_sequence, harness_test_setup),
+		cmocka_unit_test_setup(test_relaxed_flush_barrier_and_dead_rkey, harness_test_setup),
+		cmocka_unit_test_setup(test_relaxed_queue_limits, harness_test_setup),
+		cmocka_unit_test_setup(test_relaxed_window_expires, harness_test_setup),
+		cmocka_unit_test_setup(test_punched_hole_replaces_pinned_mr, harness_test_setup),
+		cmocka_unit_test_setup(test_shared_pd_same_keys, harness_test_setup),
+		cmocka_unit_test_setup(test_shared_pd_policy, harness_test_setup),
+		cmocka_unit_test_setup(test_quota_memlock_and_rule, harness_test_setup),
+		cmocka_unit_test_setup(test_sigkill_with_live_and_relaxed_mrs, harness_test_setup),
+		cmocka_unit_test_setup(test_odpctl_flush, harness_test_setup),
+		cmocka_unit_test_setup(test_pages_charged_to_client_cgroup, harness_test_setup),
+		cmocka_unit_test(harness_test_daemon_exits_cleanly),
+	};
+
+	if (!test_require_device())
+		fprintf(stderr, "test-cache: meant for the VM (ODPD_TEST_REQUIRE_DEVICE=1)\n");
+	if (getenv("ODPD_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
