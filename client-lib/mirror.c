@@ -138,6 +138,9 @@ static int mirror_reg_locked(struct odpd_conn *c, const char *what, struct rdma_
 		r = mirror_device(c, what, id, &q->device);
 	if (r >= 0)
 		r = segment_lookup(c, what, addr, length, &e->seg);
+	/* pinned: fault the pages here, so that this process's cgroup pays */
+	if (r >= 0)
+		r = segment_populate(e->seg, what, addr, length);
 	if (r >= 0)
 		r = mr_register(c, what, addr, length, q, &res);
 	if (r >= 0)

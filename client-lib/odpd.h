@@ -181,7 +181,9 @@ int odpd_segment_fd(const struct odpd_segment *seg);
  * with @addr NULL) it also unmaps the memory; for odpd_alloc() it closes the
  * memfd. On failure @seg stays attached and valid.
  * Errors: EBUSY (MRs over the segment are still registered, through
- * odpd_reg() or the mirror: deregister them first), ENOTCONN.
+ * odpd_reg() or the mirror: deregister them first; MRs released with
+ * odpd_dereg_relaxed() do not count, odpd keeps the file mapped and pinned
+ * until they are invalidated), ENOTCONN.
  */
 int odpd_detach(struct odpd_segment *seg);
 

@@ -23,6 +23,17 @@ static bool admin_only(struct odpd_client *c, uint64_t id, const char *what)
 	return false;
 }
 
+/* Relaxed MRs a client released last, still queued. */
+static unsigned relaxed_of(const struct odpd_registry *r, uint64_t client_id)
+{
+	const struct odpd_mr *mr;
+	unsigned n = 0;
+
+	TAILQ_FOREACH(mr, &r->relaxed, rlink)
+		n += mr->relaxed_by == client_id;
+	return n;
+}
+
 static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
 {
 	uint64_t seg_bytes = 0, mr_bytes = 0;
@@ -46,7 +57,7 @@ static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
 	o->segment_bytes = seg_bytes;
 	o->pd = (char *)(c->holder.spd ? c->holder.spd->name : "");
 	o->has_relaxed = 1;
-	o->relaxed = c->holder.n_relaxed;
+	o->relaxed = relaxed_of(&c->m->registry, c->id);
 }
 
 static void cache_stats(const struct odpd_registry *r, Odpd__CacheStats *o)

@@ -629,6 +629,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 		mr->state = ODPD_MR_RELAXED;
 		mr->relaxed_ns = now_ns();
 		mr->relaxed_pid = h->pid;
+		mr->relaxed_by = h->id;
 		TAILQ_INSERT_TAIL(&r->relaxed, mr, rlink);
 		r->n_relaxed++;
 		r->relaxed_bytes += mr->length;

@@ -97,6 +97,7 @@ struct odpd_mr {
 	struct odpd_charge *charges;
 	uint64_t relaxed_ns;                /* CLOCK_MONOTONIC when it became RELAXED */
 	pid_t relaxed_pid;                  /* the process that released it last */
+	uint64_t relaxed_by;                /* and its holder (client) id */
 };
 
 /* A named shared PD: one domain per device, made on first use. */
@@ -120,7 +121,6 @@ struct odpd_holder {
 	bool registered;                    /* it has asked for an MR: too late to join */
 	LIST_HEAD(, odpd_ref) refs;
 	unsigned n_refs;
-	unsigned n_relaxed;                 /* MRs it released relaxed, still queued */
 };
 
 struct odpd_cache_stats {

@@ -891,11 +891,12 @@ static void test_pages_charged_to_client_cgroup(void **state)
 	cg_put("odpd-test-daemon", test_daemon.pid);
 
 	client = cgroup_charge(true, &daemon);
-	if (client < seg || daemon > seg / 4)
+	/* memory.current moves in pages and by other allocations too: 3/4 and 1/4 */
+	if (client < seg * 3 / 4 || daemon > seg / 4)
 		fail_msg("populated in the client: client cgroup +%ld, odpd's +%ld bytes (segment %ld)",
 			 client, daemon, seg);
 	client = cgroup_charge(false, &daemon);
-	if (daemon < seg || client > seg / 4)
+	if (daemon < seg * 3 / 4 || client > seg / 4)
 		fail_msg("faulted by odpd's pin: client cgroup +%ld, odpd's +%ld bytes (segment %ld)",
 			 client, daemon, seg);
 	cg_put("", test_daemon.pid);                    /* back to the root */
