@@ -536,7 +536,30 @@ static void batch_done(struct odpd_job *job)
 	free(b);
 }
 
-/* Deregister @list (by batch_next) on a worker. @w (optional) waits for it. */
+static void on_waiter_later(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_waiter *w = arg;
+
+	(void)fd;
+	(void)what;
+	w->cb(w->arg, w->mrs, w->bytes);
+	free(w);
+}
+
+/* Answer @w on the next turn of the loop: never from inside the call that
+ * made it, whose caller has not yet marked its client as waiting. */
+static void waiter_fire_later(struct odpd_registry *r, struct odpd_waiter *w)
+{
+	static const struct timeval now = { 0, 0 };
+
+	if (event_base_once(r->base, -1, EV_TIMEOUT, on_waiter_later, w, &now) < 0) {
+		log_error("out of memory: answering a deregistration at once");
+		on_waiter_later(-1, 0, w);
+	}
+}
+
+/* Deregister @list (by batch_next) on a worker. @w (optional, its callback
+ * set) waits for it. */
 static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w)
 {
 	struct odpd_batch *b = calloc(1, sizeof(*b));
@@ -550,10 +573,8 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 			n = mr->batch_next;
 			mr_free(r, mr);
 		}
-		if (w) {
-			w->cb(w->arg, 0, 0);
-			free(w);
-		}
+		if (w)
+			waiter_fire_later(r, w);
 		return;
 	}
 	b->r = r;
@@ -1073,11 +1094,13 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 			/* (never @mr: it is not charged to this account) */
 			struct odpd_waiter *w = calloc(1, sizeof(*w));
 			r->stats.evictions++;
+			if (w) {
+				w->cb = reg_retry;
+				w->arg = op;
+			}
 			start_batch(r, evict, true, w);
 			if (!w)
 				return err_set(err, ENOMEM, "out of memory");
-			w->cb = reg_retry;
-			w->arg = op;
 			return 1;
 		}
 		if (mr->state == ODPD_MR_RELAXED)
@@ -1141,11 +1164,13 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	if (evict) {
 		struct odpd_waiter *w = calloc(1, sizeof(*w));
 		r->stats.evictions++;
+		if (w) {
+			w->cb = reg_retry;
+			w->arg = op;
+		}
 		start_batch(r, evict, true, w);
 		if (!w)
 			return err_set(err, ENOMEM, "out of memory");
-		w->cb = reg_retry;
-		w->arg = op;
 		return 1;
 	}
 	op->stat_fd = fcntl(op->q.map->fd, F_DUPFD_CLOEXEC, 0);
