@@ -87,15 +87,28 @@ struct pending {
 	uint64_t id;
 };
 
+/* NULL after replying ENOMEM. */
 static struct pending *pending_new(struct odpd_client *c, uint64_t id)
 {
 	struct pending *p = malloc(sizeof(*p));
 
-	if (p) {
-		p->c = c;
-		p->id = id;
+	if (!p) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		return NULL;
 	}
+	p->c = c;
+	p->id = id;
 	return p;
+}
+
+/* The client's reference @handle, or NULL after replying ENOENT. */
+static struct odpd_ref *ref_or_reply(struct odpd_client *c, uint64_t id, uint64_t handle)
+{
+	struct odpd_ref *ref = odpd_holder_find_ref(&c->holder, handle);
+
+	if (!ref)
+		odpd_client_send_error(c, id, ENOENT, "no such MR");
+	return ref;
 }
 
 static void reg_accepted(struct odpd_client *c, uint64_t id, struct odpd_ref *ref, bool hit)
@@ -221,7 +234,6 @@ void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int
 	if (!p) {
 		if (fd >= 0)
 			close(fd);
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		return;
 	}
 	q.cmd_fd = fd;                        /* consumed by the registry */
@@ -263,19 +275,12 @@ static void dereg_cb(void *arg, unsigned mrs, uint64_t bytes)
 
 void odpd_dereg_mr(struct odpd_client *c, uint64_t id, const Odpd__DeregMr *req)
 {
-	struct odpd_ref *ref = odpd_holder_find_ref(&c->holder, req->handle);
+	struct odpd_ref *ref = ref_or_reply(c, id, req->handle);
 	struct odpd_cseg *s;
 	struct pending *p;
 
-	if (!ref) {
-		odpd_client_send_error(c, id, ENOENT, "no such MR");
+	if (!ref || !(p = pending_new(c, id)))
 		return;
-	}
-	p = pending_new(c, id);
-	if (!p) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
-		return;
-	}
 	s = ref->cookie;
 	s->n_mrs--;
 	if (odpd_registry_release(&c->m->registry, ref, req->has_relaxed && req->relaxed, dereg_cb, p) == 1) {
@@ -315,19 +320,12 @@ static void verify_cb(void *arg, int rc, const struct odpd_err *err, uint32_t cr
 
 void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req)
 {
-	struct odpd_ref *ref = odpd_holder_find_ref(&c->holder, req->handle);
+	struct odpd_ref *ref = ref_or_reply(c, id, req->handle);
 	struct odpd_err err = { 0 };
 	struct pending *p;
 
-	if (!ref) {
-		odpd_client_send_error(c, id, ENOENT, "no such MR");
+	if (!ref || !(p = pending_new(c, id)))
 		return;
-	}
-	p = pending_new(c, id);
-	if (!p) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
-		return;
-	}
 	if (odpd_registry_verify(&c->m->registry, ref, req->addr, req->length,
 				 req->has_rkey ? &req->rkey : NULL, c->m->cfg.verify_buffer, verify_cb, p,
 				 &err) < 0) {
@@ -428,10 +426,8 @@ void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req)
 		sel.holder = &c->holder;
 	}
 	p = pending_new(c, id);
-	if (!p) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+	if (!p)
 		return;
-	}
 	if (odpd_registry_flush(&c->m->registry, &sel, flush_cb, p) == 1) {
 		odpd_client_wait(c);
 		return;

@@ -1076,6 +1076,21 @@ static void reg_retry(void *arg, unsigned mrs, uint64_t bytes)
 	free(op);
 }
 
+/* Invalidate @evict (relaxed MRs in the way of a quota), then try @op once
+ * more. Returns 1 (the answer comes through op->cb), or -ENOMEM. */
+static int evict_then_retry(struct reg_op *op, struct odpd_mr *evict, struct odpd_err *err)
+{
+	struct odpd_waiter *w = calloc(1, sizeof(*w));
+
+	op->r->stats.evictions++;
+	if (w) {
+		w->cb = reg_retry;
+		w->arg = op;
+	}
+	start_batch(op->r, evict, true, w);
+	return w ? 1 : err_set(err, ENOMEM, "out of memory");
+}
+
 /* A hit: @h takes a reference on @mr. */
 static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_ref, struct odpd_err *err)
 {
@@ -1090,19 +1105,8 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 				 !op->evicted, &evict, err);
 		if (rc < 0)
 			return rc;
-		if (evict) {
-			/* (never @mr: it is not charged to this account) */
-			struct odpd_waiter *w = calloc(1, sizeof(*w));
-			r->stats.evictions++;
-			if (w) {
-				w->cb = reg_retry;
-				w->arg = op;
-			}
-			start_batch(r, evict, true, w);
-			if (!w)
-				return err_set(err, ENOMEM, "out of memory");
-			return 1;
-		}
+		if (evict)                     /* (never @mr: not charged to this account) */
+			return evict_then_retry(op, evict, err);
 		if (mr->state == ODPD_MR_RELAXED)
 			relaxed_charge = mr->charges;    /* the last holder's, refs 0 */
 		rc = charge_add(r, mr, h->acct, &c);
@@ -1161,18 +1165,8 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	rc = quota_check(r, op->h, op->q.map, s, e, true, true, !op->evicted, &evict, err);
 	if (rc < 0)
 		return rc;
-	if (evict) {
-		struct odpd_waiter *w = calloc(1, sizeof(*w));
-		r->stats.evictions++;
-		if (w) {
-			w->cb = reg_retry;
-			w->arg = op;
-		}
-		start_batch(r, evict, true, w);
-		if (!w)
-			return err_set(err, ENOMEM, "out of memory");
-		return 1;
-	}
+	if (evict)
+		return evict_then_retry(op, evict, err);
 	op->stat_fd = fcntl(op->q.map->fd, F_DUPFD_CLOEXEC, 0);
 	if (op->stat_fd < 0)
 		return err_set(err, errno, "dup of the segment fd: %s", strerror(errno));
