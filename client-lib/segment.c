@@ -163,6 +163,32 @@ static int populate(void *start, size_t length, int advice)
 	return r < 0 ? -errno : 0;
 }
 
+/*
+ * Is every page of [start, start + length) in the segment's page cache
+ * already (mincore(2) reports that for shared file mappings)? Then nobody
+ * needs to fault it in: a registration of memory already used, or a cache
+ * hit, skips the walk (for 256 MiB of present pages MADV_POPULATE_WRITE
+ * cost more than odpd's whole cache hit).
+ */
+static bool range_resident(uintptr_t start, size_t length, uintptr_t page)
+{
+	unsigned char vec[4096];
+
+	while (length) {
+		size_t n = length / page < sizeof(vec) ? length : sizeof(vec) * page;
+		size_t pages = n / page;
+
+		if (mincore((void *)start, n, vec) < 0)
+			return false;
+		for (size_t i = 0; i < pages; i++)
+			if (!(vec[i] & 1))
+				return false;
+		start += n;
+		length -= n;
+	}
+	return true;
+}
+
 int segment_populate(const struct odpd_segment *seg, const char *what, const void *addr,
 		     size_t length)
 {
@@ -173,6 +199,8 @@ int segment_populate(const struct odpd_segment *seg, const char *what, const voi
 	int advice = seg->writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
 	int r;
 
+	if (range_resident(start, end - start, page))
+		return 0;
 	r = populate((void *)start, end - start, advice);
 	/* Made read-only since (mprotect): read is what can be done. */
 	if (r == -EINVAL && advice == MADV_POPULATE_WRITE) {

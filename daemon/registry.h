@@ -43,6 +43,7 @@ enum odpd_mr_state {
 
 struct odpd_holder;
 struct odpd_mr;
+struct reg_op;
 
 /* One client's reference to an MR: what odpd_reg() returned. */
 struct odpd_ref {
@@ -98,6 +99,7 @@ struct odpd_mr {
 	uint64_t relaxed_ns;                /* CLOCK_MONOTONIC when it became RELAXED */
 	pid_t relaxed_pid;                  /* the process that released it last */
 	uint64_t relaxed_by;                /* and its holder (client) id */
+	struct reg_op *joiners;             /* REGISTERING: requests it will serve */
 };
 
 /* A named shared PD: one domain per device, made on first use. */

@@ -440,7 +440,9 @@ static void test_punched_hole_replaces_pinned_mr(void **state)
 /* ---------------------------------------------------------------- shared PDs */
 
 struct shared_child {
-	int fd;                       /* the memfd both attach */
+	int fd;                       /* the memfd they all attach */
+	int ready;                    /* pipe: joined and attached */
+	int start;                    /* pipe: register now */
 	int report;                   /* pipe: lkey, rkey */
 	int go;                       /* pipe: release when readable */
 };
@@ -458,6 +460,8 @@ static int shared_child_main(void *arg)
 	CHILD_CHECK(odpd_join_pd(c, "team") == 0, 11);
 	seg = odpd_attach(c, sc->fd, NULL, 0);
 	CHILD_CHECK(seg, 12);
+	CHILD_CHECK(write(sc->ready, "r", 1) == 1, 17);
+	CHILD_CHECK(read(sc->start, &b, 1) == 1, 18);
 	mr = odpd_reg(c, odpd_segment_addr(seg), 4 * MIB, IBV_ACCESS_LOCAL_WRITE);
 	CHILD_CHECK(mr, 13);
 	keys[0] = mr->lkey;
@@ -512,27 +516,38 @@ static json_object *odpctl_json(const char *args)
 	return root;
 }
 
-/* Two processes in one shared PD register the same range of one segment:
- * one ibv_reg_mr, the same keys, two holders. */
+#define SHARED_N 4
+
+/* SHARED_N processes in one shared PD register the same range of one
+ * segment at the same moment: one ibv_reg_mr, the same keys, SHARED_N
+ * holders (requests for an MR still being registered wait for it). */
 static void test_shared_pd_same_keys(void **state)
 {
-	struct shared_child sc[2];
-	int report[2][2], go[2];
-	uint32_t keys[2][2];
-	pid_t pid[2];
+	struct shared_child sc[SHARED_N];
+	int ready[2], start[2], report[SHARED_N][2], go[2];
+	uint32_t keys[SHARED_N][2];
+	pid_t pid[SHARED_N];
 	int fd = sealed_memfd(8 * MIB), kernel0 = kmrs();
 	json_object *root, *mrs, *mr = NULL;
+	char b;
 
 	(void)state;
 	assert_int_equal(pipe(go), 0);
-	for (int i = 0; i < 2; i++) {
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(start), 0);
+	for (int i = 0; i < SHARED_N; i++) {
 		assert_int_equal(pipe(report[i]), 0);
-		sc[i] = (struct shared_child){ fd, report[i][1], go[0] };
+		sc[i] = (struct shared_child){ fd, ready[1], start[0], report[i][1], go[0] };
 		pid[i] = spawn(shared_child_main, &sc[i]);
-		assert_int_equal(read(report[i][0], keys[i], sizeof(keys[i])), sizeof(keys[i]));
 	}
-	assert_int_equal(keys[0][0], keys[1][0]);
-	assert_int_equal(keys[0][1], keys[1][1]);
+	for (int i = 0; i < SHARED_N; i++)
+		assert_int_equal(read(ready[0], &b, 1), 1);
+	assert_int_equal(write(start[1], "ssss", SHARED_N), SHARED_N);    /* all at once */
+	for (int i = 0; i < SHARED_N; i++) {
+		assert_int_equal(read(report[i][0], keys[i], sizeof(keys[i])), sizeof(keys[i]));
+		assert_int_equal(keys[i][0], keys[0][0]);
+		assert_int_equal(keys[i][1], keys[0][1]);
+	}
 	assert_int_equal(kmrs(), kernel0 + 1);          /* the kernel has one MR */
 	root = odpctl_json("mrs --pd team");
 	assert_true(json_object_object_get_ex(root, "mrs", &mrs));
@@ -542,20 +557,22 @@ static void test_shared_pd_same_keys(void **state)
 			mr = o;
 	}
 	assert_non_null(mr);
-	assert_int_equal(json_object_get_int(json_object_object_get(mr, "holders")), 2);
+	assert_int_equal(json_object_get_int(json_object_object_get(mr, "holders")), SHARED_N);
 	assert_string_equal(json_object_get_string(json_object_object_get(mr, "state")), "live");
 	assert_string_equal(json_object_get_string(json_object_object_get(mr, "pd")), "team");
 	json_object_put(root);
-	assert_int_equal(write(go[1], "gg", 2), 2);
-	for (int i = 0; i < 2; i++) {
+	assert_int_equal(write(go[1], "gggg", SHARED_N), SHARED_N);
+	for (int i = 0; i < SHARED_N; i++) {
 		assert_int_equal(child_status(pid[i]), 0);
 		close(report[i][0]);
 		close(report[i][1]);
 	}
-	close(go[0]);
-	close(go[1]);
+	for (int i = 0; i < 2; i++) {
+		close(go[i]);
+		close(ready[i]);
+		close(start[i]);
+	}
 	close(fd);
-	assert_true(kmrs() == kernel0 || (usleep(200000), kmrs() == kernel0));
 }
 
 struct join_case {
