@@ -594,6 +594,155 @@ static void test_other_clients_unaffected(void **state)
 	close(good);
 }
 
+/* ---------------------------------------------------------------- cache requests */
+
+/* As uid 65534 (no admin): every admin-only form of the cache requests is
+ * EPERM with a message, and the connection stays usable. */
+static void test_cache_admin_requests_need_admin(void **state)
+{
+	int st;
+	pid_t pid;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		Odpd__Request req = ODPD__REQUEST__INIT;
+		Odpd__Flush fl = ODPD__FLUSH__INIT;
+		Odpd__ListMrs lm = ODPD__LIST_MRS__INIT;
+		Odpd__Reply *r;
+		int fd, code = 20;
+
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(10);
+		fd = raw_connect_hello(test_daemon.sock);
+		req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+		req.list_mrs = &lm;
+		r = raw_call(fd, 2, &req, NULL, 0);
+		if (r->status != EPERM || !r->message || !*r->message)
+			_exit(11);
+		req.body_case = ODPD__REQUEST__BODY_FLUSH;
+		req.flush = &fl;
+		for (int i = 0; i < 3; i++, code++) {
+			fl = (Odpd__Flush)ODPD__FLUSH__INIT;
+			if (i == 0)
+				fl.has_all = fl.all = 1;
+			else if (i == 1)
+				fl.has_pid = 1, fl.pid = 1;
+			else
+				fl.pd = (char *)"team";
+			r = raw_call(fd, (uint64_t)(3 + i), &req, NULL, 0);
+			if (r->status != EPERM)
+				_exit(code);
+		}
+		/* its own flush (no field) is allowed: nothing to do */
+		fl = (Odpd__Flush)ODPD__FLUSH__INIT;
+		r = raw_call(fd, 9, &req, NULL, 0);
+		_exit(r->status == 0 && r->body_case == ODPD__REPLY__BODY_FLUSH && r->flush->mrs == 0 ? 0 : 30);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* JoinPd: bad names are EINVAL, a second join EALREADY; RegMr with
+ * unknown flags and DeregMr (relaxed) of an unknown handle are refused. */
+static void test_cache_bad_requests(void **state)
+{
+	static const char *const bad[] = { "", "a/b", "has space", "x\n",
+		"0123456789012345678901234567890123456789012345678901234567890123" };
+	int fd, mfd = sealed_memfd(1 << 20);
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__JoinPd j = ODPD__JOIN_PD__INIT;
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+	Odpd__RegMr m = ODPD__REG_MR__INIT;
+	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+	struct snapshot before, after;
+	Odpd__Reply *r;
+	uint64_t id = 2;
+
+	(void)state;
+	snapshot_take(&test_daemon, test_admin_fd, &before);
+	fd = raw_connect_hello(test_daemon.sock);
+	req.body_case = ODPD__REQUEST__BODY_JOIN_PD;
+	req.join_pd = &j;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		j.name = (char *)bad[i];
+		raw_expect_error(fd, id++, &req, NULL, 0, EINVAL);
+	}
+	j.name = NULL;
+	raw_expect_error(fd, id++, &req, NULL, 0, EINVAL);
+	j.name = (char *)"odpd-test.pd";
+	r = raw_call(fd, id++, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_JOIN_PD);
+	assert_true(r->join_pd->created);
+	assert_int_equal(r->join_pd->members, 1);
+	odpd__reply__free_unpacked(r, NULL);
+	raw_expect_error(fd, id++, &req, NULL, 0, EALREADY);
+	/* a registration with flags the daemon does not know */
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	r = raw_call(fd, id++, &req, &mfd, 1);
+	assert_int_equal(r->status, 0);
+	m.has_addr = m.has_length = m.has_flags = 1;
+	m.addr = r->segment->addr;
+	m.length = 4096;
+	m.flags = 0x80;
+	odpd__reply__free_unpacked(r, NULL);
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &m;
+	raw_expect_error(fd, id++, &req, NULL, 0, EINVAL);
+	d.has_handle = d.has_relaxed = 1;
+	d.handle = 4242;
+	d.relaxed = 1;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &d;
+	raw_expect_error(fd, id++, &req, NULL, 0, ENOENT);
+	close(fd);
+	close(mfd);
+	wait_idle(test_admin_fd);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+}
+
+/* A configuration file with an error: odpd does not start, and says where. */
+static void test_bad_config_refused(void **state)
+{
+	char dir[] = "/tmp/odpd-conf.XXXXXX", path[64], cmd[256], out[1024];
+	const char *bin = getenv("ODPD_TEST_DAEMON");
+	FILE *f, *p;
+	size_t n;
+	int st;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/odpd.conf", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("[limits]\nmax-pinned = lots\n", f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "%s --foreground --socket %s/s --config %s 2>&1", bin, dir, path);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = 0;
+	st = pclose(p);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+	if (!strstr(out, path) || !strstr(out, ":2:"))
+		fail_msg("odpd's complaint does not name %s:2:\n%s", path, out);
+	/* a --config that does not exist is an error too */
+	unlink(path);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	st = pclose(p);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -621,6 +770,9 @@ int main(void)
 		cmocka_unit_test_setup(test_reg_without_device, harness_test_setup),
 		cmocka_unit_test_setup(test_client_pd_not_uverbs, harness_test_setup),
 		cmocka_unit_test_setup(test_other_clients_unaffected, harness_test_setup),
+		cmocka_unit_test_setup(test_cache_admin_requests_need_admin, harness_test_setup),
+		cmocka_unit_test_setup(test_cache_bad_requests, harness_test_setup),
+		cmocka_unit_test_setup(test_bad_config_refused, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
