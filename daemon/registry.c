@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -433,14 +434,56 @@ static void witness_end(struct odpd_mr *mr)
 	mr->witnessed = false;
 }
 
+/* PAGEMAP_SCAN (Linux 6.7): the kernel finds the first page that is not
+ * present, instead of 8 bytes a page read by us. Declared here for older
+ * headers. */
+#ifndef PAGEMAP_SCAN
+struct page_region {
+	uint64_t start, end, categories;
+};
+
+struct pm_scan_arg {
+	uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+	uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+
+#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
+#define PAGE_IS_PRESENT (1 << 3)
+#endif
+
+/* 1: every page of [start, end) present, 0: not, -1: no PAGEMAP_SCAN here. */
+static int scan_present(int pagemap_fd, uintptr_t start, uintptr_t end)
+{
+	struct page_region absent;
+	struct pm_scan_arg arg = {
+		.size = sizeof(arg), .start = start, .end = end,
+		.vec = (uintptr_t)&absent, .vec_len = 1, .max_pages = 1,
+		.category_inverted = PAGE_IS_PRESENT, .category_mask = PAGE_IS_PRESENT,
+		.return_mask = PAGE_IS_PRESENT,
+	};
+	int n = ioctl(pagemap_fd, PAGEMAP_SCAN, &arg);
+
+	if (n < 0)
+		return errno == ENOTTY || errno == EINVAL ? -1 : 0;
+	return n == 0 && arg.walk_end == end;
+}
+
 /* Are all witness pages of @mr present (nothing punched since its pin)? */
-static bool witness_present(const struct odpd_registry *r, const struct odpd_mr *mr)
+static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
 {
 	uint64_t buf[512];
-	uint64_t first = (uintptr_t)(mr->map->witness + mr->offset) / PAGE, n = mr->length / PAGE;
+	uintptr_t addr = (uintptr_t)(mr->map->witness + mr->offset);
+	uint64_t first = addr / PAGE, n = mr->length / PAGE;
 
 	if (!mr->witnessed || r->pagemap_fd < 0)
 		return false;
+	if (r->pagemap_scan) {
+		int k = scan_present(r->pagemap_fd, addr, addr + mr->length);
+		if (k >= 0)
+			return k == 1;
+		r->pagemap_scan = false;         /* an older kernel: read entries */
+		log_info("registry: no PAGEMAP_SCAN in this kernel; reading /proc/self/pagemap entries");
+	}
 	for (uint64_t done = 0; done < n;) {
 		size_t k = n - done < 512 ? (size_t)(n - done) : 512;
 		ssize_t got = pread(r->pagemap_fd, buf, k * sizeof(buf[0]), (off_t)((first + done) * 8));
@@ -797,7 +840,7 @@ int odpd_registry_join(struct odpd_registry *r, struct odpd_holder *h, const cha
 /* ---------------------------------------------------------------- lookup */
 
 struct lookup {
-	const struct odpd_registry *r;
+	struct odpd_registry *r;
 	const struct odpd_holder *h;
 	uint64_t s, e;
 	uint32_t access;
@@ -1442,6 +1485,7 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 	LIST_INIT(&r->batches);
 	LIST_INIT(&r->waiters);
 	r->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	r->pagemap_scan = true;
 	if (r->pagemap_fd < 0)
 		log_errno(LOG_WARNING, errno, "/proc/self/pagemap: pinned MRs are not served from the "
 			  "cache once their segment's ctime changed");

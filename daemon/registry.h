@@ -155,6 +155,7 @@ struct odpd_registry {
 	LIST_HEAD(, odpd_waiter) waiters;
 	uint64_t next_mr_id, generation, batch_seq;
 	int pagemap_fd;                     /* /proc/self/pagemap: witness pages present? */
+	bool pagemap_scan;                  /* the kernel has PAGEMAP_SCAN */
 	unsigned pending;                   /* jobs in flight that are not a client's */
 	struct odpd_cache_stats stats;
 };
