@@ -252,8 +252,8 @@ struct odpd_mr {
  * hold more than was asked); an MR with remote access (REMOTE_READ, _WRITE
  * or _ATOMIC) is served again only to the connection that registered it,
  * for the same page-rounded range. A pinned MR is not served after the
- * segment's pages were replaced (FALLOC_FL_PUNCH_HOLE, MADV_REMOVE: the
- * segment's ctime changed); a new MR is registered instead. Each
+ * segment's pages were replaced (FALLOC_FL_PUNCH_HOLE, MADV_REMOVE; odpd
+ * notices it, see odpd(8)); a new MR is registered instead. Each
  * registration is a reference: release it with odpd_dereg() or
  * odpd_dereg_relaxed().
  *
