@@ -41,8 +41,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,42 +52,21 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <json-c/json.h>
 
+#include "bench-util.h"
 #include "odpd.h"
 
-#define KiB (1024ul)
-#define MiB (1024ul * KiB)
 #define ACCESS IBV_ACCESS_LOCAL_WRITE
 #define WARMUP 2u
 #define PD_NAME "bench"
 #define MAX_PROCS 256u
 #define SETTLE_S 120
 
-static __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("bench-cache: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(EXIT_FAILURE);
-}
-
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
+const char bench_name[] = "bench-cache";
 
 static void sleep_ms(unsigned ms)
 {
@@ -99,113 +76,7 @@ static void sleep_ms(unsigned ms)
 		;
 }
 
-/* ---------------------------------------------------------------- statistics */
-
-struct series {
-	char name[48];
-	double *us;
-	unsigned n, cap;
-	double median, p10, p90;
-};
-
-static struct series *series_new(unsigned cap, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static struct series *series_new(unsigned cap, const char *fmt, ...)
-{
-	struct series *s = calloc(1, sizeof(*s));
-	va_list ap;
-
-	if (!s || !(s->us = calloc(cap ? cap : 1, sizeof(double))))
-		die("out of memory");
-	s->cap = cap;
-	va_start(ap, fmt);
-	vsnprintf(s->name, sizeof(s->name), fmt, ap);
-	va_end(ap);
-	return s;
-}
-
-static void add(struct series *s, double us)
-{
-	if (s->n < s->cap)
-		s->us[s->n++] = us;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of sorted v[0..n). */
-static double pct(const double *v, unsigned n, double p)
-{
-	double r = ceil(p * n);
-	unsigned i = r < 1 ? 0 : (unsigned)r - 1;
-
-	return v[i < n ? i : n - 1];
-}
-
-/* Sorts a copy: the samples stay in the order they were taken (for the CSV). */
-static void summarize(struct series *s)
-{
-	double *v;
-
-	if (!s->n)
-		die("%s: no samples", s->name);
-	v = malloc(s->n * sizeof(double));
-	if (!v)
-		die("out of memory");
-	memcpy(v, s->us, s->n * sizeof(double));
-	qsort(v, s->n, sizeof(double), cmp_double);
-	s->median = s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
-	s->p10 = pct(v, s->n, 0.10);
-	s->p90 = pct(v, s->n, 0.90);
-	free(v);
-}
-
-/* ---------------------------------------------------------------- verbs */
-
-struct verbs {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	const char *name;
-};
-
-static void verbs_open(struct verbs *v)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-
-	if (!list)
-		die("ibv_get_device_list: %s", strerror(errno));
-	if (n < 1)
-		die("no RDMA device");
-	v->name = strdup(ibv_get_device_name(list[0]));
-	v->ctx = ibv_open_device(list[0]);
-	if (!v->name || !v->ctx)
-		die("ibv_open_device %s: %s", ibv_get_device_name(list[0]), strerror(errno));
-	ibv_free_device_list(list);
-	v->pd = ibv_alloc_pd(v->ctx);
-	if (!v->pd)
-		die("ibv_alloc_pd: %s", strerror(errno));
-}
-
-/* A MAP_SHARED memfd of @len bytes with every page written. */
-static void *memfd_buffer(size_t len)
-{
-	int fd = memfd_create("bench-cache", MFD_CLOEXEC);
-	void *p;
-
-	if (fd < 0 || ftruncate(fd, (off_t)len) < 0)
-		die("memfd of %zu bytes: %s", len, strerror(errno));
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		die("mmap %zu bytes: %s", len, strerror(errno));
-	close(fd);
-	memset(p, 0xa5, len);
-	return p;
-}
+/* ---------------------------------------------------------------- shared memfd */
 
 /* A sealed memfd (F_SEAL_SHRINK | F_SEAL_GROW) of @len bytes, every page written. */
 static int sealed_memfd(size_t len)
@@ -415,22 +286,6 @@ static struct odpd_mr *reg_flags(struct odpd_conn *c, void *addr, size_t len, ui
 	return mr;
 }
 
-/* ibv_reg_mr + ibv_dereg_mr in-process: times in @t[0..2]. */
-static void direct(struct sizectx *x, double *t)
-{
-	struct ibv_mr *vm;
-
-	t[0] = now_us();
-	vm = ibv_reg_mr(x->v->pd, x->buf, x->len, ACCESS);
-	t[1] = now_us();
-	if (!vm)
-		die("ibv_reg_mr %zu: %s", x->len, strerror(errno));
-	errno = ibv_dereg_mr(vm);
-	t[2] = now_us();
-	if (errno)
-		die("ibv_dereg_mr: %s", strerror(errno));
-}
-
 /* One sample of series @which (@count: not a warm-up), checking that the
  * cache did what defines the series. */
 static void sample(struct sizectx *x, int which, struct point *pt, bool count)
@@ -443,7 +298,7 @@ static void sample(struct sizectx *x, int which, struct point *pt, bool count)
 	if (which == S_DIRECT) {
 		double t[3];
 
-		direct(x, t);
+		verbs_reg_dereg(x->v, x->buf, x->len, ACCESS, t);
 		if (count) {
 			add(pt->pair, t[2] - t[0]);
 			add(pt->reg, t[1] - t[0]);
@@ -472,16 +327,6 @@ static void sample(struct sizectx *x, int which, struct point *pt, bool count)
 	add(pt->reg, t1 - t0);
 	add(pt->rel, t2 - t1);
 	pt->hits += hit != 0;
-}
-
-static struct odpd_segment *segment(struct odpd_conn *c, size_t len)
-{
-	struct odpd_segment *s = odpd_alloc(c, len, 0);
-
-	if (!s)
-		die("odpd_alloc %zu: %s", len, odpd_errmsg());
-	memset(odpd_segment_addr(s), 0xa5, len);
-	return s;
 }
 
 static void run_sizes(struct verbs *v, struct odpd_conn *conn, const unsigned *iters,
@@ -921,16 +766,6 @@ static void report_shared(size_t len, const unsigned *procs, unsigned nprocs, st
 
 /* ---------------------------------------------------------------- main */
 
-static unsigned parse_n(const char *s, unsigned max)
-{
-	char *end;
-	unsigned long v = strtoul(s, &end, 10);
-
-	if (*s < '1' || *s > '9' || *end || v > max)
-		die("bad count %s (1..%u)", s, max);
-	return (unsigned)v;
-}
-
 static unsigned parse_procs(const char *s, unsigned *procs, unsigned max)
 {
 	char buf[256], *save = NULL;
@@ -990,7 +825,6 @@ int main(int argc, char **argv)
 	static struct point pts[NSIZES][NSERIES];
 	struct shared_pt (*spts)[NMODES];
 	bool skip_sizes = false;
-	struct utsname u;
 	pid_t pid = 0;
 	double start = now_us();
 	int c;
@@ -1025,13 +859,8 @@ int main(int argc, char **argv)
 	iter_of[3] = mid_iters;
 	iter_of[4] = big_iters;
 
-	printf("bench-cache:");
-	for (int i = 0; i < argc; i++)
-		printf(" %s", argv[i]);
-	if (uname(&u) < 0)
-		die("uname: %s", strerror(errno));
-	printf("\nkernel %s %s, socket %s, odpd pid %d, results in %s\n", u.release, u.machine, sock, (int)pid,
-	       out_dir);
+	print_command(argc, argv);
+	printf(", socket %s, odpd pid %d, results in %s\n", sock, (int)pid, out_dir);
 	printf("access IBV_ACCESS_LOCAL_WRITE, pinned; %u warm-up iterations per series not counted\n", WARMUP);
 
 	if (!skip_sizes) {
@@ -1040,9 +869,7 @@ int main(int argc, char **argv)
 		struct odpd_device_attr a;
 
 		verbs_open(&v);
-		conn = odpd_connect(sock, NULL);
-		if (!conn)
-			die("odpd_connect %s: %s", sock, odpd_errmsg());
+		conn = connect_odpd(sock);
 		if (odpd_query_device(conn, 0, &a, sizeof(a)) < 0)
 			die("odpd_query_device: %s", odpd_errmsg());
 		printf("device: verbs %s, odpd %s (%s)\n", v.name, a.name, a.transport);
@@ -1051,8 +878,7 @@ int main(int argc, char **argv)
 		run_sizes(&v, conn, iter_of, pts);
 		report_sizes(pts);
 		odpd_disconnect(conn);
-		ibv_dealloc_pd(v.pd);
-		ibv_close_device(v.ctx);
+		verbs_close(&v);
 	}
 
 	spts = calloc(nprocs, sizeof(*spts));

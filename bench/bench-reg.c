@@ -19,106 +19,26 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "bench-util.h"
 #include "odpd.h"
 #include "odpd-wire.h"
 
-#define KiB (1024ul)
-#define MiB (1024ul * KiB)
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
 #define WARMUP 2u
 
-static __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...)
-{
-	va_list ap;
+const char bench_name[] = "bench-reg";
 
-	fflush(stdout);
-	fputs("bench-reg: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(EXIT_FAILURE);
-}
-
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-/* ---------------------------------------------------------------- statistics */
-
-struct series {
-	char name[48];
-	double *us;
-	unsigned n, cap;
-	double median, p10, p90;
-};
-
-static struct series *series_new(unsigned cap, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static struct series *series_new(unsigned cap, const char *fmt, ...)
-{
-	struct series *s = calloc(1, sizeof(*s));
-	va_list ap;
-
-	if (!s || !(s->us = calloc(cap, sizeof(double))))
-		die("out of memory");
-	s->cap = cap;
-	va_start(ap, fmt);
-	vsnprintf(s->name, sizeof(s->name), fmt, ap);
-	va_end(ap);
-	return s;
-}
-
-static void add(struct series *s, double us)
-{
-	if (s->n < s->cap)
-		s->us[s->n++] = us;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of sorted v[0..n). */
-static double pct(const double *v, unsigned n, double p)
-{
-	double r = ceil(p * n);
-	unsigned i = r < 1 ? 0 : (unsigned)r - 1;
-
-	return v[i < n ? i : n - 1];
-}
-
-static void summarize(struct series *s)
-{
-	if (!s->n)
-		die("%s: no samples", s->name);
-	qsort(s->us, s->n, sizeof(double), cmp_double);
-	s->median = s->n % 2 ? s->us[s->n / 2] : (s->us[s->n / 2 - 1] + s->us[s->n / 2]) / 2;
-	s->p10 = pct(s->us, s->n, 0.10);
-	s->p90 = pct(s->us, s->n, 0.90);
-}
+/* ---------------------------------------------------------------- the table */
 
 static void print_header(void)
 {
@@ -136,49 +56,6 @@ static void print_row(struct series *s, struct series *base, const char *note)
 		       note ? "; " : "", note ? note : "");
 	else
 		printf("%8s  %s\n", "-", note ? note : "");
-}
-
-/* ---------------------------------------------------------------- verbs */
-
-struct verbs {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	const char *name;
-};
-
-static void verbs_open(struct verbs *v)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-
-	if (!list)
-		die("ibv_get_device_list: %s", strerror(errno));
-	if (n < 1)
-		die("no RDMA device");
-	v->name = strdup(ibv_get_device_name(list[0]));
-	v->ctx = ibv_open_device(list[0]);
-	if (!v->name || !v->ctx)
-		die("ibv_open_device %s: %s", ibv_get_device_name(list[0]), strerror(errno));
-	ibv_free_device_list(list);
-	v->pd = ibv_alloc_pd(v->ctx);
-	if (!v->pd)
-		die("ibv_alloc_pd: %s", strerror(errno));
-}
-
-/* A MAP_SHARED memfd of @len bytes with every page written. */
-static void *memfd_buffer(size_t len)
-{
-	int fd = memfd_create("bench-reg", MFD_CLOEXEC);
-	void *p;
-
-	if (fd < 0 || ftruncate(fd, (off_t)len) < 0)
-		die("memfd of %zu bytes: %s", len, strerror(errno));
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		die("mmap %zu bytes: %s", len, strerror(errno));
-	close(fd);
-	memset(p, 0xa5, len);
-	return p;
 }
 
 /* ---------------------------------------------------------------- raw protocol */
@@ -346,16 +223,6 @@ static void print_mem(const char *state, struct mem m, struct mem idle)
 	       m.rss_kb - idle.rss_kb, m.pin_kb - idle.pin_kb);
 }
 
-static struct odpd_segment *segment(struct odpd_conn *c, size_t len)
-{
-	struct odpd_segment *s = odpd_alloc(c, len, 0);
-
-	if (!s)
-		die("odpd_alloc %zu: %s", len, odpd_errmsg());
-	memset(odpd_segment_addr(s), 0xa5, len);
-	return s;
-}
-
 static struct odpd_mr *reg(struct odpd_conn *c, void *addr, size_t len)
 {
 	struct odpd_mr *mr = odpd_reg(c, addr, len, ACCESS);
@@ -381,16 +248,6 @@ static uint32_t verify(struct odpd_mr *mr)
 }
 
 /* ---------------------------------------------------------------- main */
-
-static unsigned parse_n(const char *s)
-{
-	char *end;
-	unsigned long v = strtoul(s, &end, 10);
-
-	if (*s < '1' || *s > '9' || *end || v > 100000)
-		die("bad count %s (1..100000)", s);
-	return (unsigned)v;
-}
 
 static void usage(FILE *f)
 {
@@ -425,7 +282,6 @@ int main(int argc, char **argv)
 	struct odpd_mr *mr;
 	struct odpd_conn *conn;
 	struct verbs v;
-	struct utsname u;
 	struct mem idle, m;
 	void *buf[3];
 	int c, raw, echo_fd;
@@ -434,10 +290,10 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': sock = optarg; break;
-		case 'n': iters = parse_n(optarg); break;
-		case 'b': big_iters = parse_n(optarg); break;
-		case 'v': verify_iters = parse_n(optarg); break;
-		case 'f': first_iters = parse_n(optarg); break;
+		case 'n': iters = parse_n(optarg, 100000); break;
+		case 'b': big_iters = parse_n(optarg, 100000); break;
+		case 'v': verify_iters = parse_n(optarg, 100000); break;
+		case 'f': first_iters = parse_n(optarg, 100000); break;
 		case 'h': usage(stdout); return EXIT_SUCCESS;
 		default: usage(stderr); return EXIT_FAILURE;
 		}
@@ -449,18 +305,12 @@ int main(int argc, char **argv)
 	if (!sock || !*sock)
 		sock = ODPD_SOCKET_DEFAULT;
 
-	printf("bench-reg:");
-	for (int i = 0; i < argc; i++)
-		printf(" %s", argv[i]);
-	if (uname(&u) < 0)
-		die("uname: %s", strerror(errno));
-	printf("\nkernel %s %s, socket %s\n", u.release, u.machine, sock);
+	print_command(argc, argv);
+	printf(", socket %s\n", sock);
 
 	echo_fd = echo_start(&echo_pid);   /* fork before any verbs or odpd state exists */
 	verbs_open(&v);
-	conn = odpd_connect(sock, NULL);
-	if (!conn)
-		die("odpd_connect %s: %s", sock, odpd_errmsg());
+	conn = connect_odpd(sock);
 	raw = raw_connect(sock);
 	pid = daemon_pid(raw);
 	{
@@ -508,22 +358,13 @@ int main(int argc, char **argv)
 		opair[i] = series_new(n, "odpd reg+dereg %s", sz);
 		for (unsigned k = 0; k < n + WARMUP; k++) {
 			void *addr = odpd_segment_addr(seg[i]);
-			struct ibv_mr *vm;
-			double t0, t1, t2;
+			double t[3], t0, t1, t2;
 
-			t0 = now_us();
-			vm = ibv_reg_mr(v.pd, buf[i], sizes[i], ACCESS);
-			t1 = now_us();
-			if (!vm)
-				die("ibv_reg_mr %zu: %s", sizes[i], strerror(errno));
-			errno = ibv_dereg_mr(vm);
-			t2 = now_us();
-			if (errno)
-				die("ibv_dereg_mr: %s", strerror(errno));
+			verbs_reg_dereg(&v, buf[i], sizes[i], ACCESS, t);
 			if (k >= WARMUP) {
-				add(vreg[i], t1 - t0);
-				add(vdereg[i], t2 - t1);
-				add(vpair[i], t2 - t0);
+				add(vreg[i], t[1] - t[0]);
+				add(vdereg[i], t[2] - t[1]);
+				add(vpair[i], t[2] - t[0]);
 			}
 
 			t0 = now_us();
@@ -554,12 +395,10 @@ int main(int argc, char **argv)
 	/* ---- verify: first of a connection (fresh connections) vs later ones */
 	vfirst = series_new(first_iters, "odpd verify 4 KiB, first of a conn");
 	for (unsigned k = 0; k < first_iters; k++) {
-		struct odpd_conn *c2 = odpd_connect(sock, NULL);
+		struct odpd_conn *c2 = connect_odpd(sock);
 		struct odpd_segment *s2;
 		double t0;
 
-		if (!c2)
-			die("odpd_connect %s: %s", sock, odpd_errmsg());
 		s2 = segment(c2, 4 * KiB);
 		mr = reg(c2, odpd_segment_addr(s2), 4 * KiB);
 		t0 = now_us();
@@ -630,7 +469,6 @@ int main(int argc, char **argv)
 	odpd_disconnect(conn);
 	close(raw);
 	echo_stop(echo_fd, echo_pid);
-	ibv_dealloc_pd(v.pd);
-	ibv_close_device(v.ctx);
+	verbs_close(&v);
 	return EXIT_SUCCESS;
 }

@@ -98,13 +98,34 @@ static const char *human_bytes(uint64_t v, char buf[static HUMAN_LEN])
 	return buf;
 }
 
-/* IBV_ODP_SUPPORT_* bits -> "SEND|RECV|...", unknown bits in hex, "-" for none. */
+struct bit_name {
+	uint32_t bit;
+	const char *name;
+};
+
+/* The names of the bits set in @bits joined by @sep, unknown bits in hex,
+ * "-" for none. */
+static const char *bits_text(uint32_t bits, const struct bit_name *names, size_t n_names,
+			     const char *sep, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < n_names; i++) {
+		if (!(bits & names[i].bit))
+			continue;
+		bits &= ~names[i].bit;
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? sep : "", names[i].name);
+	}
+	if (bits)
+		snprintf(buf + n, len - n, "%s0x%" PRIx32, n ? sep : "", bits);
+	return buf[0] ? buf : "-";
+}
+
+/* IBV_ODP_SUPPORT_* bits -> "SEND|RECV|...". */
 static const char *odp_caps(uint32_t caps, char buf[static 64])
 {
-	static const struct {
-		uint32_t bit;
-		const char *name;
-	} names[] = {
+	static const struct bit_name names[] = {
 		{ IBV_ODP_SUPPORT_SEND, "SEND" },
 		{ IBV_ODP_SUPPORT_RECV, "RECV" },
 		{ IBV_ODP_SUPPORT_WRITE, "WRITE" },
@@ -112,18 +133,8 @@ static const char *odp_caps(uint32_t caps, char buf[static 64])
 		{ IBV_ODP_SUPPORT_ATOMIC, "ATOMIC" },
 		{ IBV_ODP_SUPPORT_SRQ_RECV, "SRQ" },
 	};
-	size_t n = 0;
 
-	buf[0] = '\0';
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		if (!(caps & names[i].bit))
-			continue;
-		caps &= ~names[i].bit;
-		n += snprintf(buf + n, 64 - n, "%s%s", n ? "|" : "", names[i].name);
-	}
-	if (caps)
-		snprintf(buf + n, 64 - n, "%s0x%" PRIx32, n ? "|" : "", caps);
-	return buf[0] ? buf : "-";
+	return bits_text(caps, names, sizeof(names) / sizeof(names[0]), "|", buf, 64);
 }
 
 static const char *support_name(Odpd__Support s)
@@ -153,30 +164,17 @@ static const char *yes_no(bool b)
 	return b ? "yes" : "no";
 }
 
-/* Access bits of the wire -> "lw,rr,rw,ra", unknown bits in hex, "-" for none. */
+/* Access bits of the wire -> "lw,rr,rw,ra". */
 static const char *access_text(uint32_t access, char buf[static 48])
 {
-	static const struct {
-		uint32_t bit;
-		const char *name;
-	} names[] = {
+	static const struct bit_name names[] = {
 		{ ODPD__ACCESS__ACCESS_LOCAL_WRITE, "lw" },
 		{ ODPD__ACCESS__ACCESS_REMOTE_READ, "rr" },
 		{ ODPD__ACCESS__ACCESS_REMOTE_WRITE, "rw" },
 		{ ODPD__ACCESS__ACCESS_REMOTE_ATOMIC, "ra" },
 	};
-	size_t n = 0;
 
-	buf[0] = '\0';
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		if (!(access & names[i].bit))
-			continue;
-		access &= ~names[i].bit;
-		n += snprintf(buf + n, 48 - n, "%s%s", n ? "," : "", names[i].name);
-	}
-	if (access)
-		snprintf(buf + n, 48 - n, "%s0x%" PRIx32, n ? "," : "", access);
-	return buf[0] ? buf : "-";
+	return bits_text(access, names, sizeof(names) / sizeof(names[0]), ",", buf, 48);
 }
 
 static const char *mr_state_name(Odpd__MrState s)

@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: MIT */
+/* bench-util: the helpers bench-reg and bench-cache share (bench-util.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench-util.h"
+
+void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "%s: ", bench_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(EXIT_FAILURE);
+}
+
+double now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+unsigned parse_n(const char *s, unsigned max)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (*s < '1' || *s > '9' || *end || v > max)
+		die("bad count %s (1..%u)", s, max);
+	return (unsigned)v;
+}
+
+void print_command(int argc, char **argv)
+{
+	struct utsname u;
+
+	printf("%s:", bench_name);
+	for (int i = 0; i < argc; i++)
+		printf(" %s", argv[i]);
+	if (uname(&u) < 0)
+		die("uname: %s", strerror(errno));
+	printf("\nkernel %s %s", u.release, u.machine);
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+struct series *series_new(unsigned cap, const char *fmt, ...)
+{
+	struct series *s = calloc(1, sizeof(*s));
+	va_list ap;
+
+	if (!s || !(s->us = calloc(cap ? cap : 1, sizeof(double))))
+		die("out of memory");
+	s->cap = cap;
+	va_start(ap, fmt);
+	vsnprintf(s->name, sizeof(s->name), fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+void add(struct series *s, double us)
+{
+	if (s->n < s->cap)
+		s->us[s->n++] = us;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double pct(const double *v, unsigned n, double p)
+{
+	double r = ceil(p * n);
+	unsigned i = r < 1 ? 0 : (unsigned)r - 1;
+
+	return v[i < n ? i : n - 1];
+}
+
+void summarize(struct series *s)
+{
+	double *v;
+
+	if (!s->n)
+		die("%s: no samples", s->name);
+	v = malloc(s->n * sizeof(double));
+	if (!v)
+		die("out of memory");
+	memcpy(v, s->us, s->n * sizeof(double));
+	qsort(v, s->n, sizeof(double), cmp_double);
+	s->median = s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
+	s->p10 = pct(v, s->n, 0.10);
+	s->p90 = pct(v, s->n, 0.90);
+	free(v);
+}
+
+/* ---------------------------------------------------------------- verbs baseline */
+
+void verbs_open(struct verbs *v)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+
+	if (!list)
+		die("ibv_get_device_list: %s", strerror(errno));
+	if (n < 1)
+		die("no RDMA device");
+	v->name = strdup(ibv_get_device_name(list[0]));
+	v->ctx = ibv_open_device(list[0]);
+	if (!v->name || !v->ctx)
+		die("ibv_open_device %s: %s", ibv_get_device_name(list[0]), strerror(errno));
+	ibv_free_device_list(list);
+	v->pd = ibv_alloc_pd(v->ctx);
+	if (!v->pd)
+		die("ibv_alloc_pd: %s", strerror(errno));
+}
+
+void verbs_close(struct verbs *v)
+{
+	ibv_dealloc_pd(v->pd);
+	ibv_close_device(v->ctx);
+}
+
+void verbs_reg_dereg(const struct verbs *v, void *buf, size_t len, int access, double t[3])
+{
+	struct ibv_mr *vm;
+
+	t[0] = now_us();
+	vm = ibv_reg_mr(v->pd, buf, len, access);
+	t[1] = now_us();
+	if (!vm)
+		die("ibv_reg_mr %zu: %s", len, strerror(errno));
+	errno = ibv_dereg_mr(vm);
+	t[2] = now_us();
+	if (errno)
+		die("ibv_dereg_mr: %s", strerror(errno));
+}
+
+void *memfd_buffer(size_t len)
+{
+	int fd = memfd_create(bench_name, MFD_CLOEXEC);
+	void *p;
+
+	if (fd < 0 || ftruncate(fd, (off_t)len) < 0)
+		die("memfd of %zu bytes: %s", len, strerror(errno));
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		die("mmap %zu bytes: %s", len, strerror(errno));
+	close(fd);
+	memset(p, 0xa5, len);
+	return p;
+}
+
+/* ---------------------------------------------------------------- odpd */
+
+struct odpd_conn *connect_odpd(const char *sock)
+{
+	struct odpd_conn *c = odpd_connect(sock, NULL);
+
+	if (!c)
+		die("odpd_connect %s: %s", sock, odpd_errmsg());
+	return c;
+}
+
+struct odpd_segment *segment(struct odpd_conn *c, size_t len)
+{
+	struct odpd_segment *s = odpd_alloc(c, len, 0);
+
+	if (!s)
+		die("odpd_alloc %zu: %s", len, odpd_errmsg());
+	memset(odpd_segment_addr(s), 0xa5, len);
+	return s;
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench-util: what bench-reg and bench-cache share: dying with a message,
+ * the clock, sample series and their statistics, the in-process verbs
+ * baseline, touched buffers, and the odpd calls both make the same way.
+ * Every helper dies on an error (exit status 1, "PROGRAM: message").
+ */
+#ifndef ODPD_BENCH_UTIL_H
+#define ODPD_BENCH_UTIL_H
+
+#include <stddef.h>
+
+#include "odpd.h"
+
+#define KiB (1024ul)
+#define MiB (1024ul * KiB)
+
+/* Defined by each program: its name, the prefix of die()'s messages and of
+ * print_command()'s line, and the name of its memfds. */
+extern const char bench_name[];
+
+__attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...);
+
+/* CLOCK_MONOTONIC in µs. */
+double now_us(void);
+
+/* A count of 1..@max, else die(). */
+unsigned parse_n(const char *s, unsigned max);
+
+/* "PROGRAM: ARGV...\nkernel RELEASE MACHINE", no newline: the caller ends the line. */
+void print_command(int argc, char **argv);
+
+/* ---------------------------------------------------------------- statistics */
+
+struct series {
+	char name[48];
+	double *us;
+	unsigned n, cap;
+	double median, p10, p90;
+};
+
+__attribute__((format(printf, 2, 3))) struct series *series_new(unsigned cap, const char *fmt, ...);
+
+/* One sample; those beyond the capacity are dropped. */
+void add(struct series *s, double us);
+
+/* Median, p10 and p90 (nearest rank) of the samples; dies without any.
+ * Sorts a copy: the samples stay in the order they were taken (for the CSV). */
+void summarize(struct series *s);
+
+/* ---------------------------------------------------------------- verbs baseline */
+
+struct verbs {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	const char *name;
+};
+
+/* Own context and PD on the first device. */
+void verbs_open(struct verbs *v);
+void verbs_close(struct verbs *v);
+
+/* ibv_reg_mr + ibv_dereg_mr of @buf in-process: the times before the reg,
+ * after it and after the dereg in @t[0..2]. */
+void verbs_reg_dereg(const struct verbs *v, void *buf, size_t len, int access, double t[3]);
+
+/* A MAP_SHARED memfd of @len bytes with every page written. */
+void *memfd_buffer(size_t len);
+
+/* ---------------------------------------------------------------- odpd */
+
+struct odpd_conn *connect_odpd(const char *sock);
+
+/* An odpd_alloc() segment of @len bytes with every page written. */
+struct odpd_segment *segment(struct odpd_conn *c, size_t len);
+
+#endif
