@@ -326,6 +326,8 @@ static unsigned collect_relaxed(struct odpd_registry *r, bool (*match)(const str
 			n++;
 		}
 	}
+	if (n)
+		relaxed_arm(r);                   /* the oldest may have gone */
 	return n;
 }
 
@@ -918,8 +920,10 @@ static void retire_stale(struct odpd_registry *r, struct odpd_mr *stale)
 			mr->generation = ++r->generation;
 		}
 	}
-	if (list)
+	if (list) {
 		start_batch(r, list, true, NULL);
+		relaxed_arm(r);
+	}
 }
 
 static struct odpd_mr *cache_lookup(struct odpd_registry *r, struct odpd_domain *d, const struct odpd_reg_req *q,
@@ -1060,6 +1064,8 @@ static void reg_run(struct odpd_job *job)
 		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, mr->length, mr->iova, op->ibv_access);
 	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (!mr->mr)
+		witness_end(mr);                 /* nothing relies on those pages */
+	if (!mr->mr)
 		op->rc = err_set(&op->err, errno, "ibv_reg_mr%s on %s: %s",
 				 (uintptr_t)op->daemon_addr == mr->iova ? "" : "_iova", op->q.dev->name,
 				 strerror(errno));
@@ -1160,7 +1166,8 @@ static int evict_then_retry(struct reg_op *op, struct odpd_mr *evict, struct odp
 {
 	struct odpd_waiter *w = calloc(1, sizeof(*w));
 
-	op->r->stats.evictions++;
+	for (struct odpd_mr *mr = evict; mr; mr = mr->batch_next)
+		op->r->stats.evictions++;          /* MRs invalidated to make room */
 	if (w) {
 		w->cb = reg_retry;
 		w->arg = op;
@@ -1176,6 +1183,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 	struct odpd_holder *h = op->h;
 	struct odpd_charge *c = charge_find(mr, h->acct), *relaxed_charge = NULL;
 	struct odpd_mr *evict = NULL;
+	bool new_charge = false;
 	int rc;
 
 	if (!c) {
@@ -1190,10 +1198,11 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 		rc = charge_add(r, mr, h->acct, &c);
 		if (rc < 0)
 			return err_set(err, ENOMEM, "out of memory");
+		new_charge = true;
 	}
 	*ret_ref = ref_new(h, mr, &op->q);
 	if (!*ret_ref) {
-		if (c->refs == 0 && c != relaxed_charge && mr->state != ODPD_MR_RELAXED)
+		if (new_charge)
 			charge_drop(r, mr, c);
 		return err_set(err, ENOMEM, "out of memory");
 	}

@@ -38,6 +38,7 @@ static const char config_text[] =
 	"[limits]\n"
 	"relaxed-window-ms = 600000   # the tests flush; one test uses a daemon with a short window\n"
 	"relaxed-max-mrs = 8\n"
+	"relaxed-max-bytes = 32M\n"
 	"[user 65533]\n"
 	"max-pinned = 1G\n"
 	"[pd team]\n"
@@ -91,16 +92,21 @@ struct cache {
 	unsigned relaxed;
 };
 
-static void cache_get(struct cache *k)
+static void cache_get_of(int admin_fd, struct cache *k)
 {
 	Odpd__Reply *r;
-	Odpd__StatusReply *sr = status_get(test_admin_fd, &r);
+	Odpd__StatusReply *sr = status_get(admin_fd, &r);
 	const Odpd__CacheStats *s = sr->cache;
 
 	assert_non_null(s);
 	*k = (struct cache){ s->lookups, s->hits, s->misses, s->evictions, s->registrations,
 			     s->deregistrations, s->flushes, s->replaced, s->relaxed_pending };
 	odpd__reply__free_unpacked(r, NULL);
+}
+
+static void cache_get(struct cache *k)
+{
+	cache_get_of(test_admin_fd, k);
 }
 
 /* Pinned bytes odpd charges to @uid (distinct pages), 0 if no account. */
@@ -128,9 +134,116 @@ static Odpd__Reply *raw_ok(int fd, uint64_t id, Odpd__Request *req, const int *f
 	return r;
 }
 
+/* Raw steps on a connection of the test daemon (request ids are the caller's). */
+static void raw_join(int fd, uint64_t id, const char *name)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__JoinPd j = ODPD__JOIN_PD__INIT;
+
+	j.name = (char *)name;
+	req.body_case = ODPD__REQUEST__BODY_JOIN_PD;
+	req.join_pd = &j;
+	odpd__reply__free_unpacked(raw_ok(fd, id, &req, NULL, 0), NULL);
+}
+
+/* Attach @memfd; its address (the daemon's, which raw clients use as theirs). */
+static uint64_t raw_attach(int fd, uint64_t id, int memfd)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+	Odpd__Reply *r;
+	uint64_t addr;
+
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	r = raw_ok(fd, id, &req, &memfd, 1);
+	addr = r->segment->addr;
+	odpd__reply__free_unpacked(r, NULL);
+	return addr;
+}
+
+struct raw_mr {
+	uint64_t handle;
+	uint32_t lkey, rkey;
+	bool hit;
+	uint64_t generation;
+};
+
+static struct raw_mr raw_reg(int fd, uint64_t id, uint64_t addr, uint64_t length, uint32_t access)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr rm = ODPD__REG_MR__INIT;
+	Odpd__Reply *r;
+	struct raw_mr m;
+
+	rm.has_addr = rm.has_length = rm.has_access = 1;
+	rm.addr = addr;
+	rm.length = length;
+	rm.access = access;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &rm;
+	r = raw_ok(fd, id, &req, NULL, 0);
+	m = (struct raw_mr){ r->mr->handle, r->mr->lkey, r->mr->rkey, r->mr->cache_hit, r->mr->generation };
+	odpd__reply__free_unpacked(r, NULL);
+	return m;
+}
+
+static void raw_dereg(int fd, uint64_t id, uint64_t handle, bool relaxed)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__DeregMr dm = ODPD__DEREG_MR__INIT;
+
+	dm.has_handle = dm.has_relaxed = 1;
+	dm.handle = handle;
+	dm.relaxed = relaxed;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &dm;
+	odpd__reply__free_unpacked(raw_ok(fd, id, &req, NULL, 0), NULL);
+}
+
+/* The state and generation of odpd's MR with @lkey in its MR list (admin
+ * connection @admin_fd); false if it lists none. */
+static bool listed_mr(int admin_fd, uint32_t lkey, Odpd__MrState *state, uint64_t *generation)
+{
+	static uint64_t id = 5000;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__ListMrs lm = ODPD__LIST_MRS__INIT;
+	Odpd__Reply *r;
+	bool found = false;
+
+	req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+	req.list_mrs = &lm;
+	r = raw_ok(admin_fd, ++id, &req, NULL, 0);
+	for (size_t i = 0; i < r->mrs->n_mrs && !found; i++) {
+		const Odpd__MrInfo *o = r->mrs->mrs[i];
+		if (o->lkey == lkey) {
+			*state = o->state;
+			*generation = o->generation;
+			found = true;
+		}
+	}
+	odpd__reply__free_unpacked(r, NULL);
+	return found;
+}
+
 static int kmrs(void)
 {
 	return kernel_mr_count(test_daemon.pid);
+}
+
+struct held {
+	int kernel;
+	unsigned relaxed;
+};
+
+/* The kernel holds @kernel MRs of odpd and @relaxed of them are queued. */
+static bool holds(void *arg)
+{
+	const struct held *h = arg;
+	struct cache k;
+
+	cache_get(&k);
+	return k.relaxed == h->relaxed && kmrs() == h->kernel;
 }
 
 /*
@@ -159,6 +272,23 @@ static int run_as(uid_t uid, rlim_t memlock, int (*fn)(void *), void *arg)
 #define CHILD_CHECK(cond, code) do { if (!(cond)) { \
 	fprintf(stderr, "child: %s failed (errno %d: %s)\n", #cond, errno, odpd_errmsg()); \
 	return (code); } } while (0)
+
+/* Start @d with an odpd.conf of @text, written to @path (the caller unlinks
+ * it), and @arg (or NULL) with its value @val. */
+static void daemon_start_conf(struct test_daemon *d, char *path, size_t cap, const char *tag,
+			      const char *text, const char *arg, const char *val)
+{
+	const char *args[] = { "--config", path, arg, val, NULL };
+	FILE *f;
+
+	snprintf(path, cap, "%s.%s", config_path, tag);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	chmod(path, 0644);
+	daemon_start(d, args);
+}
 
 /* ---------------------------------------------------------------- the cache */
 
@@ -318,8 +448,104 @@ static void test_relaxed_flush_barrier_and_dead_rkey(void **state)
 	close(fd);
 }
 
-/* The three thresholds of the relaxed queue: count here, age in a daemon of
- * its own with a short window. */
+/* MRs (registering included) of the daemon behind @admin_fd. */
+static unsigned daemon_mrs(int admin_fd)
+{
+	Odpd__Reply *r;
+	unsigned n = status_get(admin_fd, &r)->mrs;
+
+	odpd__reply__free_unpacked(r, NULL);
+	return n;
+}
+
+/*
+ * A flush invalidates at once and returns only when its batch is
+ * deregistered. In a daemon with one worker, the batch queues behind another
+ * client's slow registration (odpd faults in 64 MiB for the pin). Meanwhile
+ * odpd lists the flushed MRs as invalidating, each with a new generation;
+ * and VmPin, read the moment the flush returns, holds that registration and
+ * nothing of the flushed MRs.
+ */
+static void test_flush_returns_after_unpin(void **state)
+{
+	const uint32_t lw = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	const size_t slow = 64 * MIB;
+	char path[128];
+	struct test_daemon d = { 0 };
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr rm = ODPD__REG_MR__INIT;
+	Odpd__Flush fl = ODPD__FLUSH__INIT;
+	Odpd__Reply *r;
+	struct raw_mr m[4];
+	int admin, conn, other, fd = sealed_memfd(4 * MIB), fd_slow = sealed_memfd(slow);
+	uint64_t base;
+	long pin0, pin;
+
+	(void)state;
+	daemon_start_conf(&d, path, sizeof(path), "workers", "[limits]\nrelaxed-window-ms = 600000\n",
+			  "--workers", "1");
+	admin = raw_connect_hello(d.sock);
+	pin0 = vmpin_kb(d.pid);
+	conn = raw_connect_hello(d.sock);
+	base = raw_attach(conn, 2, fd);
+	for (unsigned i = 0; i < 4; i++) {
+		m[i] = raw_reg(conn, 3 + i, base + i * MIB, MIB, lw);
+		raw_dereg(conn, 7 + i, m[i].handle, true);
+	}
+	assert_int_equal(vmpin_kb(d.pid), pin0 + 4 * 1024);
+	/* the other client: a registration of unpopulated pages, in flight */
+	other = raw_connect_hello(d.sock);
+	rm.has_addr = rm.has_length = rm.has_access = 1;
+	rm.addr = raw_attach(other, 2, fd_slow);
+	rm.length = slow;
+	rm.access = lw;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &rm;
+	req.has_id = 1;
+	req.id = 3;
+	raw_send(other, &req, NULL, 0);
+	for (int i = 0; i < 400 && daemon_mrs(admin) != 5; i++)
+		usleep(1000);
+	assert_int_equal(daemon_mrs(admin), 5);        /* on the worker */
+	/* the flush: its batch waits for the worker */
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &fl;
+	req.id = 20;
+	raw_send(conn, &req, NULL, 0);
+	for (unsigned i = 0; i < 4; i++) {
+		Odpd__MrState st = ODPD__MR_STATE__MR_STATE_RELAXED;
+		uint64_t gen = m[i].generation;
+		for (int k = 0; k < 1000 && listed_mr(admin, m[i].lkey, &st, &gen) &&
+				st != ODPD__MR_STATE__MR_STATE_INVALIDATING; k++)
+			usleep(1000);
+		assert_int_equal(st, ODPD__MR_STATE__MR_STATE_INVALIDATING);
+		assert_int_not_equal(gen, m[i].generation);
+	}
+	r = raw_recv(conn);
+	pin = vmpin_kb(d.pid);                          /* first, before anything else waits */
+	assert_int_equal(r->id, 20);
+	assert_int_equal(r->status, 0);
+	assert_int_equal(r->flush->mrs, 4);
+	assert_int_equal(r->flush->bytes, 4 * MIB);
+	odpd__reply__free_unpacked(r, NULL);
+	if (pin != pin0 + (long)(slow >> 10))
+		fail_msg("flush returned with VmPin %ld kB (want %ld: the other client's MR only): its "
+			 "batch was not deregistered yet", pin, pin0 + (long)(slow >> 10));
+	r = raw_recv(other);
+	assert_int_equal(r->id, 3);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	close(other);
+	close(conn);
+	close(fd_slow);
+	close(fd);
+	close(admin);
+	daemon_stop(&d);
+	unlink(path);
+}
+
+/* The three thresholds of the relaxed queue: count and bytes here, age in a
+ * daemon of its own with a short window. */
 static void test_relaxed_queue_limits(void **state)
 {
 	struct odpd_conn *c = connect_or_fail();
@@ -344,6 +570,21 @@ static void test_relaxed_queue_limits(void **state)
 	assert_int_equal(k.relaxed, 0);
 	assert_int_equal(kmrs(), kernel0);
 	odpd_detach(seg);
+
+	/* relaxed-max-bytes = 32M: 2 x 16 MiB stay queued, 4 KiB more pass it */
+	seg = odpd_alloc(c, 33 * MIB, 0);
+	p = odpd_segment_addr(seg);
+	for (int i = 0; i < 3; i++)
+		m[i] = reg_or_fail(c, p + i * 16 * MIB, i < 2 ? 16 * MIB : 4096, IBV_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(odpd_dereg_relaxed(m[i]), 0);
+	cache_get(&k);
+	assert_int_equal(k.relaxed, 2);
+	assert_int_equal(kmrs(), kernel0 + 3);
+	assert_int_equal(odpd_dereg_relaxed(m[2]), 0);
+	if (!wait_until(holds, &(struct held){ kernel0, 0 }))
+		fail_msg("relaxed-max-bytes passed, but %d MRs stay (want %d)", kmrs(), kernel0);
+	odpd_detach(seg);
 	odpd_disconnect(c);
 }
 
@@ -352,21 +593,15 @@ static void test_relaxed_queue_limits(void **state)
 static void test_relaxed_window_expires(void **state)
 {
 	char path[128];
-	const char *args[] = { "--config", path, NULL };
 	struct test_daemon d = { 0 };
 	struct odpd_conn *c;
 	struct odpd_segment *seg;
 	struct odpd_mr *mr;
-	FILE *f;
 	int kernel0;
 
 	(void)state;
-	snprintf(path, sizeof(path), "%s.window", config_path);
-	f = fopen(path, "w");
-	assert_non_null(f);
-	fputs("[limits]\nrelaxed-window-ms = 200\n", f);
-	fclose(f);
-	daemon_start(&d, args);
+	daemon_start_conf(&d, path, sizeof(path), "window", "[limits]\nrelaxed-window-ms = 200\n",
+			  NULL, NULL);
 	c = odpd_connect(d.sock, NULL);
 	assert_non_null(c);
 	seg = odpd_alloc(c, MIB, 0);
@@ -388,6 +623,57 @@ static void test_relaxed_window_expires(void **state)
 }
 
 /* ---------------------------------------------------------------- punched holes */
+
+/*
+ * The segment's ctime moves for many reasons besides a punched hole (here
+ * futimens): the pinned MRs over it, held or relaxed, are still current,
+ * proven by their witness pages, and stay hits.
+ */
+static void test_ctime_change_alone_keeps_hits(void **state)
+{
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE;
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, 2 * MIB, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *held, *relaxed, *hit;
+	struct stat st0, st1;
+	struct cache k0, k1;
+	uint32_t relaxed_lkey;
+	int kernel0;
+
+	(void)state;
+	held = reg_or_fail(c, p, MIB, lw);
+	relaxed = reg_or_fail(c, p + MIB, MIB, lw);
+	relaxed_lkey = relaxed->lkey;
+	assert_int_equal(odpd_dereg_relaxed(relaxed), 0);
+	kernel0 = kmrs();
+	cache_get(&k0);
+	assert_int_equal(fstat(odpd_segment_fd(seg), &st0), 0);
+	for (int i = 0; i < 100; i++) {               /* until the coarse clock has ticked */
+		usleep(10000);
+		assert_int_equal(futimens(odpd_segment_fd(seg), NULL), 0);
+		assert_int_equal(fstat(odpd_segment_fd(seg), &st1), 0);
+		if (st1.st_ctim.tv_sec != st0.st_ctim.tv_sec || st1.st_ctim.tv_nsec != st0.st_ctim.tv_nsec)
+			break;
+	}
+	assert_false(st1.st_ctim.tv_sec == st0.st_ctim.tv_sec && st1.st_ctim.tv_nsec == st0.st_ctim.tv_nsec);
+	hit = reg_or_fail(c, p + 4096, 8192, lw);
+	assert_true(hit->cache_hit);
+	assert_int_equal(hit->lkey, held->lkey);
+	relaxed = reg_or_fail(c, p + MIB, MIB, lw);
+	assert_true(relaxed->cache_hit);
+	assert_int_equal(relaxed->lkey, relaxed_lkey);
+	cache_get(&k1);
+	assert_int_equal(k1.hits - k0.hits, 2);
+	assert_int_equal(k1.replaced, k0.replaced);
+	assert_int_equal(k1.registrations, k0.registrations);
+	assert_int_equal(kmrs(), kernel0);
+	odpd_dereg(relaxed);
+	odpd_dereg(hit);
+	odpd_dereg(held);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
 
 /*
  * FALLOC_FL_PUNCH_HOLE replaces a memfd's pages. A pinned MR keeps the old,
@@ -423,6 +709,13 @@ static void test_punched_hole_replaces_pinned_mr(void **state)
 	fresh = reg_or_fail(c, p, len, rr);
 	assert_false(fresh->cache_hit);
 	assert_int_not_equal(fresh->rkey, old->rkey);
+	{	/* the old MR, still held, was invalidated: a new generation */
+		Odpd__MrState st;
+		uint64_t gen;
+		assert_true(listed_mr(test_admin_fd, old->lkey, &st, &gen));
+		assert_int_equal(st, ODPD__MR_STATE__MR_STATE_LIVE);
+		assert_int_not_equal(gen, old->generation);
+	}
 	assert_int_equal(verify_or_fail(fresh), crc_new);
 	/* the relaxed MR over the punched range is not a hit either */
 	relaxed = reg_or_fail(c, p + len, len, IBV_ACCESS_LOCAL_WRITE);
@@ -575,6 +868,55 @@ static void test_shared_pd_same_keys(void **state)
 	close(fd);
 }
 
+/*
+ * In a shared PD local keys are every member's, but a remote key stays its
+ * owner's: another member asking for the same range gets a key of its own,
+ * and the owner's relaxed remote MRs die with its connection, while its
+ * relaxed local MRs wait for the members left.
+ */
+static void test_shared_pd_remote_keys_stay_with_owner(void **state)
+{
+	const uint32_t lw = ODPD__ACCESS__ACCESS_LOCAL_WRITE, rr = lw | ODPD__ACCESS__ACCESS_REMOTE_READ;
+	int fd = sealed_memfd(4 * MIB), kernel0 = kmrs();
+	int a = raw_connect_hello(test_daemon.sock), b = raw_connect_hello(test_daemon.sock);
+	struct raw_mr al, ar, ax, bl, br, bx;
+	struct held want;
+	uint64_t base;
+
+	(void)state;
+	raw_join(a, 2, "keys");
+	raw_join(b, 2, "keys");
+	base = raw_attach(a, 3, fd);
+	assert_int_equal(raw_attach(b, 3, fd), base);     /* one bucket for both */
+	al = raw_reg(a, 4, base, MIB, lw);
+	ar = raw_reg(a, 5, base + MIB, MIB, rr);
+	ax = raw_reg(a, 6, base + 2 * MIB, MIB, lw);
+	bl = raw_reg(b, 4, base, MIB, lw);
+	assert_true(bl.hit);                               /* a local key: shared */
+	assert_int_equal(bl.lkey, al.lkey);
+	br = raw_reg(b, 5, base + MIB, MIB, rr);
+	assert_false(br.hit);                              /* a's remote key: not b's */
+	assert_int_not_equal(br.rkey, ar.rkey);
+	assert_int_equal(kmrs(), kernel0 + 4);
+	raw_dereg(a, 7, ar.handle, true);
+	raw_dereg(a, 8, ax.handle, true);
+	close(a);
+	want = (struct held){ kernel0 + 3, 1 };          /* ar gone; ax queued; al held by b */
+	if (!wait_until(holds, &want)) {
+		struct cache k;
+		cache_get(&k);
+		fail_msg("after a left: kernel MRs %d (want %d), relaxed %u (want 1)", kmrs(), want.kernel,
+			 k.relaxed);
+	}
+	bx = raw_reg(b, 6, base + 2 * MIB, MIB, lw);
+	assert_true(bx.hit);
+	assert_int_equal(bx.lkey, ax.lkey);
+	close(b);
+	close(fd);
+	wait_idle(test_admin_fd);
+	assert_int_equal(kmrs(), kernel0);
+}
+
 struct join_case {
 	const char *name;
 	int want_errno;               /* 0: must succeed */
@@ -698,12 +1040,70 @@ static void test_quota_memlock_and_rule(void **state)
 	cache_get(&k0);
 	assert_int_equal(run_as(UID_NOBODY, 8 * MIB, quota_nobody_child, NULL), 0);
 	cache_get(&k1);
-	assert_int_equal(k1.evictions - k0.evictions, 1);
+	assert_int_equal(k1.evictions - k0.evictions, 2);        /* a and b, invalidated for room */
 	/* the same memlock limit, but a rule in odpd.conf: 64 MiB pins */
 	assert_int_equal(run_as(UID_RULED, 8 * MIB, quota_ruled_child, &qc), 0);
 	wait_idle(test_admin_fd);
 	assert_int_equal(vmpin_kb(test_daemon.pid), pin0);
 	assert_int_equal(quota_pinned(UID_NOBODY), 0);
+}
+
+/* odpd's own limits (max-pinned, max-mrs) count relaxed MRs too and evict
+ * them to make room; held MRs are never evicted: then ENOMEM. */
+static void test_daemon_limits_evict_relaxed(void **state)
+{
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE, rr = lw | IBV_ACCESS_REMOTE_READ;
+	char path[128];
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *held, *a, *b, *x;
+	struct cache k0, k1;
+	uint8_t *p;
+	int admin, kernel0;
+
+	(void)state;
+	daemon_start_conf(&d, path, sizeof(path), "limits",
+			  "[limits]\nmax-pinned = 8M\nmax-mrs = 3\nrelaxed-window-ms = 600000\n", NULL, NULL);
+	admin = raw_connect_hello(d.sock);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, 16 * MIB, 0);
+	assert_non_null(seg);
+	p = odpd_segment_addr(seg);
+	kernel0 = kernel_mr_count(d.pid);
+	cache_get_of(admin, &k0);
+	/* max-pinned: 4 MiB held and 4 MiB relaxed; 4 MiB more evicts the relaxed */
+	held = reg_or_fail(c, p, 4 * MIB, lw);
+	a = reg_or_fail(c, p + 4 * MIB, 4 * MIB, lw);
+	assert_int_equal(odpd_dereg_relaxed(a), 0);
+	a = reg_or_fail(c, p + 8 * MIB, 4 * MIB, lw);
+	assert_int_equal(kernel_mr_count(d.pid), kernel0 + 2);
+	x = odpd_reg(c, p + 12 * MIB, 4096, lw);          /* nothing relaxed to evict */
+	assert_null(x);
+	assert_int_equal(errno, ENOMEM);
+	assert_non_null(strstr(odpd_errmsg(), "max-pinned"));
+	/* max-mrs: pages already pinned, a third MR; a fourth evicts a relaxed one */
+	b = reg_or_fail(c, p, 4096, rr);
+	x = odpd_reg(c, p + 4096, 4096, rr);
+	assert_null(x);
+	assert_int_equal(errno, ENOMEM);
+	assert_non_null(strstr(odpd_errmsg(), "max-mrs"));
+	assert_int_equal(odpd_dereg_relaxed(b), 0);
+	b = reg_or_fail(c, p + 4096, 4096, rr);
+	assert_false(b->cache_hit);
+	assert_int_equal(kernel_mr_count(d.pid), kernel0 + 3);
+	cache_get_of(admin, &k1);
+	assert_int_equal(k1.evictions - k0.evictions, 2);
+	assert_int_equal(k1.relaxed, 0);
+	odpd_dereg(b);
+	odpd_dereg(a);
+	odpd_dereg(held);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+	close(admin);
+	daemon_stop(&d);
+	unlink(path);
 }
 
 /* ---------------------------------------------------------------- death */
@@ -949,12 +1349,16 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_hit_miss_sequence, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_flush_barrier_and_dead_rkey, harness_test_setup),
+		cmocka_unit_test_setup(test_flush_returns_after_unpin, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_queue_limits, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_window_expires, harness_test_setup),
+		cmocka_unit_test_setup(test_ctime_change_alone_keeps_hits, harness_test_setup),
 		cmocka_unit_test_setup(test_punched_hole_replaces_pinned_mr, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_same_keys, harness_test_setup),
+		cmocka_unit_test_setup(test_shared_pd_remote_keys_stay_with_owner, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_policy, harness_test_setup),
 		cmocka_unit_test_setup(test_quota_memlock_and_rule, harness_test_setup),
+		cmocka_unit_test_setup(test_daemon_limits_evict_relaxed, harness_test_setup),
 		cmocka_unit_test_setup(test_sigkill_with_live_and_relaxed_mrs, harness_test_setup),
 		cmocka_unit_test_setup(test_odpctl_flush, harness_test_setup),
 		cmocka_unit_test_setup(test_pages_charged_to_client_cgroup, harness_test_setup),
