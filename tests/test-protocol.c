@@ -255,29 +255,42 @@ static void test_unexpected_fd(void **state)
 	close(fd);
 }
 
-/* Status is an admin request: a client that is neither root nor in the
- * admin group gets EPERM (checked from SO_PEERCRED). */
-static void test_status_needs_admin(void **state)
+/* Run @body in a child as uid and gid 65534 (neither root nor in an admin
+ * group) and require that it exits 0; skipped unless the tests run as root. */
+static void as_nobody_expect_success(int (*body)(void))
 {
 	int st;
 	pid_t pid;
 
-	(void)state;
 	if (geteuid() != 0)
 		skip();
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		Odpd__Request req = status_req();
 		if (setgid(65534) < 0 || setuid(65534) < 0)
 			_exit(10);
-		int fd = raw_connect_hello(test_daemon.sock);
-		Odpd__Reply *r = raw_call(fd, 2, &req, NULL, 0);
-		_exit(r->status == EPERM && r->message && *r->message ? 0 : 11);
+		_exit(body());
 	}
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static int status_refused(void)
+{
+	Odpd__Request req = status_req();
+	int fd = raw_connect_hello(test_daemon.sock);
+	Odpd__Reply *r = raw_call(fd, 2, &req, NULL, 0);
+
+	return r->status == EPERM && r->message && *r->message ? 0 : 11;
+}
+
+/* Status is an admin request: a client that is neither root nor in the
+ * admin group gets EPERM (checked from SO_PEERCRED). */
+static void test_status_needs_admin(void **state)
+{
+	(void)state;
+	as_nobody_expect_success(status_refused);
 	assert_usable(test_admin_fd);                    /* root is admin */
 }
 
@@ -596,55 +609,45 @@ static void test_other_clients_unaffected(void **state)
 
 /* ---------------------------------------------------------------- cache requests */
 
+static int cache_admin_requests_refused(void)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Flush fl = ODPD__FLUSH__INIT;
+	Odpd__ListMrs lm = ODPD__LIST_MRS__INIT;
+	Odpd__Reply *r;
+	int fd = raw_connect_hello(test_daemon.sock), code = 20;
+
+	req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+	req.list_mrs = &lm;
+	r = raw_call(fd, 2, &req, NULL, 0);
+	if (r->status != EPERM || !r->message || !*r->message)
+		return 11;
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &fl;
+	for (int i = 0; i < 3; i++, code++) {
+		fl = (Odpd__Flush)ODPD__FLUSH__INIT;
+		if (i == 0)
+			fl.has_all = fl.all = 1;
+		else if (i == 1)
+			fl.has_pid = 1, fl.pid = 1;
+		else
+			fl.pd = (char *)"team";
+		r = raw_call(fd, (uint64_t)(3 + i), &req, NULL, 0);
+		if (r->status != EPERM)
+			return code;
+	}
+	/* its own flush (no field) is allowed: nothing to do */
+	fl = (Odpd__Flush)ODPD__FLUSH__INIT;
+	r = raw_call(fd, 9, &req, NULL, 0);
+	return r->status == 0 && r->body_case == ODPD__REPLY__BODY_FLUSH && r->flush->mrs == 0 ? 0 : 30;
+}
+
 /* As uid 65534 (no admin): every admin-only form of the cache requests is
- * EPERM with a message, and the connection stays usable. */
+ * EPERM with a message, and its own flush is served. */
 static void test_cache_admin_requests_need_admin(void **state)
 {
-	int st;
-	pid_t pid;
-
 	(void)state;
-	if (geteuid() != 0)
-		skip();
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		Odpd__Request req = ODPD__REQUEST__INIT;
-		Odpd__Flush fl = ODPD__FLUSH__INIT;
-		Odpd__ListMrs lm = ODPD__LIST_MRS__INIT;
-		Odpd__Reply *r;
-		int fd, code = 20;
-
-		if (setgid(65534) < 0 || setuid(65534) < 0)
-			_exit(10);
-		fd = raw_connect_hello(test_daemon.sock);
-		req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
-		req.list_mrs = &lm;
-		r = raw_call(fd, 2, &req, NULL, 0);
-		if (r->status != EPERM || !r->message || !*r->message)
-			_exit(11);
-		req.body_case = ODPD__REQUEST__BODY_FLUSH;
-		req.flush = &fl;
-		for (int i = 0; i < 3; i++, code++) {
-			fl = (Odpd__Flush)ODPD__FLUSH__INIT;
-			if (i == 0)
-				fl.has_all = fl.all = 1;
-			else if (i == 1)
-				fl.has_pid = 1, fl.pid = 1;
-			else
-				fl.pd = (char *)"team";
-			r = raw_call(fd, (uint64_t)(3 + i), &req, NULL, 0);
-			if (r->status != EPERM)
-				_exit(code);
-		}
-		/* its own flush (no field) is allowed: nothing to do */
-		fl = (Odpd__Flush)ODPD__FLUSH__INIT;
-		r = raw_call(fd, 9, &req, NULL, 0);
-		_exit(r->status == 0 && r->body_case == ODPD__REPLY__BODY_FLUSH && r->flush->mrs == 0 ? 0 : 30);
-	}
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	as_nobody_expect_success(cache_admin_requests_refused);
 }
 
 /* JoinPd: bad names are EINVAL, a second join EALREADY; RegMr with
