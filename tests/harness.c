@@ -375,9 +375,38 @@ int harness_group_setup(void **state)
 	return 0;
 }
 
+/*
+ * A test that failed left its connections to the daemon open (cmocka jumps
+ * out of it): close every socket of this process whose peer is the test
+ * daemon's socket, but the admin connection, so that one failure does not
+ * fail every later test in wait_idle.
+ */
+static void close_stray_connections(void)
+{
+	struct sockaddr_un peer;
+	struct dirent *de;
+	DIR *d = opendir("/proc/self/fd");
+	int dfd = d ? dirfd(d) : -1;
+
+	while (d && (de = readdir(d))) {
+		int fd = atoi(de->d_name);
+		socklen_t len = sizeof(peer);
+		if (de->d_name[0] == '.' || fd == dfd || fd == test_admin_fd)
+			continue;
+		if (getpeername(fd, (struct sockaddr *)&peer, &len) == 0 && peer.sun_family == AF_UNIX &&
+		    strcmp(peer.sun_path, test_daemon.sock) == 0) {
+			fprintf(stderr, "harness: closing fd %d, a connection an earlier test left open\n", fd);
+			close(fd);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
 int harness_test_setup(void **state)
 {
 	(void)state;
+	close_stray_connections();
 	wait_idle(test_admin_fd);
 	return 0;
 }
