@@ -293,9 +293,10 @@ static void mr_invalidate(struct odpd_registry *r, struct odpd_mr *mr, struct od
 	*list = mr;
 }
 
-static bool flush_selects(const struct odpd_registry *r, const struct odpd_mr *mr,
-			  const struct odpd_flush_sel *sel)
+/* Does the flush @arg (a struct odpd_flush_sel) select relaxed @mr? */
+static bool match_sel(const struct odpd_mr *mr, const void *arg)
 {
+	const struct odpd_flush_sel *sel = arg;
 	const struct odpd_holder *h = sel->holder;
 
 	if (sel->has_pid && mr->relaxed_pid != sel->pid)
@@ -308,7 +309,6 @@ static bool flush_selects(const struct odpd_registry *r, const struct odpd_mr *m
 		if (h->spd ? mr->dom->spd != h->spd : mr->dom != h->domains[mr->dom->dev_index])
 			return false;
 	}
-	(void)r;
 	return sel->all || sel->has_pid || sel->pd || h;
 }
 
@@ -1075,14 +1075,13 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 
 /* The requests that waited for an MR being registered: served by @mr, or,
  * when its registration failed (@mr NULL), asked again from the start. */
-static void joiners_answer(struct odpd_registry *r, struct reg_op *list, struct odpd_mr *mr)
+static void joiners_answer(struct reg_op *list, struct odpd_mr *mr)
 {
 	for (struct reg_op *op = list, *next; op; op = next) {
 		struct odpd_err err = { 0 };
 		struct odpd_ref *ref = NULL;
 		int rc;
 
-		(void)r;
 		next = op->next_joiner;
 		rc = mr ? reg_hit(op, mr, &ref, &err) : reg_start(op, &ref, &err);
 		if (rc == 1)
@@ -1127,7 +1126,7 @@ static void reg_done(struct odpd_job *job)
 			mr_free(r, mr);
 		}
 		op->cb(op->arg, op->rc, &op->err, NULL, false);
-		joiners_answer(r, joiners, NULL);
+		joiners_answer(joiners, NULL);
 	} else {
 		mr->state = ODPD_MR_LIVE;
 		charge_find(mr, op->h->acct)->refs++;
@@ -1135,7 +1134,7 @@ static void reg_done(struct odpd_job *job)
 		log_debug("registry: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
 			  mr->id, mr->iova, mr->length, mr->mr->lkey, mr->mr->rkey);
 		op->cb(op->arg, 0, NULL, ref, false);
-		joiners_answer(r, joiners, mr);
+		joiners_answer(joiners, mr);
 	}
 	free(op);
 }
@@ -1356,26 +1355,13 @@ int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const stru
 
 /* ---------------------------------------------------------------- flush */
 
-struct flush_arg {
-	const struct odpd_registry *r;
-	const struct odpd_flush_sel *sel;
-};
-
-static bool match_sel(const struct odpd_mr *mr, const void *arg)
-{
-	const struct flush_arg *fa = arg;
-
-	return flush_selects(fa->r, mr, fa->sel);
-}
-
 int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *sel,
 			odpd_done_cb cb, void *arg)
 {
-	struct flush_arg fa = { r, sel };
 	struct odpd_mr *list = NULL;
 	struct odpd_waiter *w;
 
-	collect_relaxed(r, match_sel, &fa, &list);
+	collect_relaxed(r, match_sel, sel, &list);
 	relaxed_arm(r);
 	if (!list && LIST_EMPTY(&r->batches))
 		return 0;
