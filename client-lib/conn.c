@@ -140,27 +140,41 @@ static int call_send(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	return 0;
 }
 
-/* Receive and parse one reply. Fds that come with it are closed. */
-static int call_recv(struct odpd_conn *c, const char *what, Odpd__Reply **ret)
+/* Receive and parse one reply. Its first fd, if any, goes to *ret_fd (else
+ * -1); the caller closes it. Further fds are closed. */
+static int call_recv(struct odpd_conn *c, const char *what, Odpd__Reply **ret, int *ret_fd)
 {
 	struct odpd_packet p;
 	Odpd__Reply *reply = NULL;
 	int r;
 
+	*ret_fd = -1;
 	r = odpd_wire_recv(c->sock, c->buf, ODPD_MAX_PACKET + 1, &p, 0);
 	if (r == -ECONNRESET)
 		return conn_lost(c, what);
 	if (r < 0)
 		return errmsg_set(r, "%s: receiving the reply: %m", what);
+	if (p.nfds > 0 && !p.eof && !p.truncated) {
+		*ret_fd = p.fds[0];
+		p.fds[0] = -1;
+	}
 	odpd_packet_close_fds(&p);
+	if (*ret_fd >= 0 && (p.ctrunc || p.eof || p.truncated)) {
+		close(*ret_fd);
+		*ret_fd = -1;
+	}
 	if (p.eof)
 		return conn_lost(c, what);
 	if (p.truncated)
 		return errmsg_set(-EIO, "%s: the daemon's reply is larger than %u bytes",
 				  what, ODPD_MAX_PACKET);
 	reply = odpd__reply__unpack(NULL, p.len, c->buf);
-	if (!reply)
+	if (!reply) {
+		if (*ret_fd >= 0)
+			close(*ret_fd);
+		*ret_fd = -1;
 		return errmsg_set(-EIO, "%s: malformed reply from the daemon", what);
+	}
 	*ret = reply;
 	return 0;
 }
@@ -198,12 +212,12 @@ static int reply_error(const char *what, const Odpd__Reply *reply)
 }
 
 /* Read until the reply to request @id arrives. */
-static int call_wait(struct odpd_conn *c, const char *what, uint64_t id, Odpd__Reply **ret)
+static int call_wait(struct odpd_conn *c, const char *what, uint64_t id, Odpd__Reply **ret, int *ret_fd)
 {
 	for (;;) {
 		Odpd__Reply *reply = NULL;
 		enum reply_fate fate;
-		int r = call_recv(c, what, &reply);
+		int r = call_recv(c, what, &reply, ret_fd);
 
 		if (r < 0)
 			return r;
@@ -212,6 +226,9 @@ static int call_wait(struct odpd_conn *c, const char *what, uint64_t id, Odpd__R
 			*ret = reply;
 			return 0;
 		}
+		if (*ret_fd >= 0)
+			close(*ret_fd);
+		*ret_fd = -1;
 		odpd__reply__free_unpacked(reply, NULL);
 		if (fate == REPLY_BAD)
 			return errmsg_set(-EIO, "%s: the daemon answered a request not yet sent", what);
@@ -222,7 +239,15 @@ int conn_call(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	      const int *fds, unsigned nfds, Odpd__Reply__BodyCase want,
 	      Odpd__Reply **ret_reply)
 {
+	return conn_call_fd(c, what, req, fds, nfds, want, ret_reply, NULL);
+}
+
+int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
+		 const int *fds, unsigned nfds, Odpd__Reply__BodyCase want,
+		 Odpd__Reply **ret_reply, int *ret_fd)
+{
 	Odpd__Reply *reply = NULL;
+	int fd = -1;
 	int r;
 
 	r = conn_check(c, what);
@@ -233,7 +258,7 @@ int conn_call(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	r = call_send(c, what, req, fds, nfds);
 	if (r < 0)
 		return r;
-	r = call_wait(c, what, req->id, &reply);
+	r = call_wait(c, what, req->id, &reply, &fd);
 	if (r < 0)
 		return r;
 
@@ -241,10 +266,18 @@ int conn_call(struct odpd_conn *c, const char *what, Odpd__Request *req,
 		r = reply_error(what, reply);
 	else if (want != ODPD__REPLY__BODY__NOT_SET && reply->body_case != want)
 		r = errmsg_set(-EIO, "%s: the daemon's reply lacks its body", what);
+	else if (ret_fd && fd < 0)
+		r = errmsg_set(-EIO, "%s: the daemon's reply lacks its file descriptor", what);
 	if (r < 0 || !ret_reply)
 		odpd__reply__free_unpacked(reply, NULL);
 	else
 		*ret_reply = reply;
+	if (r >= 0 && ret_fd) {
+		*ret_fd = fd;
+		fd = -1;
+	}
+	if (fd >= 0)
+		close(fd);
 	return r;
 }
 
@@ -410,6 +443,7 @@ static struct odpd_conn *conn_new(void)
 static void conn_free(struct odpd_conn *c)
 {
 	conns_del(c);
+	import_release(c);                  /* before the daemon closes the PD */
 	if (c->sock >= 0)
 		close(c->sock);
 	mirror_release_all(c);

@@ -116,6 +116,9 @@ struct odpd_conn {
 	struct odpd_link segments;      /* struct odpd_segment */
 	struct odpd_link mrs;           /* struct mr_entry (mr.c) */
 	struct odpd_link mirror_mrs;    /* struct mirror_entry (mirror.c) */
+	/* odpd_import_pd() (import.c): the daemon's context and PD, imported */
+	struct ibv_context *imp_ctx;
+	struct ibv_pd *imp_pd;
 };
 
 struct odpd_segment {
@@ -149,6 +152,11 @@ int conn_check(struct odpd_conn *c, const char *what);
 int conn_call(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	      const int *fds, unsigned nfds, Odpd__Reply__BodyCase want,
 	      Odpd__Reply **ret_reply);
+/* The same for a reply that carries one fd: *@ret_fd on success (the
+ * caller owns it); a successful reply without one is EIO. */
+int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
+		 const int *fds, unsigned nfds, Odpd__Reply__BodyCase want,
+		 Odpd__Reply **ret_reply, int *ret_fd);
 
 /* The device called @name among those the daemon reported, or NULL. */
 const struct odpd_device_attr *conn_find_device(const struct odpd_conn *c, const char *name);
@@ -238,6 +246,11 @@ void mrs_release_all(struct odpd_conn *c);
 
 /* Unimport and forget every mirror MR of @c (odpd_disconnect). */
 void mirror_release_all(struct odpd_conn *c);
+
+/* ---------------------------------------------------------------- import.c */
+
+/* Unimport the PD odpd_import_pd() returned and close its context. */
+void import_release(struct odpd_conn *c);
 
 /* ---------------------------------------------------------------- access.c */
 

@@ -40,10 +40,11 @@ struct rdma_cm_id;
  * The library interface version: 1.1 added odpd_reg_attr(),
  * odpd_dereg_relaxed(), odpd_flush_relaxed(), odpd_join_pd() and the
  * generation and cache_hit fields of struct odpd_mr (symbol version
- * ODPD_1.1; the 1.0 calls stay at ODPD_1.0).
+ * ODPD_1.1; the 1.0 calls stay at ODPD_1.0); 1.2 added odpd_import_pd()
+ * (ODPD_1.2).
  */
 #define ODPD_VERSION_MAJOR 1
-#define ODPD_VERSION_MINOR 1
+#define ODPD_VERSION_MINOR 2
 
 /* Environment variable naming the daemon's socket; default below. */
 #define ODPD_SOCKET_ENV "ODPD_SOCKET"
@@ -374,6 +375,43 @@ int odpd_flush_relaxed(struct odpd_conn *conn);
  * of ibv_post_send, ENOTCONN.
  */
 int odpd_verify(struct odpd_mr *mr, void *addr, size_t length, uint32_t *ret_crc32);
+
+/*
+ * Daemon-PD mode for applications: the PD that @conn's registrations live in
+ * (its private PD on the connection's device, or the shared PD it joined
+ * with odpd_join_pd()), imported into this process. The daemon sends a dup
+ * of that PD's device context's cmd_fd and the PD's handle; the library
+ * imports them with ibv_import_device(3) and ibv_import_pd(3), once per
+ * connection: later calls return the same PD. Make your CQs and QPs with the
+ * returned PD (and its ->context) and use the lkey and rkey of odpd_reg()
+ * MRs of @conn in your work requests (addresses: struct odpd_mr's iova,
+ * which is the address in this process).
+ *
+ * The PD belongs to the daemon: never ibv_dealloc_pd(3) it and never close
+ * its context. odpd_disconnect() unimports it (ibv_unimport_pd(3)) and
+ * closes this process's copy of the context; destroy your QPs, CQs and
+ * anything else made in that context before. Whatever a process leaves
+ * there (it was killed, say) is destroyed by the kernel when the daemon
+ * closes the PD - for a private PD, when the connection ends - and no
+ * process holds the context any more. The context holds nothing but the
+ * PD's own objects (DESIGN.md: whoever holds a context can use any object
+ * in it): the members of a shared PD share one, so share PDs only between
+ * processes that trust each other.
+ *
+ * Binds the connection to its PD as a registration does: odpd_join_pd()
+ * afterwards fails with EBUSY. Import needs a provider that implements it
+ * (mlx5 in upstream rdma-core today; Soft-RoCE (rxe) with the patch in
+ * odpd's test bed, see README).
+ *
+ * Errors: EINVAL (@conn NULL), EOPNOTSUPP (the device's provider in the
+ * daemon cannot import - odpd_query_device() shows it as import - or this
+ * process's provider cannot: ibv_import_device(3) answered EOPNOTSUPP;
+ * nothing is registered either way), ENODEV (the connection's device is
+ * gone from the daemon), ENOMEM (in the daemon), the errors of
+ * ibv_open_device(3) and ibv_alloc_pd(3) in the daemon (first use of the
+ * PD) and of ibv_import_device(3) and ibv_import_pd(3) here, EIO, ENOTCONN.
+ */
+struct ibv_pd *odpd_import_pd(struct odpd_conn *conn);
 
 /*
  * The librdmacm mirror: rdma_reg_msgs(3), rdma_reg_read(3), rdma_reg_write(3)

@@ -23,6 +23,7 @@
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg);
 static void client_on_write(evutil_socket_t fd, short what, void *arg);
+static void outq_push(struct odpd_client *c, struct outq_item *it, Odpd__Reply *reply);
 
 /* A pidfd names the peer process even after its pid is reused. */
 static int peer_pidfd(int fd, pid_t pid)
@@ -188,20 +189,28 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 
 /* ---------------------------------------------------------------- output */
 
+static void outq_item_free(struct outq_item *it)
+{
+	if (it->fd >= 0)
+		close(it->fd);
+	free(it);
+}
+
 static int outq_flush(struct odpd_client *c)
 {
 	while (c->outq) {
 		struct outq_item *it = c->outq;
-		if (send(c->fd, it->data, it->len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				return 0;
-			return -errno;
-		}
+		int r = odpd_wire_send_buf(c->fd, it->data, it->len, &it->fd, it->fd >= 0, MSG_DONTWAIT);
+
+		if (r == -EAGAIN)
+			return 0;
+		if (r < 0)
+			return r;
 		c->outq = it->next;
 		if (!c->outq)
 			c->outq_tail = &c->outq;
 		c->outq_len--;
-		free(it);
+		outq_item_free(it);
 	}
 	event_del(c->ev_write);
 	return 0;
@@ -221,27 +230,39 @@ static void client_on_write(evutil_socket_t fd, short what, void *arg)
 
 void odpd_client_send(struct odpd_client *c, Odpd__Reply *reply)
 {
+	odpd_client_send_fd(c, reply, -1);
+}
+
+void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd)
+{
 	size_t len = odpd__reply__get_packed_size(reply);
 	struct outq_item *it;
 
-	if (c->dead)
+	if (c->dead) {
+		if (fd >= 0)
+			close(fd);
 		return;
+	}
 	if (reply->status != 0)
 		c->m->stats.errors++;
 	if (len > ODPD_MAX_PACKET) {
 		log_error("client %llu: reply of %zu bytes is too large", (unsigned long long)c->id, len);
 		odpd_client_disconnect(c, "reply too large");
-		return;
-	}
-	if (c->outq_len >= OUTQ_MAX) {
+	} else if (c->outq_len >= OUTQ_MAX) {
 		odpd_client_disconnect(c, "slow reader: output queue full");
-		return;
-	}
-	it = malloc(sizeof(*it) + len);
-	if (!it) {
+	} else if (!(it = malloc(sizeof(*it) + len))) {
 		odpd_client_disconnect(c, "out of memory");
+	} else {
+		it->fd = fd;
+		outq_push(c, it, reply);
 		return;
 	}
+	if (fd >= 0)
+		close(fd);
+}
+
+static void outq_push(struct odpd_client *c, struct outq_item *it, Odpd__Reply *reply)
+{
 	it->next = NULL;
 	it->len = odpd__reply__pack(reply, it->data);
 	*c->outq_tail = it;
@@ -382,7 +403,7 @@ void odpd_client_disconnect(struct odpd_client *c, const char *why)
 	while (c->outq) {
 		struct outq_item *it = c->outq;
 		c->outq = it->next;
-		free(it);
+		outq_item_free(it);
 	}
 	close(c->fd);
 	c->fd = -1;

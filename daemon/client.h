@@ -25,6 +25,7 @@ struct odpd_cseg {
 
 struct outq_item {
 	struct outq_item *next;
+	int fd;                         /* sent along (SCM_RIGHTS) and closed, or -1 */
 	size_t len;
 	uint8_t data[];
 };
@@ -58,6 +59,8 @@ void odpd_client_accept(evutil_socket_t fd, short what, void *arg);
 
 /* Queue a reply. May disconnect a client whose output queue is full. */
 void odpd_client_send(struct odpd_client *c, Odpd__Reply *reply);
+/* The same with one fd, which it takes (closed once sent, or on failure). */
+void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd);
 /* Send an error reply (status = @err code) for request @id. */
 void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const char *msg);
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "domain.h"
+#include "log.h"
 #include "verify.h"
 
 struct odpd_domain *odpd_domain_new(struct odpd_device *dev, unsigned dev_index)
@@ -42,11 +43,23 @@ int odpd_domain_open_locked(struct odpd_domain *d, struct odpd_err *err)
 
 void odpd_domain_close(struct odpd_domain *d)
 {
+	int e;
+
 	if (!d)
 		return;
 	odpd_verifier_free(d->verifier);
-	if (d->pd)
-		ibv_dealloc_pd(d->pd);
+	if (d->pd && (e = ibv_dealloc_pd(d->pd)) != 0) {
+		/*
+		 * A client that imported this context (ImportPd) left objects in
+		 * the PD: its QPs, CQs or MRs, e.g. because it was killed. Free
+		 * our struct only (unimport); closing our cmd_fd below destroys
+		 * them once no process holds the context's file any more.
+		 */
+		log_warning("%s: PD of a closing domain still in use (%s)%s; closing the context "
+			    "releases what is left in it", d->dev->name, strerror(e),
+			    d->exported ? ": objects an importing client left behind" : "");
+		ibv_unimport_pd(d->pd);
+	}
 	if (d->ctx)
 		ibv_close_device(d->ctx);
 	pthread_mutex_destroy(&d->lock);

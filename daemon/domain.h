@@ -37,6 +37,7 @@ struct odpd_domain {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct odpd_verifier *verifier;     /* created on first verify */
+	bool exported;                      /* its cmd_fd went to a client (ImportPd) */
 	/* Event loop. */
 	LIST_ENTRY(odpd_domain) link;
 	unsigned members;

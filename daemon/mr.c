@@ -85,6 +85,7 @@ static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_ref *
 struct pending {
 	struct odpd_client *c;
 	uint64_t id;
+	const struct odpd_device *dev;      /* ImportPd */
 };
 
 /* NULL after replying ENOMEM. */
@@ -98,6 +99,7 @@ static struct pending *pending_new(struct odpd_client *c, uint64_t id)
 	}
 	p->c = c;
 	p->id = id;
+	p->dev = NULL;
 	return p;
 }
 
@@ -434,4 +436,58 @@ void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req)
 	}
 	free(p);
 	reply_flush(c, id, 0, 0);
+}
+
+/* ---------------------------------------------------------------- import (daemon-PD mode) */
+
+static void export_cb(void *arg, int rc, const struct odpd_err *err, int fd, uint32_t pd_handle)
+{
+	struct pending *p = arg;
+	struct odpd_client *c = p->c;
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__ImportPdReply ir = ODPD__IMPORT_PD_REPLY__INIT;
+	const struct odpd_device *dev = p->dev;
+
+	if (rc < 0) {
+		odpd_reply_err(c, p->id, err);
+	} else {
+		ir.has_pd_handle = 1;
+		ir.pd_handle = pd_handle;
+		ir.device = (char *)dev->name;
+		ir.pd = c->holder.spd ? c->holder.spd->name : NULL;
+		reply.has_id = reply.has_status = 1;
+		reply.id = p->id;
+		reply.body_case = ODPD__REPLY__BODY_IMPORT_PD;
+		reply.import_pd = &ir;
+		log_info("client %llu: handed over %s PD %u of %s%s%s", (unsigned long long)c->id,
+			 ir.pd ? "shared" : "its", pd_handle, dev->name, ir.pd ? " " : "",
+			 ir.pd ? ir.pd : "");
+		odpd_client_send_fd(c, &reply, fd);
+	}
+	free(p);
+	odpd_client_job_done(c);
+}
+
+void odpd_import_pd(struct odpd_client *c, uint64_t id, const Odpd__ImportPd *req)
+{
+	struct odpd_manager *m = c->m;
+	struct odpd_device *dev = odpd_devices_find(&m->devices, req->device);
+	struct odpd_err err = { 0 };
+	struct pending *p;
+
+	if (!dev) {
+		odpd_client_send_error(c, id, ENODEV, m->devices.n ? "no device of that name" :
+				       "odpd has no RDMA device");
+		return;
+	}
+	p = pending_new(c, id);
+	if (!p)
+		return;
+	p->dev = dev;
+	if (odpd_registry_export_pd(&m->registry, &c->holder, dev, export_cb, p, &err) < 0) {
+		free(p);
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	odpd_client_wait(c);
 }

@@ -1460,6 +1460,74 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 	return 1;
 }
 
+/* ---------------------------------------------------------------- export (daemon-PD mode) */
+
+struct export_op {
+	struct odpd_job job;
+	struct odpd_domain *d;
+	odpd_export_cb cb;
+	void *arg;
+	int fd;
+	uint32_t pd_handle;
+	struct odpd_err err;
+	int rc;
+};
+
+static void export_run(struct odpd_job *job)
+{
+	struct export_op *op = (struct export_op *)job;
+	struct odpd_domain *d = op->d;
+
+	pthread_mutex_lock(&d->lock);
+	op->rc = odpd_domain_open_locked(d, &op->err);
+	if (op->rc == 0) {
+		op->fd = fcntl(d->ctx->cmd_fd, F_DUPFD_CLOEXEC, 3);
+		if (op->fd < 0)
+			op->rc = err_set(&op->err, errno, "duplicating the context's cmd_fd: %s",
+					 strerror(errno));
+		op->pd_handle = d->pd->handle;
+		d->exported = true;
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void export_done(struct odpd_job *job)
+{
+	struct export_op *op = (struct export_op *)job;
+
+	op->cb(op->arg, op->rc, &op->err, op->fd, op->pd_handle);
+	free(op);
+}
+
+int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, struct odpd_device *dev,
+			    odpd_export_cb cb, void *arg, struct odpd_err *err)
+{
+	struct export_op *op;
+	struct odpd_domain *d;
+
+	if (dev->import != ODPD__SUPPORT__SUPPORT_YES)
+		return err_set(err, EOPNOTSUPP, "device %s: its provider cannot import a context "
+			       "(ibv_import_device: %s), so its PDs cannot be handed to applications; "
+			       "only providers that implement import (mlx5 today) can. Its MRs stay "
+			       "usable through their keys by odpd's own QPs (verify)", dev->name,
+			       strerror(dev->import_errno ? dev->import_errno : EOPNOTSUPP));
+	op = calloc(1, sizeof(*op));
+	d = op ? holder_domain(r, h, (unsigned)(dev - r->devices->dev)) : NULL;
+	if (!d) {
+		free(op);
+		return err_set(err, ENOMEM, "out of memory");
+	}
+	h->registered = true;                /* bound to this PD: too late to join another */
+	op->d = d;
+	op->cb = cb;
+	op->arg = arg;
+	op->fd = -1;
+	op->job.run = export_run;
+	op->job.done = export_done;
+	odpd_pool_submit(r->pool, &op->job);
+	return 1;
+}
+
 /* ---------------------------------------------------------------- life */
 
 int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct odpd_pool *pool,

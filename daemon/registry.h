@@ -235,6 +235,17 @@ struct odpd_flush_sel {
 int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *sel,
 			odpd_done_cb cb, void *arg);
 
+/*
+ * Daemon-PD mode: open @h's PD on @dev (its private one, or the shared PD it
+ * joined) if not yet open, and hand @cb a dup of the context's cmd_fd (the
+ * callee owns it) and the PD's handle, on the loop. Binds the holder to that
+ * PD as a registration does. EOPNOTSUPP where the provider cannot import.
+ * Returns 1 (cb will be called) or -errno.
+ */
+typedef void (*odpd_export_cb)(void *arg, int rc, const struct odpd_err *err, int fd, uint32_t pd_handle);
+int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, struct odpd_device *dev,
+			    odpd_export_cb cb, void *arg, struct odpd_err *err);
+
 /* verify (verify.h) through @ref's MR on a worker. */
 typedef void (*odpd_verify_cb)(void *arg, int rc, const struct odpd_err *err, uint32_t crc,
 			       uint64_t length, const char *method);

@@ -130,6 +130,9 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 	case ODPD__REQUEST__BODY_LIST_MRS:
 		odpd_admin_list_mrs(c, id, req->list_mrs);
 		break;
+	case ODPD__REQUEST__BODY_IMPORT_PD:
+		odpd_import_pd(c, id, req->import_pd);
+		break;
 	default:
 		odpd_client_send_error(c, id, EOPNOTSUPP, "unknown request type (a newer client?)");
 		break;

@@ -27,6 +27,7 @@ void odpd_dereg_mr(struct odpd_client *c, uint64_t id, const Odpd__DeregMr *req)
 void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req);
 void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req);
 void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req);
+void odpd_import_pd(struct odpd_client *c, uint64_t id, const Odpd__ImportPd *req);
 
 /* Admin requests (admin.c). */
 void odpd_admin_status(struct odpd_client *c, uint64_t id);

@@ -47,6 +47,8 @@ struct odpd_packet {
  * ODPD_MAX_PACKET, -EAGAIN on a full non-blocking socket, or send's errno.
  */
 int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsigned nfds, int flags);
+/* The same for an already packed message of @len bytes. */
+int odpd_wire_send_buf(int sock, const void *buf, size_t len, const int *fds, unsigned nfds, int flags);
 
 /*
  * Receive one packet into @buf of @cap bytes (pass ODPD_MAX_PACKET + 1).

@@ -8,21 +8,18 @@
 
 #include "odpd-wire.h"
 
-int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsigned nfds, int flags)
+int odpd_wire_send_buf(int sock, const void *buf, size_t len, const int *fds, unsigned nfds, int flags)
 {
-	uint8_t buf[ODPD_MAX_PACKET];
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(int) * ODPD_MAX_FDS)];
 	} control;
-	size_t len = protobuf_c_message_get_packed_size(msg);
-
-	if (len > sizeof(buf) || nfds > ODPD_MAX_FDS)
-		return -EMSGSIZE;
-	protobuf_c_message_pack(msg, buf);
-
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (len > ODPD_MAX_PACKET || nfds > ODPD_MAX_FDS)
+		return -EMSGSIZE;
 	if (nfds > 0) {
 		memset(&control, 0, sizeof(control));
 		mh.msg_control = control.buf;
@@ -33,13 +30,23 @@ int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsign
 		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
 		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
 	}
-	ssize_t n;
 	do
 		n = sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
 	return 0;
+}
+
+int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsigned nfds, int flags)
+{
+	uint8_t buf[ODPD_MAX_PACKET];
+	size_t len = protobuf_c_message_get_packed_size(msg);
+
+	if (len > sizeof(buf))
+		return -EMSGSIZE;
+	protobuf_c_message_pack(msg, buf);
+	return odpd_wire_send_buf(sock, buf, len, fds, nfds, flags);
 }
 
 /* recvmsg returned 0: an empty record, or the peer shut down? */
@@ -144,6 +151,7 @@ const char *odpd_request_name(Odpd__Request__BodyCase c)
 	case ODPD__REQUEST__BODY_JOIN_PD: return "join_pd";
 	case ODPD__REQUEST__BODY_FLUSH: return "flush";
 	case ODPD__REQUEST__BODY_LIST_MRS: return "list_mrs";
+	case ODPD__REQUEST__BODY_IMPORT_PD: return "import_pd";
 	default: return "unknown";
 	}
 }
