@@ -36,6 +36,20 @@ bool test_require_device(void)
 	return e && strcmp(e, "1") == 0;
 }
 
+bool test_profile_testbed(void)
+{
+	const char *e = getenv("ODPD_VM_PROFILE");
+
+	return e && strcmp(e, "testbed") == 0;
+}
+
+const char *test_cm_addr(void)
+{
+	const char *e = getenv("ODPD_VM_CM_ADDR");
+
+	return e && *e ? e : NULL;
+}
+
 void daemon_start(struct test_daemon *d, const char *const *args)
 {
 	const char *bin = getenv("ODPD_TEST_DAEMON");

@@ -41,6 +41,11 @@ int harness_group_teardown(void **state);
 
 /* Does the VM tier require a device (ODPD_TEST_REQUIRE_DEVICE=1)? */
 bool test_require_device(void);
+/* The VM's `testbed` profile (ODPD_VM_PROFILE=testbed: rdma-core 65 with the
+ * rxe import patch, so import and advise_mr work), not `stock`? */
+bool test_profile_testbed(void);
+/* The address rdma_cm reaches rxe0 at in the VM (ODPD_VM_CM_ADDR), or NULL. */
+const char *test_cm_addr(void);
 
 /* Raw protocol (connect with odpd_wire_connect). */
 /* odpd_wire_connect + a successful Hello. */
