@@ -238,12 +238,19 @@ static bool is_thread_of(pid_t pid, int tid)
 
 int kernel_mr_count(pid_t pid)
 {
+	return kernel_res_count("mr", pid);
+}
+
+int kernel_res_count(const char *res, pid_t pid)
+{
 	static char out[1 << 20];
+	char cmd[64];
 	size_t len;
 	FILE *p;
 	int n = 0;
 
-	p = popen("rdma -j resource show mr 2>/dev/null", "r");
+	snprintf(cmd, sizeof(cmd), "rdma -j resource show %s 2>/dev/null", res);
+	p = popen(cmd, "r");
 	if (!p)
 		return -1;
 	len = fread(out, 1, sizeof(out) - 1, p);
@@ -254,8 +261,9 @@ int kernel_mr_count(pid_t pid)
 	if (!arr)
 		return -1;
 	for (size_t i = 0; json_object_is_type(arr, json_type_array) && i < json_object_array_length(arr); i++) {
-		json_object *mr = json_object_array_get_idx(arr, i), *jp;
-		if (json_object_object_get_ex(mr, "pid", &jp) && is_thread_of(pid, json_object_get_int(jp)))
+		json_object *o = json_object_array_get_idx(arr, i), *jp;
+		if (pid == 0 || (json_object_object_get_ex(o, "pid", &jp) &&
+				 is_thread_of(pid, json_object_get_int(jp))))
 			n++;
 	}
 	json_object_put(arr);

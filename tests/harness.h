@@ -86,6 +86,9 @@ void snapshot_settles_to(const struct test_daemon *d, int admin_fd, const struct
 /* MRs the kernel holds for any thread of @pid (rdma -j resource show mr),
  * -1 if no rdma tool/device. */
 int kernel_mr_count(pid_t pid);
+/* The same for any resource type of `rdma resource show` (mr, qp, cq, pd);
+ * @pid 0 counts every process's. */
+int kernel_res_count(const char *res, pid_t pid);
 /* VmPin of @pid in kB. */
 long vmpin_kb(pid_t pid);
 /* Open fds of @pid. */

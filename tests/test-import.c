@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Daemon-PD mode for applications, on real rxe verbs in the VM:
+ * odpd_import_pd() hands a process the PD its odpd MRs live in, and that
+ * process's own QPs move data through the MRs' keys. In the `testbed`
+ * profile (rdma-core 65 with the rxe import patch) import works; in `stock`
+ * (Debian 12's rdma-core 44) it must answer EOPNOTSUPP and change nothing.
+ * What is left behind is judged from the kernel's side (rdma resource show)
+ * and odpd's fds, never from odpd's own table.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "harness.h"
+#include "odpd.h"
+#include "rcqp.h"
+
+#define SEG_LEN (64u << 10)
+#define HALF (SEG_LEN / 2)
+#define ACCESS_ALL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
+
+static struct odpd_conn *connect_or_fail(void)
+{
+	struct odpd_conn *c = odpd_connect(test_daemon.sock, NULL);
+
+	if (!c)
+		fail_msg("odpd_connect: %s: %s", strerror(errno), odpd_errmsg());
+	return c;
+}
+
+/* Byte @i of pattern @seed; a buffer holds bytes [0, n) of it. */
+static uint8_t pattern(unsigned seed, size_t i)
+{
+	return (uint8_t)(seed * 131 + i * 7 + (i >> 12));
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = pattern(seed, i);
+}
+
+/* Does @p hold bytes [@from, @from + @n) of pattern @seed? */
+static bool filled(const uint8_t *p, size_t n, unsigned seed, size_t from)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != pattern(seed, from + i))
+			return false;
+	return true;
+}
+
+/* A connection with one segment, an MR over all of it and its imported PD. */
+struct side {
+	struct odpd_conn *conn;
+	struct odpd_segment *seg;
+	uint8_t *buf;
+	struct odpd_mr *mr;
+	struct ibv_pd *pd;
+};
+
+/* 0, or a small code naming the step that failed (for a child's exit status). */
+static int side_open(struct side *s, unsigned access)
+{
+	memset(s, 0, sizeof(*s));
+	s->conn = odpd_connect(test_daemon.sock, NULL);
+	if (!s->conn)
+		return 1;
+	s->seg = odpd_alloc(s->conn, SEG_LEN, 0);
+	if (!s->seg)
+		return 2;
+	s->buf = odpd_segment_addr(s->seg);
+	s->mr = odpd_reg(s->conn, s->buf, SEG_LEN, access);
+	if (!s->mr)
+		return 3;
+	s->pd = odpd_import_pd(s->conn);
+	return s->pd ? 0 : 4;
+}
+
+static void side_close(struct side *s)
+{
+	if (s->mr)
+		odpd_dereg(s->mr);
+	if (s->seg)
+		odpd_detach(s->seg);
+	odpd_disconnect(s->conn);
+}
+
+static void skip_unless_testbed(void)
+{
+	if (!test_profile_testbed())
+		skip();
+}
+
+/* ---------------------------------------------------------------- stock */
+
+/* Without a provider that imports: EOPNOTSUPP, and no PD is even opened. */
+static void test_import_refused_without_provider(void **state)
+{
+	struct snapshot before, after;
+	struct odpd_conn *c;
+	int fds;
+
+	(void)state;
+	if (test_profile_testbed())
+		skip();
+	c = connect_or_fail();
+	fds = fd_count(getpid());
+	snapshot_take(&test_daemon, test_admin_fd, &before);
+	errno = 0;
+	assert_null(odpd_import_pd(c));
+	assert_int_equal(errno, EOPNOTSUPP);
+	assert_non_null(strstr(odpd_errmsg(), "cannot import"));
+	snapshot_take(&test_daemon, test_admin_fd, &after);
+	snapshot_assert_equal(&before, &after);   /* daemon fds too: no context was opened */
+	assert_int_equal(fd_count(getpid()), fds);
+	/* still usable, and join still allowed: nothing was bound */
+	assert_int_equal(odpd_join_pd(c, "after-refused-import"), 0);
+	odpd_disconnect(c);
+}
+
+/* ---------------------------------------------------------------- testbed */
+
+/* The PD is imported once per connection, and binds the connection to it. */
+static void test_import_once_and_binds(void **state)
+{
+	struct odpd_conn *c, *m1, *m2;
+	struct ibv_pd *pd, *p1, *p2;
+
+	(void)state;
+	skip_unless_testbed();
+	c = connect_or_fail();
+	pd = odpd_import_pd(c);
+	if (!pd)
+		fail_msg("odpd_import_pd: %s: %s", strerror(errno), odpd_errmsg());
+	assert_ptr_equal(odpd_import_pd(c), pd);
+	assert_int_equal(odpd_join_pd(c, "too-late"), -1);
+	assert_int_equal(errno, EBUSY);
+
+	/* members of a shared PD import the same PD (same handle, same kernel object) */
+	m1 = connect_or_fail();
+	m2 = connect_or_fail();
+	assert_int_equal(odpd_join_pd(m1, "import-shared"), 0);
+	assert_int_equal(odpd_join_pd(m2, "import-shared"), 0);
+	p1 = odpd_import_pd(m1);
+	p2 = odpd_import_pd(m2);
+	assert_non_null(p1);
+	assert_non_null(p2);
+	assert_int_equal(p1->handle, p2->handle);
+	odpd_disconnect(m1);
+	odpd_disconnect(m2);
+	odpd_disconnect(c);
+}
+
+/*
+ * Process B moves data through process A's keys: each has its own odpd
+ * connection, MR and imported PD and its own QP there; B RDMA WRITEs into
+ * A's MR from its own MR, and RDMA READs A's other half back. A checks the
+ * bytes in its own mapping, B in its.
+ */
+struct peer_info {
+	struct rcqp_addr qp;
+	uint64_t iova;
+	uint32_t rkey;
+};
+
+static int child_b(int to_a, int from_a, const struct peer_info *a)
+{
+	struct side b;
+	struct rcqp q;
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	char go;
+	int r = side_open(&b, IBV_ACCESS_LOCAL_WRITE);
+
+	if (r)
+		return 10 + r;
+	if (rcqp_create(&q, b.pd, 4) < 0)
+		return 20;
+	if (write(to_a, &q.local, sizeof(q.local)) != sizeof(q.local))
+		return 21;
+	if (rcqp_connect(&q, &a->qp) < 0)
+		return 22;
+	if (read(from_a, &go, 1) != 1)       /* A's QP is connected too */
+		return 23;
+	fill(b.buf, HALF, 2);
+	memset(b.buf + HALF, 0, HALF);
+	/* local key: B's odpd MR; remote key: A's odpd MR */
+	if (rcqp_rdma(&q, IBV_WR_RDMA_WRITE, (uintptr_t)b.buf, b.mr->lkey, HALF, a->iova, a->rkey, &st) < 0) {
+		fprintf(stderr, "RDMA WRITE: %s\n", ibv_wc_status_str(st));
+		return 24;
+	}
+	if (rcqp_rdma(&q, IBV_WR_RDMA_READ, (uintptr_t)b.buf + HALF, b.mr->lkey, HALF, a->iova + HALF,
+		      a->rkey, &st) < 0) {
+		fprintf(stderr, "RDMA READ: %s\n", ibv_wc_status_str(st));
+		return 25;
+	}
+	if (!filled(b.buf + HALF, HALF, 1, HALF))
+		return 26;
+	rcqp_destroy(&q);
+	side_close(&b);
+	return 0;
+}
+
+static void test_second_process_moves_data(void **state)
+{
+	struct side a;
+	struct rcqp q;
+	struct peer_info info;
+	struct rcqp_addr bq;
+	int to_b[2], to_a[2], st, r;
+	pid_t pid;
+
+	(void)state;
+	skip_unless_testbed();
+	r = side_open(&a, ACCESS_ALL);
+	if (r)
+		fail_msg("side A step %d: %s: %s", r, strerror(errno), odpd_errmsg());
+	fill(a.buf, SEG_LEN, 1);
+	assert_int_equal(rcqp_create(&q, a.pd, 4), 0);
+	info = (struct peer_info){ .qp = q.local, .iova = a.mr->iova, .rkey = a.mr->rkey };
+	assert_int_equal(pipe(to_b), 0);
+	assert_int_equal(pipe(to_a), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(to_b[1]);
+		close(to_a[0]);
+		_exit(child_b(to_a[1], to_b[0], &info));
+	}
+	close(to_b[0]);
+	close(to_a[1]);
+	if (read(to_a[0], &bq, sizeof(bq)) == sizeof(bq)) {
+		assert_int_equal(rcqp_connect(&q, &bq), 0);
+		assert_int_equal(write(to_b[1], "g", 1), 1);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	/* B's bytes arrived in A's memory, through A's rkey; A's second half is intact */
+	assert_true(filled(a.buf, HALF, 2, 0));
+	assert_true(filled(a.buf + HALF, HALF, 1, HALF));
+	close(to_b[1]);
+	close(to_a[0]);
+	rcqp_destroy(&q);
+	side_close(&a);
+}
+
+/*
+ * A client SIGKILLed while objects of its own live in the context odpd gave
+ * it (a CQ, a QP, an MR it registered itself through the imported PD, next
+ * to odpd's MR) leaves nothing: once odpd closes the PD the kernel destroys
+ * them, and odpd's fds, MRs and pins are back where they were.
+ */
+static int child_killed(int ready_fd)
+{
+	static uint8_t own[4096];
+	struct side s;
+	struct rcqp q;
+	int r = side_open(&s, IBV_ACCESS_LOCAL_WRITE);
+
+	if (r)
+		return 10 + r;
+	if (rcqp_create(&q, s.pd, 4) < 0)
+		return 20;
+	if (!ibv_reg_mr(s.pd, own, sizeof(own), IBV_ACCESS_LOCAL_WRITE))
+		return 21;
+	if (write(ready_fd, "r", 1) != 1)
+		return 22;
+	pause();
+	return 23;
+}
+
+struct kernel_counts {
+	int qps, cqs, mrs, pds;
+};
+
+static void kernel_counts(struct kernel_counts *k)
+{
+	k->qps = kernel_res_count("qp", 0);
+	k->cqs = kernel_res_count("cq", 0);
+	k->mrs = kernel_res_count("mr", 0);
+	k->pds = kernel_res_count("pd", 0);
+}
+
+static const struct snapshot *killed_base;
+static const struct kernel_counts *killed_kbase;
+
+static bool all_released(void *arg)
+{
+	struct snapshot now;
+	struct kernel_counts k;
+
+	(void)arg;
+	snapshot_take(&test_daemon, test_admin_fd, &now);
+	kernel_counts(&k);
+	return now.clients == killed_base->clients && now.kernel_mrs == killed_base->kernel_mrs &&
+	       now.vmpin_kb == killed_base->vmpin_kb && now.daemon_fds == killed_base->daemon_fds &&
+	       now.mrs == killed_base->mrs && memcmp(&k, killed_kbase, sizeof(k)) == 0;
+}
+
+static void test_killed_importer_leaves_nothing(void **state)
+{
+	struct snapshot before, after;
+	struct kernel_counts kb, kd, ka;
+	int ready[2], st;
+	char c;
+	pid_t pid;
+
+	(void)state;
+	skip_unless_testbed();
+	snapshot_take(&test_daemon, test_admin_fd, &before);
+	kernel_counts(&kb);
+	assert_true(kb.qps >= 0);
+	assert_int_equal(pipe(ready), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(ready[0]);
+		_exit(child_killed(ready[1]));
+	}
+	close(ready[1]);
+	if (read(ready[0], &c, 1) != 1) {
+		waitpid(pid, &st, 0);
+		fail_msg("the child failed before it was ready: status %d", WEXITSTATUS(st));
+	}
+	kernel_counts(&kd);
+	assert_int_equal(kd.qps, kb.qps + 1);
+	assert_int_equal(kd.cqs, kb.cqs + 1);
+	assert_int_equal(kd.mrs, kb.mrs + 2);     /* odpd's MR and the child's own */
+	assert_int_equal(kd.pds, kb.pds + 1);     /* odpd's PD for that client */
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	close(ready[0]);
+	killed_base = &before;
+	killed_kbase = &kb;
+	if (!wait_until(all_released, NULL)) {
+		snapshot_take(&test_daemon, test_admin_fd, &after);
+		kernel_counts(&ka);
+		fail_msg("left behind: qps %d->%d cqs %d->%d mrs %d->%d pds %d->%d; odpd fds %d->%d, "
+			 "clients %u->%u, kernel MRs of odpd %d->%d", kb.qps, ka.qps, kb.cqs, ka.cqs,
+			 kb.mrs, ka.mrs, kb.pds, ka.pds, before.daemon_fds, after.daemon_fds,
+			 before.clients, after.clients, before.kernel_mrs, after.kernel_mrs);
+	}
+}
+
+/* odpd_disconnect() unimports: this process's fds and odpd's go back. */
+static void test_disconnect_unimports(void **state)
+{
+	struct snapshot before, after;
+	struct odpd_conn *c;
+	struct rcqp q;
+	int fds;
+
+	(void)state;
+	skip_unless_testbed();
+	fds = fd_count(getpid());
+	snapshot_take(&test_daemon, test_admin_fd, &before);
+	c = connect_or_fail();
+	assert_non_null(odpd_import_pd(c));
+	assert_int_equal(rcqp_create(&q, odpd_import_pd(c), 2), 0);
+	rcqp_destroy(&q);
+	odpd_disconnect(c);
+	assert_int_equal(fd_count(getpid()), fds);
+	wait_idle(test_admin_fd);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_import_refused_without_provider, harness_test_setup),
+		cmocka_unit_test_setup(test_import_once_and_binds, harness_test_setup),
+		cmocka_unit_test_setup(test_second_process_moves_data, harness_test_setup),
+		cmocka_unit_test_setup(test_killed_importer_leaves_nothing, harness_test_setup),
+		cmocka_unit_test_setup(test_disconnect_unimports, harness_test_setup),
+		cmocka_unit_test(harness_test_daemon_exits_cleanly),
+	};
+
+	return cmocka_run_group_tests(tests, harness_group_setup, harness_group_teardown);
+}
