@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <linux/kcmp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,4 +67,63 @@ void odpd_domain_close(struct odpd_domain *d)
 		ibv_close_device(d->ctx);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
+}
+
+/* ---------------------------------------------------------------- client contexts */
+
+struct odpd_client_ctx *odpd_client_ctx_new(int fd)
+{
+	struct odpd_client_ctx *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	c->fd = fd;
+	atomic_init(&c->refs, 1);
+	return c;
+}
+
+bool odpd_client_ctx_is(const struct odpd_client_ctx *c, int fd)
+{
+	pid_t self = getpid();
+
+	return syscall(SYS_kcmp, self, self, KCMP_FILE, c->fd, fd) == 0;
+}
+
+void odpd_client_ctx_get(struct odpd_client_ctx *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+}
+
+bool odpd_client_ctx_put(struct odpd_client_ctx *c)
+{
+	if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+		return false;
+	if (c->ctx)
+		ibv_close_device(c->ctx);        /* closes c->fd */
+	else
+		close(c->fd);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return true;
+}
+
+int odpd_client_ctx_import(struct odpd_client_ctx *c, struct odpd_err *err)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (!c->ctx) {
+		c->ctx = ibv_import_device(c->fd);   /* a failure leaves the fd to us */
+		if (!c->ctx) {
+			int e = errno > 0 ? errno : EOPNOTSUPP;
+			r = err_set(err, e, "ibv_import_device on your cmd_fd: %s%s", strerror(e),
+				    e == EOPNOTSUPP ? " (client-PD mode needs a provider that can import: "
+				    "mlx5 today)" : "");
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return r;
 }

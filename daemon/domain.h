@@ -2,6 +2,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/queue.h>
 #include <infiniband/verbs.h>
@@ -13,10 +14,38 @@ struct odpd_verifier;
 struct odpd_shared_pd;
 struct odpd_bucket;
 
-/* Client-PD mode: the client's context and PD, imported from its cmd_fd. */
+/*
+ * Client-PD mode: a client's device context, imported from its cmd_fd once
+ * per connection and shared by that connection's MRs in it (each MR imports
+ * its PD by handle). Counted references: the connection's list holds one,
+ * each MR and each registration in flight one; whoever drops the last
+ * closes our copy of the client's fd (ibv_close_device), so a disconnected
+ * client's context is never kept alive by odpd.
+ */
+struct odpd_client_ctx {
+	LIST_ENTRY(odpd_client_ctx) link;   /* in its holder's list (the loop) */
+	bool linked;
+	pthread_mutex_t lock;               /* workers: import once */
+	int fd;                             /* ours; owned by ctx once imported */
+	struct ibv_context *ctx;            /* NULL until imported */
+	atomic_uint refs;
+};
+
+/* On the loop: take @fd (closed on failure). NULL on ENOMEM. One reference. */
+struct odpd_client_ctx *odpd_client_ctx_new(int fd);
+/* Is @fd the same open file as @c's (kcmp)? False where kcmp is unavailable. */
+bool odpd_client_ctx_is(const struct odpd_client_ctx *c, int fd);
+void odpd_client_ctx_get(struct odpd_client_ctx *c);
+/* Drop a reference; the last closes the context (a syscall: prefer workers).
+ * Returns true if it was the last. */
+bool odpd_client_ctx_put(struct odpd_client_ctx *c);
+/* Worker: import the context if not yet done. 0 or -errno with @err. */
+int odpd_client_ctx_import(struct odpd_client_ctx *c, struct odpd_err *err);
+
+/* What a client-PD MR holds. */
 struct odpd_import {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
+	struct odpd_client_ctx *cctx;
+	struct ibv_pd *pd;                  /* imported by handle into cctx->ctx */
 };
 
 /*

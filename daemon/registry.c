@@ -501,6 +501,17 @@ static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
 
 /* ---------------------------------------------------------------- batches */
 
+/* Client-PD mode: unimport the MR's PD and drop its client context (the last
+ * reference closes our copy of the client's fd). */
+static void import_drop(struct odpd_import *imp)
+{
+	if (imp->pd)
+		ibv_unimport_pd(imp->pd);
+	odpd_client_ctx_put(imp->cctx);
+	imp->pd = NULL;
+	imp->cctx = NULL;
+}
+
 static void batch_run(struct odpd_job *job)
 {
 	struct odpd_batch *b = (struct odpd_batch *)job;
@@ -513,12 +524,7 @@ static void batch_run(struct odpd_job *job)
 			mr->mr = NULL;
 		}
 		witness_end(mr);
-		if (mr->imp.pd)
-			ibv_unimport_pd(mr->imp.pd);
-		if (mr->imp.ctx)
-			ibv_close_device(mr->imp.ctx);  /* our dup of the client's cmd_fd */
-		mr->imp.pd = NULL;
-		mr->imp.ctx = NULL;
+		import_drop(&mr->imp);
 	}
 }
 
@@ -628,7 +634,7 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 	b->flush = flush;
 	for (struct odpd_mr *mr = list; mr; mr = mr->batch_next) {
 		b->n++;
-		b->n_dereg += mr->mr != NULL || mr->imp.ctx != NULL;
+		b->n_dereg += mr->mr != NULL || mr->imp.cctx != NULL;
 		b->bytes += mr->length;
 	}
 	if (w) {
@@ -737,6 +743,7 @@ int odpd_holder_init(struct odpd_registry *r, struct odpd_holder *h, uint64_t id
 	h->uid = uid;
 	h->limit = *limit;
 	LIST_INIT(&h->refs);
+	LIST_INIT(&h->cctxs);
 	h->domains = calloc(r->devices->n ? r->devices->n : 1, sizeof(*h->domains));
 	h->acct = odpd_account_get(&r->quota, uid);
 	if (!h->domains || !h->acct) {
@@ -745,6 +752,81 @@ int odpd_holder_init(struct odpd_registry *r, struct odpd_holder *h, uint64_t id
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+/*
+ * Client-PD mode: the holder's imported context that @fd is a copy of, or a
+ * new one (imported on a worker by the first registration). Takes @fd.
+ * Returns a reference for the request, or NULL on ENOMEM.
+ */
+static struct odpd_client_ctx *holder_client_ctx(struct odpd_holder *h, int fd)
+{
+	struct odpd_client_ctx *c;
+
+	LIST_FOREACH(c, &h->cctxs, link)
+		if (odpd_client_ctx_is(c, fd)) {
+			close(fd);
+			odpd_client_ctx_get(c);
+			return c;
+		}
+	c = odpd_client_ctx_new(fd);
+	if (!c)
+		return NULL;
+	odpd_client_ctx_get(c);              /* the list's */
+	LIST_INSERT_HEAD(&h->cctxs, c, link);
+	c->linked = true;
+	return c;
+}
+
+/* A context whose import failed is not kept: odpd holds no copy of a client's
+ * fd that it cannot use. */
+static void holder_forget_unimported(struct odpd_client_ctx *c)
+{
+	if (c && !c->ctx && c->linked) {
+		LIST_REMOVE(c, link);
+		c->linked = false;
+		odpd_client_ctx_put(c);          /* the list's; the MR's is dropped next */
+	}
+}
+
+struct cctx_job {
+	struct odpd_job job;
+	struct odpd_registry *r;
+	struct odpd_client_ctx *c;
+};
+
+static void cctx_put_run(struct odpd_job *job)
+{
+	odpd_client_ctx_put(((struct cctx_job *)job)->c);
+}
+
+static void cctx_put_done(struct odpd_job *job)
+{
+	((struct cctx_job *)job)->r->pending--;
+	free(job);
+}
+
+/* Drop the holder's references to its client contexts; a last one closes on a
+ * worker (closing the last copy of a dead client's fd destroys its objects). */
+static void holder_drop_client_ctxs(struct odpd_registry *r, struct odpd_holder *h)
+{
+	while (!LIST_EMPTY(&h->cctxs)) {
+		struct odpd_client_ctx *c = LIST_FIRST(&h->cctxs);
+		struct cctx_job *j = calloc(1, sizeof(*j));
+
+		LIST_REMOVE(c, link);
+		c->linked = false;
+		if (!j) {
+			odpd_client_ctx_put(c);
+			continue;
+		}
+		j->r = r;
+		j->c = c;
+		j->job.run = cctx_put_run;
+		j->job.done = cctx_put_done;
+		r->pending++;
+		odpd_pool_submit(r->pool, &j->job);
+	}
 }
 
 static bool match_remote_owned(const struct odpd_mr *mr, const void *arg)
@@ -787,6 +869,7 @@ void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
 	}
 	if (list)
 		start_batch(r, list, false, NULL);
+	holder_drop_client_ctxs(r, h);
 	relaxed_arm(r);
 	free(h->domains);
 	h->domains = NULL;
@@ -1005,6 +1088,7 @@ struct reg_op {
 	int ibv_access;
 	int stat_fd;                        /* a dup of the segment's fd, for its ctime */
 	struct reg_op *next_joiner;         /* waiting for the same REGISTERING MR */
+	struct odpd_client_ctx *cctx;       /* client-PD mode: a reference, until the MR takes it */
 	struct odpd_err err;
 	int rc;
 };
@@ -1014,15 +1098,14 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 static int reg_import(struct reg_op *op)
 {
 	struct odpd_mr *mr = op->mr;
+	int r;
 
-	mr->imp.ctx = ibv_import_device(op->q.cmd_fd);
-	if (!mr->imp.ctx) {
-		int e = errno ? errno : EOPNOTSUPP;
-		return err_set(&op->err, e, "ibv_import_device on your cmd_fd: %s (only providers with "
-			       "import support, e.g. mlx5, can do client-PD mode)", strerror(e));
-	}
-	op->q.cmd_fd = -1;                   /* owned by the context now */
-	mr->imp.pd = ibv_import_pd(mr->imp.ctx, op->q.pd_handle);
+	mr->imp.cctx = op->cctx;             /* the request's reference is the MR's now */
+	op->cctx = NULL;
+	r = odpd_client_ctx_import(mr->imp.cctx, &op->err);
+	if (r < 0)
+		return r;
+	mr->imp.pd = ibv_import_pd(mr->imp.cctx->ctx, op->q.pd_handle);
 	if (!mr->imp.pd)
 		return err_set(&op->err, errno, "ibv_import_pd(%u): %s", op->q.pd_handle, strerror(errno));
 	return 0;
@@ -1034,7 +1117,7 @@ static void reg_run(struct odpd_job *job)
 	struct odpd_mr *mr = op->mr;
 	struct ibv_pd *pd;
 
-	if (op->q.cmd_fd >= 0) {
+	if (op->cctx) {
 		op->rc = reg_import(op);
 		if (op->rc < 0)
 			return;
@@ -1100,8 +1183,6 @@ static void reg_done(struct odpd_job *job)
 	struct odpd_ref *ref = NULL;
 
 	mr->joiners = NULL;
-	if (op->q.cmd_fd >= 0)
-		close(op->q.cmd_fd);
 	close(op->stat_fd);
 	if (op->rc == 0) {
 		ref = ref_new(op->h, mr, &op->q);
@@ -1116,12 +1197,8 @@ static void reg_done(struct odpd_job *job)
 			mr_invalidate(r, mr, &list);
 			start_batch(r, list, false, NULL);
 		} else {
-			if (mr->imp.pd)
-				ibv_unimport_pd(mr->imp.pd);
-			if (mr->imp.ctx)
-				ibv_close_device(mr->imp.ctx);
-			mr->imp.pd = NULL;
-			mr->imp.ctx = NULL;
+			holder_forget_unimported(mr->imp.cctx);
+			import_drop(&mr->imp);
 			mr_unindex(mr);
 			mr_free(r, mr);
 		}
@@ -1153,8 +1230,8 @@ static void reg_retry(void *arg, unsigned mrs, uint64_t bytes)
 	rc = reg_start(op, &ref, &err);
 	if (rc == 1)
 		return;
-	if (op->q.cmd_fd >= 0)
-		close(op->q.cmd_fd);
+	holder_forget_unimported(op->cctx);
+	odpd_client_ctx_put(op->cctx);
 	op->cb(op->arg, rc, &err, ref, rc == 0);
 	free(op);
 }
@@ -1292,7 +1369,7 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 {
 	struct odpd_registry *r = op->r;
 	const struct odpd_reg_req *q = &op->q;
-	bool client_pd = q->cmd_fd >= 0;
+	bool client_pd = op->cctx != NULL;
 	uint64_t s = q->offset & ~(PAGE - 1);
 	uint64_t e = (q->offset + q->length + PAGE - 1) & ~(PAGE - 1);
 	struct odpd_domain *d = NULL;
@@ -1342,12 +1419,19 @@ int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const stru
 	op->q = *q;
 	op->cb = cb;
 	op->arg = arg;
-	if (q->cmd_fd >= 0)
+	if (q->cmd_fd >= 0) {
+		op->q.cmd_fd = -1;
 		op->q.no_cache = true;           /* client-PD: the client's own PD */
+		op->cctx = holder_client_ctx(h, q->cmd_fd);
+		if (!op->cctx) {
+			free(op);
+			return err_set(err, ENOMEM, "out of memory");
+		}
+	}
 	rc = reg_start(op, ret_ref, err);
 	if (rc != 1) {
-		if (op->q.cmd_fd >= 0)
-			close(op->q.cmd_fd);
+		holder_forget_unimported(op->cctx);
+		odpd_client_ctx_put(op->cctx);
 		free(op);
 	}
 	return rc;

@@ -121,6 +121,7 @@ struct odpd_holder {
 	struct odpd_shared_pd *spd;         /* joined, or NULL */
 	struct odpd_domain **domains;       /* private, [n_devices] */
 	bool registered;                    /* it has asked for an MR: too late to join */
+	LIST_HEAD(, odpd_client_ctx) cctxs; /* client-PD mode: its contexts, imported */
 	LIST_HEAD(, odpd_ref) refs;
 	unsigned n_refs;
 };

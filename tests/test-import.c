@@ -374,6 +374,86 @@ static void test_disconnect_unimports(void **state)
 	snapshot_assert_equal(&before, &after);
 }
 
+/*
+ * Client-PD mode imports a client's context once per connection: more
+ * registrations through copies of the same cmd_fd add MRs, not fds, to
+ * odpd; a refused import keeps none; disconnecting returns every fd.
+ */
+static Odpd__Reply *raw_reg_client_pd(int conn, uint64_t id, uint64_t addr, uint32_t pd_handle, int cmd_fd)
+{
+	Odpd__RegMr m = ODPD__REG_MR__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+
+	m.has_addr = m.has_length = m.has_access = m.has_client_pd = m.has_client_pd_handle = 1;
+	m.addr = addr;
+	m.length = 4096;
+	m.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	m.client_pd = 1;
+	m.client_pd_handle = pd_handle;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &m;
+	return raw_call(conn, id, &req, &cmd_fd, 1);
+}
+
+static void test_client_pd_imports_context_once(void **state)
+{
+	struct ibv_device **list;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct snapshot before, one, four;
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reply *r;
+	uint64_t base;
+	int conn, fd, kmrs;
+
+	(void)state;
+	skip_unless_testbed();
+	list = ibv_get_device_list(NULL);
+	ctx = list && list[0] ? ibv_open_device(list[0]) : NULL;
+	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	assert_non_null(pd);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
+	kmrs = kernel_res_count("mr", 0);
+	conn = raw_connect_hello(test_daemon.sock);
+	fd = sealed_memfd(SEG_LEN);
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	r = raw_call(conn, 2, &req, &fd, 1);
+	assert_int_equal(r->status, 0);
+	base = r->segment->addr;
+	odpd__reply__free_unpacked(r, NULL);
+
+	r = raw_reg_client_pd(conn, 3, base, pd->handle, ctx->cmd_fd);
+	assert_int_equal(r->status, 0);
+	assert_true(r->mr->has_kernel_handle);
+	odpd__reply__free_unpacked(r, NULL);
+	snapshot_take(&test_daemon, test_admin_fd, &one);
+	for (uint64_t i = 1; i < 4; i++) {
+		int dup_fd = dup(ctx->cmd_fd);      /* another copy of the same open file */
+
+		r = raw_reg_client_pd(conn, 3 + i, base + i * 4096, pd->handle, dup_fd);
+		close(dup_fd);
+		assert_int_equal(r->status, 0);
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	snapshot_take(&test_daemon, test_admin_fd, &four);
+	assert_int_equal(four.mrs, one.mrs + 3);
+	assert_int_equal(four.daemon_fds, one.daemon_fds);
+	/* four MRs in the kernel, in our PD */
+	assert_int_equal(kernel_res_count("mr", 0), kmrs + 4);
+	close(conn);
+	close(fd);
+	wait_idle(test_admin_fd);
+	snapshot_take(&test_daemon, test_admin_fd, &four);
+	assert_int_equal(four.daemon_fds, before.daemon_fds);
+	assert_int_equal(four.mrs, before.mrs);
+	assert_int_equal(kernel_res_count("mr", 0), kmrs);
+	assert_int_equal(ibv_dealloc_pd(pd), 0);   /* EBUSY if odpd had left an MR in it */
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -382,6 +462,7 @@ int main(void)
 		cmocka_unit_test_setup(test_second_process_moves_data, harness_test_setup),
 		cmocka_unit_test_setup(test_killed_importer_leaves_nothing, harness_test_setup),
 		cmocka_unit_test_setup(test_disconnect_unimports, harness_test_setup),
+		cmocka_unit_test_setup(test_client_pd_imports_context_once, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
