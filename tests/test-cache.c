@@ -588,7 +588,7 @@ static void test_relaxed_queue_limits(void **state)
 	odpd_disconnect(c);
 }
 
-/* Age: a daemon whose relaxed window is 200 ms invalidates a relaxed MR by
+/* Age: a daemon whose relaxed window is 3 s invalidates a relaxed MR by
  * itself; until then the MR is a hit. */
 static void test_relaxed_window_expires(void **state)
 {
@@ -600,7 +600,7 @@ static void test_relaxed_window_expires(void **state)
 	int kernel0;
 
 	(void)state;
-	daemon_start_conf(&d, path, sizeof(path), "window", "[limits]\nrelaxed-window-ms = 200\n",
+	daemon_start_conf(&d, path, sizeof(path), "window", "[limits]\nrelaxed-window-ms = 3000\n",
 			  NULL, NULL);
 	c = odpd_connect(d.sock, NULL);
 	assert_non_null(c);
