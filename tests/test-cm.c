@@ -473,6 +473,18 @@ static uid_t uid_of(pid_t pid)
 	return (uid_t)uid;
 }
 
+/* How many PDs the kernel holds that @pid made (rdma resource show pd). */
+static int kernel_pds_of(pid_t pid)
+{
+	json_object *arr = rdma_res("pd");
+	int n = 0;
+
+	for (size_t i = 0; i < json_object_array_length(arr); i++)
+		n += jint(json_object_array_get_idx(arr, i), "pid") == pid;
+	json_object_put(arr);
+	return n;
+}
+
 static bool is_thread_of(pid_t pid, int tid)
 {
 	char path[64];
@@ -960,6 +972,46 @@ static void test_remote_access_policy(void **state)
 	daemon_stop(&extra_daemon);
 }
 
+/*
+ * A client killed while it holds client-PD MRs, remote keys among them: once
+ * odpd has released it, the MRs and the client's PD are gone from the
+ * kernel - odpd's copy of the client's cmd_fd, which would keep the dead
+ * client's context and rkeys alive, is closed - and odpd is back where it
+ * was (fds, pins, segments).
+ */
+static void test_killed_client_leaves_nothing(void **state)
+{
+	static const char *const cmds[] = { "msgs 0 4096", "read 4096 8192", "write 16384 100" };
+	char line[512];
+	struct snapshot base;
+	struct peer_mr m[3];
+	struct proc *p;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	cm_require("test_killed_client_leaves_nothing", true);
+	snapshot_take(&test_daemon, test_admin_fd, &base);
+	{
+		const struct spawn_opts o = { 0 };
+		p = drive("cm-peer drive", &o, line, sizeof(line));
+	}
+	pid = p->pid;
+	for (size_t i = 0; i < 3; i++) {
+		m[i] = expect_ok(p, cmds[i]);
+		assert_client_pd_mr(&m[i], pid);
+	}
+	assert_true(kernel_pds_of(pid) >= 1);
+	kill(pid, SIGKILL);
+	st = proc_wait(p);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	snapshot_settles_to(&test_daemon, test_admin_fd, &base);
+	for (size_t i = 0; i < 3; i++)
+		assert_kernel_mr_gone(m[i].lkey);
+	if (kernel_pds_of(pid) != 0)
+		fail_msg("the killed client's PD is still in the kernel: odpd kept its context");
+}
+
 /* odpctl status --json: the totals and this @pid's client entry, as text. */
 static void odpctl_totals(pid_t pid, char *out, size_t cap)
 {
@@ -1151,6 +1203,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_server_against_rdma_client, harness_test_setup, cm_teardown),
 		cmocka_unit_test_setup_teardown(test_rdma_write_read, harness_test_setup, cm_teardown),
 		cmocka_unit_test_setup_teardown(test_remote_access_policy, harness_test_setup, cm_teardown),
+		cmocka_unit_test_setup_teardown(test_killed_client_leaves_nothing, harness_test_setup, cm_teardown),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
