@@ -53,6 +53,7 @@ struct proc {
 	pid_t pid;                   /* 0: slot free; -1: reaped */
 	int in;                      /* its stdin (write end), or -1 */
 	int out;                     /* its stdout (read end), or -1 at EOF */
+	int child_in, child_out;     /* the child's ends, until it has them */
 	int status;                  /* once reaped */
 	char name[48];
 	char buf[4096];              /* unread bytes of out */
@@ -90,44 +91,54 @@ struct spawn_opts {
  * Start @argv with its stdout (and, for a tool, stderr) on a pipe to us and,
  * unless a tool, its stdin on a pipe from us. Pipes are close-on-exec here,
  * so no child holds another's ends (a peer sees EOF when we close its stdin).
+ * Every fd is in @p from the moment it exists, for procs_cleanup().
  */
 static struct proc *spawn(const char *name, const char *const *argv, const struct spawn_opts *o)
 {
 	struct proc *p = NULL;
-	int in[2] = { -1, -1 }, out[2];
+	pid_t parent = getpid();
+	int in[2], out[2];
 
 	for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]) && !p; i++)
 		if (procs[i].pid == 0)
 			p = &procs[i];
 	assert_non_null(p);
 	memset(p, 0, sizeof(*p));
+	p->pid = -1;                                 /* in use, nothing to reap yet */
+	p->in = p->out = p->child_in = p->child_out = -1;
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
-	if (!o->tool)
+	p->out = out[0];
+	p->child_out = out[1];
+	if (!o->tool) {
 		assert_int_equal(pipe2(in, O_CLOEXEC), 0);
+		p->child_in = in[0];
+		p->in = in[1];
+	}
 	p->pid = fork();
 	assert_true(p->pid >= 0);
 	if (p->pid == 0) {
-		int null = open("/dev/null", O_RDONLY);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
-		prctl(PR_SET_PDEATHSIG, SIGKILL);  /* a test that dies takes its children along */
-		if (dup2(o->tool ? null : in[0], 0) < 0 || dup2(out[1], 1) < 0 ||
-		    (o->tool && dup2(out[1], 2) < 0))
+		if (dup2(o->tool ? null : p->child_in, 0) < 0 || dup2(p->child_out, 1) < 0 ||
+		    (o->tool && dup2(p->child_out, 2) < 0))
 			_exit(126);
 		setenv("ODPD_SOCKET", o->sock ? o->sock : test_daemon.sock, 1);
 		if (o->uid && (setgroups((size_t)o->ngroups, o->groups) < 0 || setgid(o->uid) < 0 ||
 			       setuid(o->uid) < 0))
 			_exit(125);
+		/* after setuid, which clears it: a test that dies takes its children along */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(124);
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	close(out[1]);
-	p->out = out[0];
-	if (!o->tool) {
-		close(in[0]);
-		p->in = in[1];
-	} else {
-		p->in = -1;
+	close(p->child_out);
+	p->child_out = -1;
+	if (p->child_in >= 0) {
+		close(p->child_in);
+		p->child_in = -1;
 	}
 	return p;
 }
@@ -257,10 +268,12 @@ static void procs_cleanup(void)
 			kill(p->pid, SIGKILL);
 			waitpid(p->pid, NULL, 0);
 		}
-		if (p->in >= 0 && p->pid != 0)
-			close(p->in);
-		if (p->out >= 0 && p->pid != 0)
-			close(p->out);
+		if (p->pid != 0) {                   /* a slot in use: its fds are real */
+			int fds[] = { p->in, p->out, p->child_in, p->child_out };
+			for (size_t j = 0; j < sizeof(fds) / sizeof(fds[0]); j++)
+				if (fds[j] >= 0)
+					close(fds[j]);
+		}
 		memset(p, 0, sizeof(*p));
 	}
 }
