@@ -375,6 +375,7 @@ static int run_initiator(const char *addr, const char *port)
 	struct rw_msg m;
 	struct ibv_wc wc;
 	uint64_t raddr;
+	int r;
 
 	mmr = reg("msg", odpd_reg_msgs, "odpd_reg_msgs", id, msgbuf, sizeof(m));
 	dmr = reg("data", odpd_reg_msgs, "odpd_reg_msgs", id, data, seglen - 4096);
@@ -412,8 +413,11 @@ static int run_initiator(const char *addr, const char *port)
 	pattern(src, 4096, 3);
 	if (rdma_post_write(id, NULL, src, 4096, dmr, 0, raddr + len / 2, le32toh(m.read_rkey)))
 		die(22, "rdma_post_write", errno, NULL);
-	while (rdma_get_send_comp(id, &wc) == 0)
-		;
+	do
+		r = rdma_get_send_comp(id, &wc);
+	while (r == 0);
+	if (r < 0)
+		die(8, "rdma_get_send_comp", errno, NULL);
 	report("denied status=%s", ibv_wc_status_str(wc.status));
 	/* returns when the target disconnects too, after it checked its bytes */
 	rdma_disconnect(id);
