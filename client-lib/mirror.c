@@ -4,7 +4,10 @@
  * into the caller's id->pd through the caller's cmd_fd, and the library
  * imports the MR (ibv_import_mr). Uses the default connection.
  */
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -84,12 +87,70 @@ static int mirror_args(const char *what, const struct rdma_cm_id *id)
 	return 0;
 }
 
+/*
+ * Can this process's provider for @ctx's device import (ibv_import_mr at the
+ * end of a mirror registration needs it)? Asked once per device name, with
+ * ibv_import_device on a dup of @ctx's cmd_fd, so that a process whose own
+ * libibverbs cannot import is refused before the daemon registers anything.
+ * 0, or -EOPNOTSUPP with the message set.
+ */
+#define IMPORT_PROBES 8
+static struct {
+	char dev[64];
+	int err;                        /* 0: imports; else errno */
+} import_probe[IMPORT_PROBES];
+static unsigned n_import_probes;
+static pthread_mutex_t import_probe_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int probe_local_import(struct ibv_context *ctx)
+{
+	struct ibv_context *imp;
+	int fd = fcntl(ctx->cmd_fd, F_DUPFD_CLOEXEC, 0);
+
+	if (fd < 0)
+		return errno;
+	imp = ibv_import_device(fd);
+	if (!imp) {
+		int e = errno > 0 ? errno : EOPNOTSUPP;
+		close(fd);                      /* a failed import leaves the fd to us */
+		return e;
+	}
+	ibv_close_device(imp);              /* closes the dup */
+	return 0;
+}
+
+static int mirror_local_import(const char *what, struct ibv_context *ctx, const char *name)
+{
+	int err = -1;
+
+	pthread_mutex_lock(&import_probe_lock);
+	for (unsigned i = 0; i < n_import_probes; i++)
+		if (strcmp(import_probe[i].dev, name) == 0)
+			err = import_probe[i].err;
+	if (err < 0) {
+		err = probe_local_import(ctx);
+		if (n_import_probes < IMPORT_PROBES && (err == 0 || err == EOPNOTSUPP)) {
+			snprintf(import_probe[n_import_probes].dev, sizeof(import_probe[0].dev), "%s", name);
+			import_probe[n_import_probes++].err = err;
+		}
+	}
+	pthread_mutex_unlock(&import_probe_lock);
+	/* Other failures (not a uverbs fd, no such device...) are the daemon's to judge. */
+	if (err == EOPNOTSUPP)
+		return errmsg_set(-err, "%s: device %s: this process's libibverbs provider cannot import "
+				  "(ibv_import_device: %s), so it could not import the MR the daemon "
+				  "would register; only providers that implement import (mlx5 today) can",
+				  what, name, strerror(err));
+	return 0;
+}
+
 /* The daemon must know @id's device and must be able to import on it. */
 static int mirror_device(struct odpd_conn *c, const char *what, const struct rdma_cm_id *id,
 			 const char **ret_name)
 {
 	const char *name = ibv_get_device_name(id->verbs->device);
 	const struct odpd_device_attr *d = name ? conn_find_device(c, name) : NULL;
+	int r;
 
 	if (!d)
 		return errmsg_set(-ENODEV, "%s: device %s: not one of the daemon's devices",
@@ -101,6 +162,9 @@ static int mirror_device(struct odpd_conn *c, const char *what, const struct rdm
 				  "(daemon PD) instead", what, name,
 				  d->import == ODPD_SUPPORT_NO && d->import_errno > 0 ?
 				  strerror(d->import_errno) : "not probed");
+	r = mirror_local_import(what, id->verbs, name);
+	if (r < 0)
+		return r;
 	*ret_name = name;
 	return 0;
 }

@@ -427,8 +427,9 @@ struct ibv_pd *odpd_import_pd(struct odpd_conn *conn);
  * must lie in a segment of that connection.
  *
  * Errors: EOPNOTSUPP (the device cannot import - Soft-RoCE (rxe) and every
- * provider but mlx5 today, or import support unknown; checked before the
- * registration is sent), EINVAL (NULL @id, @id->verbs, its device or
+ * provider but mlx5 today, or import support unknown - in the daemon, or this
+ * process's provider cannot (ibv_import_device on a dup of @id's cmd_fd,
+ * tried once per device); checked before the registration is sent), EINVAL (NULL @id, @id->verbs, its device or
  * @id->pd, range outside every segment, or the daemon found the context's
  * fd is not a uverbs device), EACCES (read-only segment: all three ask for
  * local write), ENODEV

@@ -85,6 +85,7 @@ struct spawn_opts {
 	const gid_t *groups;         /* ...with these supplementary groups */
 	int ngroups;
 	const char *sock;            /* ODPD_SOCKET (NULL: the test daemon's) */
+	bool system_libs;            /* drop LD_LIBRARY_PATH: the system's rdma-core */
 };
 
 /*
@@ -124,6 +125,8 @@ static struct proc *spawn(const char *name, const char *const *argv, const struc
 		    (o->tool && dup2(p->child_out, 2) < 0))
 			_exit(126);
 		setenv("ODPD_SOCKET", o->sock ? o->sock : test_daemon.sock, 1);
+		if (o->system_libs)
+			unsetenv("LD_LIBRARY_PATH");
 		if (o->uid && (setgroups((size_t)o->ngroups, o->groups) < 0 || setgid(o->uid) < 0 ||
 			       setuid(o->uid) < 0))
 			_exit(125);
@@ -1058,6 +1061,39 @@ static void odpctl_totals(pid_t pid, char *out, size_t cap)
 }
 
 /*
+ * The daemon can import (testbed) but the client's own libibverbs cannot
+ * (Debian 12's rdma-core 44, the system's): the library refuses with
+ * EOPNOTSUPP before the daemon registers anything, instead of registering
+ * an MR it could not import.
+ */
+static void test_mirror_client_cannot_import(void **state)
+{
+	char line[512], st0[256], st1[256];
+	struct snapshot before, after;
+	struct proc *p;
+	int kmrs0;
+
+	(void)state;
+	cm_require("test_mirror_client_cannot_import", false);
+	if (!test_profile_testbed())
+		skip();                          /* stock: test_mirror_by_profile covers it */
+	{
+		const struct spawn_opts o = { .system_libs = true };
+		p = drive("cm-peer drive (system rdma-core)", &o, line, sizeof(line));
+	}
+	snapshot_take(&test_daemon, test_admin_fd, &before);
+	odpctl_totals(p->pid, st0, sizeof(st0));
+	kmrs0 = kernel_res_count("mr", 0);
+	expect_err(p, "msgs 0 4096", "EOPNOTSUPP", "this process's libibverbs provider cannot import");
+	snapshot_take(&test_daemon, test_admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	odpctl_totals(p->pid, st1, sizeof(st1));
+	assert_string_equal(st0, st1);             /* no registration reached the daemon */
+	assert_int_equal(kernel_res_count("mr", 0), kmrs0);
+	drive_quit(p);
+}
+
+/*
  * The mirror by profile: in `stock` (rdma-core 44 cannot import on rxe)
  * odpd_reg_msgs/_read/_write answer EOPNOTSUPP and nothing is registered -
  * the kernel's MR table and odpctl status are unchanged; in `testbed` the
@@ -1212,6 +1248,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_client_pd_fd_not_uverbs, harness_test_setup, cm_teardown),
 		cmocka_unit_test_setup_teardown(test_mirror_by_profile, harness_test_setup, cm_teardown),
+		cmocka_unit_test_setup_teardown(test_mirror_client_cannot_import, harness_test_setup, cm_teardown),
 		cmocka_unit_test_setup_teardown(test_client_against_rdma_server, harness_test_setup, cm_teardown),
 		cmocka_unit_test_setup_teardown(test_server_against_rdma_client, harness_test_setup, cm_teardown),
 		cmocka_unit_test_setup_teardown(test_rdma_write_read, harness_test_setup, cm_teardown),
