@@ -270,6 +270,37 @@ int kernel_res_count(const char *res, pid_t pid)
 	return n;
 }
 
+uint64_t raw_attach(int fd_conn, uint64_t id, int fd)
+{
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reply *r;
+	uint64_t addr;
+
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	r = raw_call(fd_conn, id, &req, &fd, 1);
+	assert_int_equal(r->status, 0);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_SEGMENT);
+	addr = r->segment->addr;
+	odpd__reply__free_unpacked(r, NULL);
+	return addr;
+}
+
+void raw_client_pd_req(Odpd__Request *req, Odpd__RegMr *m, uint64_t addr, uint32_t pd_handle)
+{
+	odpd__reg_mr__init(m);
+	m->has_addr = m->has_length = m->has_access = m->has_client_pd = m->has_client_pd_handle = 1;
+	m->addr = addr;
+	m->length = 4096;
+	m->access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	m->client_pd = 1;
+	m->client_pd_handle = pd_handle;
+	odpd__request__init(req);
+	req->body_case = ODPD__REQUEST__BODY_REG_MR;
+	req->reg_mr = m;
+}
+
 Odpd__StatusReply *status_get(int admin_fd, Odpd__Reply **ret_reply)
 {
 	static uint64_t id = 1000;

@@ -57,6 +57,12 @@ void raw_send_bytes(int fd, const void *buf, size_t len);
 Odpd__Reply *raw_recv(int fd);
 /* Send @req with id @id and return the reply to it. */
 Odpd__Reply *raw_call(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds);
+/* AttachSegment @fd (a sealed memfd) as request @id; the segment's client address. */
+uint64_t raw_attach(int fd_conn, uint64_t id, int fd);
+/* Make @req a client-PD RegMr of one page at @addr, local write, into the
+ * client's PD @pd_handle (the cmd_fd goes along as the packet's fd); @m is its body. */
+void raw_client_pd_req(Odpd__Request *req, Odpd__RegMr *m, uint64_t addr, uint32_t pd_handle);
+
 /* Expect an error reply to id @id with @status. */
 void raw_expect_error(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,
 		      int status);

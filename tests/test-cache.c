@@ -146,22 +146,6 @@ static void raw_join(int fd, uint64_t id, const char *name)
 	odpd__reply__free_unpacked(raw_ok(fd, id, &req, NULL, 0), NULL);
 }
 
-/* Attach @memfd; its address (the daemon's, which raw clients use as theirs). */
-static uint64_t raw_attach(int fd, uint64_t id, int memfd)
-{
-	Odpd__Request req = ODPD__REQUEST__INIT;
-	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
-	Odpd__Reply *r;
-	uint64_t addr;
-
-	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
-	req.attach_segment = &a;
-	r = raw_ok(fd, id, &req, &memfd, 1);
-	addr = r->segment->addr;
-	odpd__reply__free_unpacked(r, NULL);
-	return addr;
-}
-
 struct raw_mr {
 	uint64_t handle;
 	uint32_t lkey, rkey;

@@ -1158,9 +1158,8 @@ static void test_mirror_by_profile(void **state)
 static void test_client_pd_fd_not_uverbs(void **state)
 {
 	static const char *const what[] = { "memfd", "pipe", "/dev/null", "/dev/infiniband/rdma_cm" };
-	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
-	Odpd__RegMr m = ODPD__REG_MR__INIT;
-	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr m;
+	Odpd__Request req;
 	struct snapshot base, before, after;
 	int conn, seg, pipefd[2], fds[4], nfds = 0;
 	Odpd__Reply *r;
@@ -1179,19 +1178,7 @@ static void test_client_pd_fd_not_uverbs(void **state)
 	fds[nfds] = open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC);
 	if (fds[nfds] >= 0)
 		track_fd(fds[nfds++]);
-	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
-	req.attach_segment = &a;
-	r = raw_call(conn, 2, &req, &seg, 1);
-	assert_int_equal(r->status, 0);
-	m.has_addr = m.has_length = m.has_access = m.has_client_pd = m.has_client_pd_handle = 1;
-	m.addr = r->segment->addr;
-	m.length = 4096;
-	m.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
-	m.client_pd = 1;
-	m.client_pd_handle = 0;
-	odpd__reply__free_unpacked(r, NULL);
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &m;
+	raw_client_pd_req(&req, &m, raw_attach(conn, 2, seg), 0);
 	snapshot_take(&test_daemon, test_admin_fd, &before);
 	for (int i = 0; i < nfds; i++) {
 		r = raw_call(conn, ++id, &req, &fds[i], 1);

@@ -381,17 +381,10 @@ static void test_disconnect_unimports(void **state)
  */
 static Odpd__Reply *raw_reg_client_pd(int conn, uint64_t id, uint64_t addr, uint32_t pd_handle, int cmd_fd)
 {
-	Odpd__RegMr m = ODPD__REG_MR__INIT;
-	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr m;
+	Odpd__Request req;
 
-	m.has_addr = m.has_length = m.has_access = m.has_client_pd = m.has_client_pd_handle = 1;
-	m.addr = addr;
-	m.length = 4096;
-	m.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
-	m.client_pd = 1;
-	m.client_pd_handle = pd_handle;
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &m;
+	raw_client_pd_req(&req, &m, addr, pd_handle);
 	return raw_call(conn, id, &req, &cmd_fd, 1);
 }
 
@@ -401,8 +394,6 @@ static void test_client_pd_imports_context_once(void **state)
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct snapshot before, one, four;
-	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
-	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__Reply *r;
 	uint64_t base;
 	int conn, fd, kmrs;
@@ -417,12 +408,7 @@ static void test_client_pd_imports_context_once(void **state)
 	kmrs = kernel_res_count("mr", 0);
 	conn = raw_connect_hello(test_daemon.sock);
 	fd = sealed_memfd(SEG_LEN);
-	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
-	req.attach_segment = &a;
-	r = raw_call(conn, 2, &req, &fd, 1);
-	assert_int_equal(r->status, 0);
-	base = r->segment->addr;
-	odpd__reply__free_unpacked(r, NULL);
+	base = raw_attach(conn, 2, fd);
 
 	r = raw_reg_client_pd(conn, 3, base, pd->handle, ctx->cmd_fd);
 	assert_int_equal(r->status, 0);

@@ -355,11 +355,9 @@ static void test_client_pd_import_error_path(void **state)
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	int conn, fd;
-	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
-	Odpd__RegMr m = ODPD__REG_MR__INIT;
-	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr m;
+	Odpd__Request req;
 	struct snapshot before, after;
-	Odpd__Reply *r;
 
 	(void)state;
 	if (test_profile_testbed())
@@ -370,19 +368,7 @@ static void test_client_pd_import_error_path(void **state)
 	conn = raw_connect_hello(test_daemon.sock);
 	fd = sealed_memfd(len);
 	assert_non_null(pd);
-	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
-	req.attach_segment = &a;
-	r = raw_call(conn, 2, &req, &fd, 1);
-	assert_int_equal(r->status, 0);
-	m.has_addr = m.has_length = m.has_access = m.has_client_pd = m.has_client_pd_handle = 1;
-	m.addr = r->segment->addr;
-	m.length = 4096;
-	m.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
-	m.client_pd = 1;
-	m.client_pd_handle = pd->handle;
-	odpd__reply__free_unpacked(r, NULL);
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &m;
+	raw_client_pd_req(&req, &m, raw_attach(conn, 2, fd), pd->handle);
 	snapshot_take(&test_daemon, test_admin_fd, &before);
 	raw_expect_error(conn, 3, &req, &ctx->cmd_fd, 1, EOPNOTSUPP);
 	snapshot_take(&test_daemon, test_admin_fd, &after);
