@@ -206,43 +206,6 @@ static void settle(pid_t pid, int mrs, long kb)
 
 static const char *out_dir;
 
-static FILE *csv_open(const char *name)
-{
-	char path[4096];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", out_dir, name);
-	f = fopen(path, "we");
-	if (!f)
-		die("%s: %s", path, strerror(errno));
-	return f;
-}
-
-static void csv_close(FILE *f, const char *name)
-{
-	if (ferror(f) | fclose(f))
-		die("writing %s/%s failed", out_dir, name);
-}
-
-static void mkdir_p(const char *dir)
-{
-	char p[4096];
-
-	if (strlen(dir) >= sizeof(p))
-		die("path too long: %s", dir);
-	strcpy(p, dir);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = 0;
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			die("mkdir %s: %s", p, strerror(errno));
-		*s = '/';
-	}
-	if (mkdir(p, 0755) < 0 && errno != EEXIST)
-		die("mkdir %s: %s", p, strerror(errno));
-}
-
 /* ---------------------------------------------------------------- 1. registration by size */
 
 enum { S_DIRECT, S_MISS, S_HIT, S_RELAXED, S_HIT_NOPOP, NSERIES };
@@ -403,7 +366,7 @@ static void report_sizes(struct point pts[NSIZES][NSERIES])
 	printf("ratios of medians (reg + release):\n");
 	printf("%-8s %11s %11s %14s %9s   %15s\n", "size", "hit/direct", "miss/direct", "relaxed/direct",
 	       "miss/hit", "hit-nopop/direct");
-	f = csv_open("reg-ratios.csv");
+	f = csv_open(out_dir, "reg-ratios.csv", NULL);
 	fprintf(f, "size_bytes,size,hit_direct,miss_direct,relaxed_direct,miss_hit,hit_nopop_direct\n");
 	for (int i = 0; i < NSIZES; i++) {
 		double d = pts[i][S_DIRECT].pair->median, m = pts[i][S_MISS].pair->median,
@@ -415,13 +378,13 @@ static void report_sizes(struct point pts[NSIZES][NSERIES])
 		fprintf(f, "%zu,%s,%.6f,%.6f,%.6f,%.6f,%.6f\n", sizes[i], size_names[i], h / d, m / d, r / d,
 			m / h, hn / d);
 	}
-	csv_close(f, "reg-ratios.csv");
+	csv_close(f, out_dir, "reg-ratios.csv");
 
 	for (int s = 0; s < NSERIES; s++) {
 		char name[64];
 
 		snprintf(name, sizeof(name), "reg-%s.csv", series_key[s]);
-		f = csv_open(name);
+		f = csv_open(out_dir, name, NULL);
 		fprintf(f, "size_bytes,size,n,median_us,p10_us,p90_us,reg_median_us,release_median_us,"
 			   "cache_hits,ratio_to_direct\n");
 		for (int i = 0; i < NSIZES; i++) {
@@ -432,17 +395,17 @@ static void report_sizes(struct point pts[NSIZES][NSERIES])
 				p->rel->median, s == S_DIRECT ? -1 : (int)p->hits,
 				p->pair->median / pts[i][S_DIRECT].pair->median);
 		}
-		csv_close(f, name);
+		csv_close(f, out_dir, name);
 	}
 
-	f = csv_open("reg-samples.csv");
+	f = csv_open(out_dir, "reg-samples.csv", NULL);
 	fprintf(f, "size_bytes,series,iteration,pair_us,reg_us,release_us\n");
 	for (int i = 0; i < NSIZES; i++)
 		for (int s = 0; s < NSERIES; s++)
 			for (unsigned k = 0; k < pts[i][s].pair->n; k++)
 				fprintf(f, "%zu,%s,%u,%.2f,%.2f,%.2f\n", sizes[i], series_key[s], k,
 					pts[i][s].pair->us[k], pts[i][s].reg->us[k], pts[i][s].rel->us[k]);
-	csv_close(f, "reg-samples.csv");
+	csv_close(f, out_dir, "reg-samples.csv");
 }
 
 /* ---------------------------------------------------------------- 2. shared PD vs own PDs */
@@ -670,7 +633,7 @@ static void run_shared(const char *sock, pid_t odpd, size_t len, const unsigned 
 			pts[pi][m].distinct = series_new(rounds, "%s N=%u distinct", mk, n);
 			pts[pi][m].hits = series_new(rounds, "%s N=%u hits", mk, n);
 		}
-	f = csv_open("shared-pd-rounds.csv");
+	f = csv_open(out_dir, "shared-pd-rounds.csv", NULL);
 	fprintf(f, "round,n_procs,mode,wall_us,vmpin_kb,kernel_mrs,kernel_mr_bytes,distinct_lkeys,cache_hits\n");
 	for (unsigned r = 0; r < rounds; r++)
 		for (unsigned pi = 0; pi < nprocs; pi++)
@@ -697,13 +660,13 @@ static void run_shared(const char *sock, pid_t odpd, size_t len, const unsigned 
 				       (now_us() - t0) / 1e6);
 				fflush(stdout);
 			}
-	csv_close(f, "shared-pd-rounds.csv");
+	csv_close(f, out_dir, "shared-pd-rounds.csv");
 	close(fd);
 }
 
 static void report_shared(size_t len, const unsigned *procs, unsigned nprocs, struct shared_pt (*pts)[NMODES])
 {
-	FILE *f = csv_open("shared-pd.csv");
+	FILE *f = csv_open(out_dir, "shared-pd.csv", NULL);
 
 	printf("\nshared PD vs own PDs: N processes odpd_reg() the same %zu MiB memfd (medians over rounds)\n"
 	       "shared/own: all N start at once; -seq: one after another (the next starts when the last returned)\n",
@@ -749,7 +712,7 @@ static void report_shared(size_t len, const unsigned *procs, unsigned nprocs, st
 				ss->mrs->median / os->mrs->median);
 		}
 	}
-	csv_close(f, "shared-pd.csv");
+	csv_close(f, out_dir, "shared-pd.csv");
 	printf("\nratios shared/own (medians):\n%4s | %-30s | %-30s\n", "", "  all at once (the issue's)",
 	       "  one after another (-seq)");
 	printf("%4s | %9s %9s %9s  | %9s %9s %9s\n", "N", "time", "VmPin", "MRs", "time", "VmPin", "MRs");

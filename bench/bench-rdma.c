@@ -570,43 +570,13 @@ static void analyze(struct point *p, unsigned rounds)
 
 static const char *out_dir;
 
-static FILE *csv_open(const char *name)
+/* gnuplot and bench/run-rdma skip '#' lines */
+static FILE *rdma_csv_open(const char *name)
 {
-	char path[4096];
-	FILE *f;
+	char header[512];
 
-	snprintf(path, sizeof(path), "%s/%s", out_dir, name);
-	f = fopen(path, "we");
-	if (!f)
-		die("%s: %s", path, strerror(errno));
-	/* gnuplot and bench/run-rdma skip '#' lines */
-	fprintf(f, "# bench-rdma: %s; completions: %s\n", note_rxe, poll_key[poll_mode]);
-	return f;
-}
-
-static void csv_close(FILE *f, const char *name)
-{
-	if (ferror(f) | fclose(f))
-		die("writing %s/%s failed", out_dir, name);
-}
-
-static void mkdir_p(const char *dir)
-{
-	char p[4096];
-
-	if (strlen(dir) >= sizeof(p))
-		die("path too long: %s", dir);
-	strcpy(p, dir);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = 0;
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			die("mkdir %s: %s", p, strerror(errno));
-		*s = '/';
-	}
-	if (mkdir(p, 0755) < 0 && errno != EEXIST)
-		die("mkdir %s: %s", p, strerror(errno));
+	snprintf(header, sizeof(header), "bench-rdma: %s; completions: %s", note_rxe, poll_key[poll_mode]);
+	return csv_open(out_dir, name, header);
 }
 
 static void report(struct point *pts, unsigned nsizes, unsigned rounds, unsigned window)
@@ -639,7 +609,7 @@ static void report(struct point *pts, unsigned nsizes, unsigned rounds, unsigned
 		       t->max, t->within ? "=" : "!");
 	}
 
-	f = csv_open("rdma.csv");
+	f = rdma_csv_open("rdma.csv");
 	fprintf(f, "size_bytes,size,rounds,lat_iters,tput_writes,tput_blocks,window,"
 		   "lat_median_odpd_us,lat_median_own_us,lat_p99_odpd_us,lat_p99_own_us,mbps_odpd,mbps_own,"
 		   "ratio_lat_median,ratio_lat_rounds,ratio_lat_rounds_min,ratio_lat_rounds_max,lat_within_noise,"
@@ -657,9 +627,9 @@ static void report(struct point *pts, unsigned nsizes, unsigned rounds, unsigned
 			p->mbps_median[M_OWN], l->pooled, l->rounds, l->min, l->max, l->within, p->p99_ratio,
 			t->pooled, t->rounds, t->min, t->max, t->within);
 	}
-	csv_close(f, "rdma.csv");
+	csv_close(f, out_dir, "rdma.csv");
 
-	f = csv_open("rdma-rounds.csv");
+	f = rdma_csv_open("rdma-rounds.csv");
 	fprintf(f, "size_bytes,round,first_tput,lat_median_odpd_us,lat_median_own_us,mbps_odpd,mbps_own,"
 		   "ratio_lat_median,ratio_mbps\n");
 	for (unsigned i = 0; i < nsizes; i++) {
@@ -673,16 +643,16 @@ static void report(struct point *pts, unsigned nsizes, unsigned rounds, unsigned
 				lo, lw, mo, mw, lo / lw, mo / mw);
 		}
 	}
-	csv_close(f, "rdma-rounds.csv");
+	csv_close(f, out_dir, "rdma-rounds.csv");
 
-	f = csv_open("rdma-samples.csv");
+	f = rdma_csv_open("rdma-samples.csv");
 	fprintf(f, "size_bytes,keys,round,iteration,lat_us\n");
 	for (unsigned i = 0; i < nsizes; i++)
 		for (int m = 0; m < NMODES; m++)
 			for (unsigned k = 0; k < pts[i].lat[m]->n; k++)
 				fprintf(f, "%zu,%s,%u,%u,%.2f\n", pts[i].len, mode_key[m], k / pts[i].lat_iters,
 					k % pts[i].lat_iters, pts[i].lat[m]->us[k]);
-	csv_close(f, "rdma-samples.csv");
+	csv_close(f, out_dir, "rdma-samples.csv");
 }
 
 /* ---------------------------------------------------------------- main */

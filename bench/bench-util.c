@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -187,4 +188,43 @@ struct odpd_segment *segment(struct odpd_conn *c, size_t len)
 		die("odpd_alloc %zu: %s", len, odpd_errmsg());
 	memset(odpd_segment_addr(s), 0xa5, len);
 	return s;
+}
+
+void mkdir_p(const char *dir)
+{
+	char p[4096];
+
+	if (strlen(dir) >= sizeof(p))
+		die("path too long: %s", dir);
+	strcpy(p, dir);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			die("mkdir %s: %s", p, strerror(errno));
+		*s = '/';
+	}
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		die("mkdir %s: %s", p, strerror(errno));
+}
+
+FILE *csv_open(const char *dir, const char *name, const char *header)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "we");
+	if (!f)
+		die("%s: %s", path, strerror(errno));
+	if (header)
+		fprintf(f, "# %s\n", header);
+	return f;
+}
+
+void csv_close(FILE *f, const char *dir, const char *name)
+{
+	if (ferror(f) | fclose(f))
+		die("writing %s/%s failed", dir, name);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench-util: what bench-reg and bench-cache share: dying with a message,
+ * bench-util: what the benchmarks share: dying with a message,
  * the clock, sample series and their statistics, the in-process verbs
  * baseline, touched buffers, and the odpd calls both make the same way.
  * Every helper dies on an error (exit status 1, "PROGRAM: message").
@@ -9,6 +9,7 @@
 #define ODPD_BENCH_UTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "odpd.h"
 
@@ -23,6 +24,13 @@ __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...);
 
 /* CLOCK_MONOTONIC in µs. */
 double now_us(void);
+
+/* Result files: create @dir and its parents; open @dir/@name for writing (a
+ * header line "# @header" first when @header is not NULL); close it, dying
+ * if anything was not written. */
+void mkdir_p(const char *dir);
+FILE *csv_open(const char *dir, const char *name, const char *header);
+void csv_close(FILE *f, const char *dir, const char *name);
 
 /* A count of 1..@max, else die(). */
 unsigned parse_n(const char *s, unsigned max);
