@@ -1590,10 +1590,9 @@ int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, stru
 	struct odpd_domain *d;
 
 	if (dev->import != ODPD__SUPPORT__SUPPORT_YES)
-		return err_set(err, EOPNOTSUPP, "device %s: its provider cannot import a context "
-			       "(ibv_import_device: %s), so its PDs cannot be handed to applications; "
-			       "only providers that implement import (mlx5 today) can. Its MRs stay "
-			       "usable through their keys by odpd's own QPs (verify)", dev->name,
+		return err_set(err, EOPNOTSUPP, "device %s: its provider cannot import (ibv_import_device: "
+			       "%s), so odpd cannot hand its PD over; import needs a provider that "
+			       "implements it (mlx5 today)", dev->name,
 			       strerror(dev->import_errno ? dev->import_errno : EOPNOTSUPP));
 	op = calloc(1, sizeof(*op));
 	d = op ? holder_domain(r, h, (unsigned)(dev - r->devices->dev)) : NULL;
