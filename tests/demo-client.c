@@ -13,29 +13,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "demo-util.h"
 #include "odpd.h"
-
-static uint32_t crc_of(const void *p, size_t n)
-{
-	return (uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)n);
-}
-
-static int run(char **argv)
-{
-	int st;
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		execvp(argv[0], argv);
-		perror(argv[0]);
-		_exit(127);
-	}
-	if (pid < 0 || waitpid(pid, &st, 0) != pid)
-		return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 #define CHECK(cond, what) do { if (!(cond)) { \
 	fprintf(stderr, "demo-client: %s: %s: %s\n", what, strerror(errno), odpd_errmsg()); \
@@ -96,7 +76,7 @@ int main(int argc, char **argv)
 	int rc = 0;
 	if (cmd) {
 		fflush(stdout);
-		rc = run(cmd);
+		rc = run_command(cmd);
 	}
 	CHECK(odpd_dereg(mr) == 0, "odpd_dereg");
 	CHECK(odpd_detach(seg) == 0, "odpd_detach");

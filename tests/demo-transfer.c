@@ -18,8 +18,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "demo-util.h"
 #include "odpd.h"
 #include "rcqp.h"
 
@@ -33,11 +33,6 @@ static size_t size = 1 << 20;
 	return 1; } } while (0)
 #define CHECK_R(r, who, what) do { int r_ = (r); if (r_ < 0) { \
 	fprintf(stderr, "%s: %s: %s\n", who, what, strerror(-r_)); return 1; } } while (0)
-
-static uint32_t crc_of(const void *p, size_t n)
-{
-	return (uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)n);
-}
 
 /* What the receiver tells the sender, and the sender tells the receiver. */
 struct target {
@@ -116,21 +111,6 @@ static int sender(int to_rx, int from_rx)
 	return 0;
 }
 
-static int run(char **argv)
-{
-	int st;
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		execvp(argv[0], argv);
-		perror(argv[0]);
-		_exit(127);
-	}
-	if (pid < 0 || waitpid(pid, &st, 0) != pid)
-		return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 int main(int argc, char **argv)
 {
 	const char *who = "receiver";
@@ -191,7 +171,7 @@ int main(int argc, char **argv)
 		rc = 1;
 	if (cmd) {
 		fflush(stdout);
-		if (run(cmd) != 0)
+		if (run_command(cmd) != 0)
 			rc = 1;
 	}
 	side_close(&r);
