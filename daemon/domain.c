@@ -97,17 +97,16 @@ void odpd_client_ctx_get(struct odpd_client_ctx *c)
 	atomic_fetch_add(&c->refs, 1);
 }
 
-bool odpd_client_ctx_put(struct odpd_client_ctx *c)
+void odpd_client_ctx_put(struct odpd_client_ctx *c)
 {
 	if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
-		return false;
+		return;
 	if (c->ctx)
 		ibv_close_device(c->ctx);        /* closes c->fd */
 	else
 		close(c->fd);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
-	return true;
 }
 
 int odpd_client_ctx_import(struct odpd_client_ctx *c, struct odpd_err *err)

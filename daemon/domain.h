@@ -36,9 +36,9 @@ struct odpd_client_ctx *odpd_client_ctx_new(int fd);
 /* Is @fd the same open file as @c's (kcmp)? False where kcmp is unavailable. */
 bool odpd_client_ctx_is(const struct odpd_client_ctx *c, int fd);
 void odpd_client_ctx_get(struct odpd_client_ctx *c);
-/* Drop a reference; the last closes the context (a syscall: prefer workers).
- * Returns true if it was the last. */
-bool odpd_client_ctx_put(struct odpd_client_ctx *c);
+/* Drop a reference (none for NULL); the last closes the context, which can
+ * destroy a dead client's objects: prefer workers. */
+void odpd_client_ctx_put(struct odpd_client_ctx *c);
 /* Worker: import the context if not yet done. 0 or -errno with @err. */
 int odpd_client_ctx_import(struct odpd_client_ctx *c, struct odpd_err *err);
 

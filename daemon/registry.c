@@ -1566,11 +1566,13 @@ static void export_run(struct odpd_job *job)
 	op->rc = odpd_domain_open_locked(d, &op->err);
 	if (op->rc == 0) {
 		op->fd = fcntl(d->ctx->cmd_fd, F_DUPFD_CLOEXEC, 3);
-		if (op->fd < 0)
+		if (op->fd < 0) {
 			op->rc = err_set(&op->err, errno, "duplicating the context's cmd_fd: %s",
 					 strerror(errno));
-		op->pd_handle = d->pd->handle;
-		d->exported = true;
+		} else {
+			op->pd_handle = d->pd->handle;
+			d->exported = true;
+		}
 	}
 	pthread_mutex_unlock(&d->lock);
 }
