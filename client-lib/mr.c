@@ -98,7 +98,8 @@ static void mr_insert(struct odpd_conn *c, struct mr_entry *e, struct odpd_segme
 	e->seg = seg;
 	tables_lock(c);
 	link_add_tail(&c->mrs, &e->link);
-	seg->n_mrs++;
+	if (seg)                        /* NULL: implicit ODP, in no segment */
+		seg->n_mrs++;
 	tables_unlock(c);
 }
 
@@ -106,7 +107,8 @@ static void mr_remove(struct mr_entry *e)
 {
 	tables_lock(e->conn);
 	link_del(&e->link);
-	e->seg->n_mrs--;
+	if (e->seg)
+		e->seg->n_mrs--;
 	tables_unlock(e->conn);
 }
 
@@ -123,7 +125,7 @@ void mrs_release_all(struct odpd_conn *c)
 /* ---------------------------------------------------------------- odpd_reg */
 
 #define REG_ATTR_MASK_KNOWN (ODPD_REG_ATTR_ACCESS | ODPD_REG_ATTR_FLAGS)
-#define REG_FLAGS_KNOWN (ODPD_REG_NO_CACHE | ODPD_REG_NO_POPULATE)
+#define REG_FLAGS_KNOWN (ODPD_REG_NO_CACHE | ODPD_REG_NO_POPULATE | ODPD_REG_PREFETCH)
 
 /* A registration as the library does it: odpd_reg_attr() with the fields read. */
 struct reg_args {
@@ -145,8 +147,8 @@ static int reg_attr_read(const char *what, const struct odpd_reg_attr *attr, str
 		ret->access = attr->access;
 	if (attr->comp_mask & ODPD_REG_ATTR_FLAGS) {
 		if (attr->flags & ~(uint32_t)REG_FLAGS_KNOWN)
-			return errmsg_set(-EINVAL, "%s: flags 0x%x not supported (only ODPD_REG_NO_CACHE "
-					  "and ODPD_REG_NO_POPULATE)", what,
+			return errmsg_set(-EINVAL, "%s: flags 0x%x not supported (only ODPD_REG_NO_CACHE, "
+					  "ODPD_REG_NO_POPULATE and ODPD_REG_PREFETCH)", what,
 					  attr->flags & ~(uint32_t)REG_FLAGS_KNOWN);
 		ret->flags = attr->flags;
 	}
@@ -172,12 +174,12 @@ static int mr_reg_locked(struct odpd_conn *c, const char *what, void *addr, size
 			 const struct reg_args *a, const struct mr_request *q,
 			 struct mr_entry *e)
 {
-	struct odpd_segment *seg;
+	struct odpd_segment *seg = NULL;
 	struct mr_result res;
 	int r;
 
 	r = conn_check(c, what);
-	if (r >= 0)
+	if (r >= 0 && q->kind != ODPD__MR_KIND__MR_IMPLICIT_ODP)
 		r = segment_lookup(c, what, addr, length, &seg);
 	if (r >= 0 && q->kind == ODPD__MR_KIND__MR_PINNED && !(a->flags & ODPD_REG_NO_POPULATE))
 		r = segment_populate(seg, what, addr, length);
@@ -200,8 +202,13 @@ static int mr_reg(struct odpd_conn *c, const char *what, void *addr, size_t leng
 	r = access_to_wire(what, a->access, &q.access, &q.kind);
 	if (r < 0)
 		return r;
+	/* ibv_reg_mr(3)'s implicit ODP: address 0, length SIZE_MAX (the daemon decides) */
+	if (q.kind == ODPD__MR_KIND__MR_ODP && addr == NULL && length == SIZE_MAX)
+		q.kind = ODPD__MR_KIND__MR_IMPLICIT_ODP;
 	if (a->flags & ODPD_REG_NO_CACHE)
 		q.flags |= ODPD__REG_FLAGS__REG_NO_CACHE;
+	if (a->flags & ODPD_REG_PREFETCH)
+		q.flags |= ODPD__REG_FLAGS__REG_PREFETCH;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return errmsg_set(-ENOMEM, "%s: %m", what);
@@ -397,4 +404,52 @@ _public_ int odpd_verify(struct odpd_mr *mr, void *addr, size_t length, uint32_t
 	if (!mr || !ret_crc32)
 		return public_int(errmsg_set(-EINVAL, "odpd_verify: %s is NULL", !mr ? "mr" : "ret_crc32"));
 	return public_int(mr_verify(container_of(mr, struct mr_entry, mr), addr, length, ret_crc32));
+}
+
+/* ---------------------------------------------------------------- odpd_advise_mr */
+
+#define ADVISE_MAX_SGE 64
+
+static int conn_advise(struct odpd_conn *c, const char *what, enum ibv_advise_mr_advice advice,
+		       uint32_t flags, const struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	Odpd__Sge sges[ADVISE_MAX_SGE], *ptrs[ADVISE_MAX_SGE];
+	Odpd__AdviseMr a = ODPD__ADVISE_MR__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	int r;
+
+	for (uint32_t i = 0; i < num_sge; i++) {
+		odpd__sge__init(&sges[i]);
+		sges[i].has_addr = sges[i].has_length = sges[i].has_lkey = true;
+		sges[i].addr = sg_list[i].addr;
+		sges[i].length = sg_list[i].length;
+		sges[i].lkey = sg_list[i].lkey;
+		ptrs[i] = &sges[i];
+	}
+	a.has_advice = a.has_flags = true;
+	a.advice = (uint32_t)advice;
+	a.flags = flags;
+	a.n_sges = num_sge;
+	a.sges = ptrs;
+	req.body_case = ODPD__REQUEST__BODY_ADVISE_MR;
+	req.advise_mr = &a;
+	pthread_mutex_lock(&c->lock);
+	r = conn_call(c, what, &req, NULL, 0, ODPD__REPLY__BODY_ADVISE_MR, NULL);
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+_public_ int odpd_advise_mr(struct odpd_conn *conn, enum ibv_advise_mr_advice advice, uint32_t flags,
+			    struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	const char *what = "odpd_advise_mr";
+	int r;
+
+	errmsg_clear();
+	if (!conn || !sg_list || num_sge == 0 || num_sge > ADVISE_MAX_SGE)
+		r = errmsg_set(-EINVAL, "%s: %s", what, !conn ? "conn is NULL" : !sg_list ? "sg_list is NULL" :
+			       "num_sge must be 1 to 64");
+	else
+		r = conn_advise(conn, what, advice, flags, sg_list, num_sge);
+	return public_int(r);
 }

@@ -40,8 +40,8 @@ struct rdma_cm_id;
  * The library interface version: 1.1 added odpd_reg_attr(),
  * odpd_dereg_relaxed(), odpd_flush_relaxed(), odpd_join_pd() and the
  * generation and cache_hit fields of struct odpd_mr (symbol version
- * ODPD_1.1; the 1.0 calls stay at ODPD_1.0); 1.2 added odpd_import_pd()
- * (ODPD_1.2).
+ * ODPD_1.1; the 1.0 calls stay at ODPD_1.0); 1.2 added odpd_import_pd(),
+ * odpd_advise_mr() and ODPD_REG_PREFETCH (ODPD_1.2).
  */
 #define ODPD_VERSION_MAJOR 1
 #define ODPD_VERSION_MINOR 2
@@ -294,6 +294,10 @@ enum odpd_reg_flags {
 	ODPD_REG_NO_CACHE = 1 << 0,
 	/* Do not fault the range in this process first (see odpd_reg()). */
 	ODPD_REG_NO_POPULATE = 1 << 1,
+	/* ODP MRs (IBV_ACCESS_ON_DEMAND): map the whole range before returning
+	 * (ibv_advise_mr PREFETCH_WRITE with local write, else PREFETCH, with
+	 * IBV_ADVISE_MR_FLAG_FLUSH) when the MR is newly registered. Since 1.2. */
+	ODPD_REG_PREFETCH = 1 << 2,
 };
 
 /*
@@ -375,6 +379,27 @@ int odpd_flush_relaxed(struct odpd_conn *conn);
  * of ibv_post_send, ENOTCONN.
  */
 int odpd_verify(struct odpd_mr *mr, void *addr, size_t length, uint32_t *ret_crc32);
+
+/*
+ * Prefetch ranges of ODP MRs of @conn: ibv_advise_mr(3) in the daemon, on the
+ * PD the MRs live in. @advice: IBV_ADVISE_MR_ADVICE_PREFETCH,
+ * _PREFETCH_WRITE or _PREFETCH_NO_FAULT; @flags: 0 or
+ * IBV_ADVISE_MR_FLAG_FLUSH. @sg_list: @num_sge (1 to 64) ranges, each with
+ * addr and length (bytes) inside the ODP MR (odpd_reg() with
+ * IBV_ACCESS_ON_DEMAND) whose lkey it names; all in one PD. Without FLUSH
+ * the call returns once the daemon accepted the request and the prefetch
+ * runs on one of its workers (its failure is counted and logged there, see
+ * odpctl status); with FLUSH it returns after the pages are mapped.
+ * Errors: EINVAL (@conn or @sg_list NULL, @num_sge 0 or above 64, unknown
+ * advice or flags, an lkey that names no MR of @conn, a pinned MR - advising
+ * one has oopsed rxe - a range outside its MR or of length 0, ranges in more
+ * than one PD), EPERM (PREFETCH_WRITE on an MR without
+ * IBV_ACCESS_LOCAL_WRITE), EOPNOTSUPP (the device's provider has no
+ * advise_mr, e.g. rxe before rdma-core 58; odpctl status shows it), with
+ * FLUSH the errors of ibv_advise_mr(3) (EFAULT, ...), ENOMEM, EIO, ENOTCONN.
+ */
+int odpd_advise_mr(struct odpd_conn *conn, enum ibv_advise_mr_advice advice, uint32_t flags,
+		   struct ibv_sge *sg_list, uint32_t num_sge);
 
 /*
  * Daemon-PD mode for applications: the PD that @conn's registrations live in

@@ -57,7 +57,7 @@ static const struct api_fn {
 	FN(odpd_dereg_mr, "ODPD_1.0"), FN(odpd_default_conn, "ODPD_1.0"),
 	FN(odpd_reg_attr, "ODPD_1.1"), FN(odpd_dereg_relaxed, "ODPD_1.1"),
 	FN(odpd_flush_relaxed, "ODPD_1.1"), FN(odpd_join_pd, "ODPD_1.1"),
-	FN(odpd_import_pd, "ODPD_1.2"),
+	FN(odpd_import_pd, "ODPD_1.2"), FN(odpd_advise_mr, "ODPD_1.2"),
 #undef FN
 };
 

@@ -791,8 +791,8 @@ static void test_reg_attr(const char *path)
 	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "odpd_reg_attr: comp_mask 0x4");
 	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_ACCESS | 0x80000000u };
 	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "comp_mask");
-	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_FLAGS, .flags = 1u << 2 };
-	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "odpd_reg_attr: flags 0x4 not supported");
+	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_FLAGS, .flags = 1u << 3 };
+	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "odpd_reg_attr: flags 0x8 not supported");
 	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_ACCESS, .access = IBV_ACCESS_REMOTE_WRITE };
 	CHECK_FAIL(odpd_reg_attr(c, p, 64, &attr), EINVAL, "LOCAL_WRITE");
 	attr = (struct odpd_reg_attr) { .comp_mask = ODPD_REG_ATTR_ACCESS, .access = IBV_ACCESS_MW_BIND };

@@ -60,6 +60,20 @@ static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
 	o->relaxed = relaxed_of(&c->m->registry, c->id);
 }
 
+static void odp_stats(const struct odpd_registry *r, Odpd__OdpStats *o)
+{
+	const struct odpd_odp_stats *s = &r->odp;
+
+	o->has_mrs = o->has_bytes = o->has_registrations = o->has_prefetches = 1;
+	o->has_prefetch_bytes = o->has_prefetch_errors = 1;
+	o->mrs = s->mrs;
+	o->bytes = s->bytes;
+	o->registrations = s->registrations;
+	o->prefetches = s->prefetches;
+	o->prefetch_bytes = s->prefetch_bytes;
+	o->prefetch_errors = s->prefetch_errors;
+}
+
 static void cache_stats(const struct odpd_registry *r, Odpd__CacheStats *o)
 {
 	const struct odpd_cache_stats *s = &r->stats;
@@ -127,6 +141,7 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__StatusReply sr = ODPD__STATUS_REPLY__INIT;
 	Odpd__CacheStats cs = ODPD__CACHE_STATS__INIT;
+	Odpd__OdpStats os = ODPD__ODP_STATS__INIT;
 	unsigned n_pd_rows = r->n_shared * (r->devices->n + 1) + 1;
 	Odpd__ClientInfo *infos = calloc(m->n_clients + 1, sizeof(*infos));
 	Odpd__ClientInfo **ptrs = calloc(m->n_clients + 1, sizeof(*ptrs));
@@ -172,6 +187,8 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 	sr.releasing = m->n_clients - n + r->pending + m->segs.unmapping;
 	cache_stats(r, &cs);
 	sr.cache = &cs;
+	odp_stats(r, &os);
+	sr.odp = &os;
 	n = 0;
 	LIST_FOREACH(a, &r->quota.accounts, link) {
 		odpd__quota_info__init(&qi[n]);
@@ -234,7 +251,7 @@ static void mr_info(const struct odpd_mr *mr, Odpd__MrInfo *o, int32_t *pids, ui
 	o->iova = mr->iova;
 	o->length = mr->length;
 	o->access = mr->access;
-	o->kind = ODPD__MR_KIND__MR_PINNED;
+	o->kind = mr->pinned ? ODPD__MR_KIND__MR_PINNED : ODPD__MR_KIND__MR_ODP;
 	o->lkey = mr->mr ? mr->mr->lkey : 0;
 	o->rkey = mr->mr ? mr->mr->rkey : 0;
 	o->holders = mr->refs;

@@ -37,7 +37,7 @@
 #define MAX_RELAXED_WINDOW_MS 86400000  /* a day: ms * 10^6 stays far from overflow */
 #define PD_NAME_MAX 63
 
-enum section { SEC_NONE, SEC_LIMITS, SEC_RULE, SEC_PD };
+enum section { SEC_NONE, SEC_LIMITS, SEC_RULE, SEC_PD, SEC_ODP };
 
 enum limit_key { KEY_MAX_PINNED, KEY_MAX_MRS, KEY_DEFAULT_PINNED, KEY_RELAXED_WINDOW_MS,
 		 KEY_RELAXED_MAX_MRS, KEY_RELAXED_MAX_BYTES, N_LIMIT_KEYS };
@@ -67,6 +67,7 @@ struct parse {
 	const char *sec_label;
 	unsigned key_line[N_LIMIT_KEYS]; /* where each key of this section was set */
 	unsigned limits_line;       /* of the [limits] header, 0 if none yet */
+	unsigned odp_line;          /* of the [odp] header, 0 if none yet */
 	int read_errno;
 	bool failed;
 	unsigned err_line;
@@ -435,6 +436,22 @@ static int open_limits(struct parse *p, const char *subject)
 	return 0;
 }
 
+static int open_odp(struct parse *p, const char *subject)
+{
+	if (*subject) {
+		fail(p, "[odp] takes no argument, not \"%s\"", subject);
+		return -EINVAL;
+	}
+	if (p->odp_line) {
+		fail(p, "duplicate section [odp] (first on line %u)", p->odp_line);
+		return -EINVAL;
+	}
+	p->odp_line = p->line;
+	p->sec = SEC_ODP;
+	p->sec_label = "[odp]";
+	return 0;
+}
+
 /* @hdr: what lies between '[' and ']', trimmed; modified. */
 static int open_section(struct parse *p, char *hdr)
 {
@@ -447,6 +464,8 @@ static int open_section(struct parse *p, char *hdr)
 	memset(p->key_line, 0, sizeof(p->key_line));
 	if (strcmp(hdr, "limits") == 0)
 		return open_limits(p, subject);
+	if (strcmp(hdr, "odp") == 0)
+		return open_odp(p, subject);
 	if (strcmp(hdr, "pd") == 0 && *subject)
 		return open_pd(p, subject, label);
 	if (strcmp(hdr, "user") == 0 || strcmp(hdr, "group") == 0 || strcmp(hdr, "cgroup") == 0) {
@@ -462,7 +481,7 @@ static int open_section(struct parse *p, char *hdr)
 	if (strcmp(hdr, "pd") == 0)
 		fail(p, "[pd] needs a PD name pattern: [pd NAME] or [pd PATTERN*]");
 	else
-		fail(p, "unknown section %s (expected [limits], [user NAME], [group NAME], "
+		fail(p, "unknown section %s (expected [limits], [odp], [user NAME], [group NAME], "
 		     "[cgroup /PATH] or [pd PATTERN])", label);
 	return -EINVAL;
 }
@@ -623,6 +642,16 @@ static void set_count(struct parse *p, const char *key, const char *v, bool unli
 		fail(p, "bad number \"%s\" for %s (a decimal integer)", v, key);
 }
 
+static void set_bool(struct parse *p, const char *key, const char *v, bool *ret)
+{
+	if (strcmp(v, "yes") == 0 || strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+		*ret = true;
+	else if (strcmp(v, "no") == 0 || strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+		*ret = false;
+	else
+		fail(p, "bad value \"%s\" for %s (yes or no)", v, key);
+}
+
 static void set_default_pinned(struct parse *p, const char *v)
 {
 	struct odpd_conf *c = p->c;
@@ -720,6 +749,8 @@ static int key_index(const struct parse *p, const char *key)
 		return strcmp(key, "max-pinned") == 0 ? 0 : -1;
 	case SEC_PD:
 		return strcmp(key, "users") == 0 ? 0 : strcmp(key, "groups") == 0 ? 1 : -1;
+	case SEC_ODP:
+		return strcmp(key, "prefetch-on-register") == 0 ? 0 : -1;
 	default:
 		return -1;
 	}
@@ -730,6 +761,7 @@ static const char *const section_keys[] = {
 		       "or relaxed-max-bytes",
 	[SEC_RULE] = "max-pinned",
 	[SEC_PD] = "users or groups",
+	[SEC_ODP] = "prefetch-on-register",
 };
 
 static void handle_key(struct parse *p, const char *key, char *v)
@@ -757,6 +789,8 @@ static void handle_key(struct parse *p, const char *key, char *v)
 	p->key_line[i] = p->line;
 	if (p->sec == SEC_LIMITS)
 		limits_key(p, (enum limit_key)i, v);
+	else if (p->sec == SEC_ODP)
+		set_bool(p, key, v, &p->c->prefetch_on_register);
 	else if (p->sec == SEC_RULE)
 		rule_key(p, key, v);
 	else

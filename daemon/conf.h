@@ -63,6 +63,8 @@ struct odpd_conf {
 	uint64_t relaxed_window_ms;
 	uint64_t relaxed_max_mrs;
 	uint64_t relaxed_max_bytes;
+	/* [odp] */
+	bool prefetch_on_register;  /* every ODP registration prefetches (REG_PREFETCH) */
 	struct odpd_rule *rules;
 	unsigned n_rules;
 	struct odpd_pd_policy *pds;

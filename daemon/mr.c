@@ -86,6 +86,7 @@ struct pending {
 	struct odpd_client *c;
 	uint64_t id;
 	const struct odpd_device *dev;      /* ImportPd */
+	bool flush;                         /* AdviseMr: answer when done */
 };
 
 /* NULL after replying ENOMEM. */
@@ -100,6 +101,7 @@ static struct pending *pending_new(struct odpd_client *c, uint64_t id)
 	p->c = c;
 	p->id = id;
 	p->dev = NULL;
+	p->flush = false;
 	return p;
 }
 
@@ -160,7 +162,74 @@ static int find_segment(struct odpd_client *c, uint64_t addr, uint64_t length,
 		       "with odpd_alloc() or attach its memfd with odpd_attach()", addr);
 }
 
-#define REG_FLAGS_KNOWN ((uint32_t)ODPD__REG_FLAGS__REG_NO_CACHE)
+#define REG_FLAGS_KNOWN ((uint32_t)(ODPD__REG_FLAGS__REG_NO_CACHE | ODPD__REG_FLAGS__REG_PREFETCH))
+
+/* The RC ODP capabilities an MR with @access needs: its pages as the local
+ * buffer of sends and RDMA WRITE/READ requests (SEND), as where receives and
+ * READ responses land (RECV, with local write), and as the target of remote
+ * writes, reads and atomics. */
+static uint32_t odp_caps_needed(uint32_t access)
+{
+	return IBV_ODP_SUPPORT_SEND |
+	       (access & ODPD__ACCESS__ACCESS_LOCAL_WRITE ? IBV_ODP_SUPPORT_RECV : 0) |
+	       (access & ODPD__ACCESS__ACCESS_REMOTE_WRITE ? IBV_ODP_SUPPORT_WRITE : 0) |
+	       (access & ODPD__ACCESS__ACCESS_REMOTE_READ ? IBV_ODP_SUPPORT_READ : 0) |
+	       (access & ODPD__ACCESS__ACCESS_REMOTE_ATOMIC ? IBV_ODP_SUPPORT_ATOMIC : 0);
+}
+
+/* An explicit ODP MR: the device must page on demand for RC with this
+ * access, and its iova must be odpd's own address of the range (rxe: an ODP
+ * MR with iova != addr oopses the kernel or writes elsewhere). */
+static int odp_check(const struct odpd_device *dev, uint32_t access, const struct odpd_cseg *s,
+		     bool client_pd, struct odpd_err *err)
+{
+	uint32_t missing = odp_caps_needed(access) & ~dev->odp_rc_caps;
+
+	if (client_pd)
+		return err_set(err, EOPNOTSUPP, "ODP MRs are registered in odpd's PDs only, not in "
+			       "client-PD mode (the MR would page in odpd's address space)");
+	if (!dev->odp)
+		return err_set(err, EOPNOTSUPP, "device %s has no on-demand paging (IBV_ODP_SUPPORT "
+			       "is not in its general ODP caps %#" PRIx64 "): register pinned",
+			       dev->name, dev->odp_general_caps);
+	if (missing)
+		return err_set(err, EOPNOTSUPP, "device %s cannot page on demand for RC with this "
+			       "access: missing RC ODP caps %#x (of %#x needed: SEND=1 RECV=2 WRITE=4 "
+			       "READ=8 ATOMIC=16)", dev->name, missing, odp_caps_needed(access));
+	if ((uintptr_t)(s->map->addr + s->file_offset) != s->client_addr)
+		return err_set(err, EINVAL, "an ODP MR needs odpd's mapping of the segment at your "
+			       "address (iova = address), and odpd mapped segment %" PRIu64 " elsewhere: "
+			       "use odpd_alloc(), or odpd_attach() with addr NULL", s->handle);
+	return 0;
+}
+
+/*
+ * Implicit ODP (addr 0, length SIZE_MAX) covers the whole address space of
+ * the process that registers it, so it may only be made in a registrar that
+ * holds nothing but the PD's own segments (DESIGN.md section 4). Refused
+ * where the device lacks the cap, and, where it has it, until that registrar
+ * exists.
+ */
+static int implicit_check(struct odpd_manager *m, const Odpd__RegMr *req, bool client_pd,
+			  struct odpd_err *err)
+{
+	const struct odpd_device *dev = odpd_devices_find(&m->devices, req->device);
+
+	if (!dev)
+		return err_set(err, ENODEV, "no such device");
+	if (client_pd)
+		return err_set(err, EOPNOTSUPP, "implicit ODP is not available in client-PD mode");
+	if (req->addr != 0 || req->length != UINT64_MAX)
+		return err_set(err, EINVAL, "an implicit ODP MR has address 0 and length SIZE_MAX");
+	if (!dev->implicit_odp)
+		return err_set(err, EOPNOTSUPP, "device %s does not support implicit ODP: "
+			       "IBV_ODP_SUPPORT_IMPLICIT is not in its general ODP caps %#" PRIx64
+			       " (it needs hardware with that cap); register explicit ODP MRs over "
+			       "segments instead", dev->name, dev->odp_general_caps);
+	return err_set(err, EOPNOTSUPP, "device %s supports implicit ODP, but this odpd has no "
+		       "registrar process for it yet (DESIGN.md section 4); register explicit ODP "
+		       "MRs over segments instead", dev->name);
+}
 
 static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, struct odpd_reg_req *q,
 		     struct odpd_err *err)
@@ -184,9 +253,10 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	case ODPD__MR_KIND__MR_PINNED:
 		break;
 	case ODPD__MR_KIND__MR_ODP:
+		q->odp = true;
+		break;
 	case ODPD__MR_KIND__MR_IMPLICIT_ODP:
-		return err_set(err, EOPNOTSUPP, "ODP registration is not implemented in this odpd yet; "
-			       "register pinned");
+		return implicit_check(m, req, client_pd, err);
 	default:
 		return err_set(err, EINVAL, "unknown MR kind %d", (int)req->kind);
 	}
@@ -207,12 +277,25 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	if (!q->dev)
 		return err_set(err, ENODEV, m->devices.n ? "no device named %s" : "odpd has no RDMA device%s",
 			       m->devices.n ? req->device : "");
+	if (q->odp && (r = odp_check(q->dev, access, s, client_pd, err)) < 0)
+		return r;
 	q->map = s->map;
 	q->offset = s->file_offset + (req->addr - s->client_addr);
 	q->length = req->length;
 	q->iova = req->addr;
 	q->access = access;
 	q->no_cache = (req->flags & ODPD__REG_FLAGS__REG_NO_CACHE) != 0;
+	q->prefetch = (req->flags & ODPD__REG_FLAGS__REG_PREFETCH) != 0;
+	/* [odp] prefetch-on-register: where the provider can (odpctl status says where not) */
+	if (q->odp && m->conf.prefetch_on_register && q->dev->advise_mr == ODPD__SUPPORT__SUPPORT_YES)
+		q->prefetch = true;
+	if (q->prefetch && !q->odp)
+		return err_set(err, EINVAL, "REG_PREFETCH is for ODP MRs (a pinned MR's pages are mapped "
+			       "when it is registered)");
+	if (q->prefetch && q->dev->advise_mr != ODPD__SUPPORT__SUPPORT_YES)
+		return err_set(err, EOPNOTSUPP, "device %s: its provider has no ibv_advise_mr (%s), so "
+			       "odpd cannot prefetch: register without REG_PREFETCH", q->dev->name,
+			       q->dev->advise_mr_errno ? strerror(q->dev->advise_mr_errno) : "not probed");
 	q->pd_handle = req->client_pd_handle;
 	q->cookie = s;
 	return 0;
@@ -250,6 +333,21 @@ void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int
 		odpd_reply_err(c, id, &err);
 	else
 		reg_accepted(c, id, ref, true);
+}
+
+static void reply_advise(struct odpd_client *c, uint64_t id, uint64_t bytes, bool flushed)
+{
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__AdviseMrReply ar = ODPD__ADVISE_MR_REPLY__INIT;
+
+	ar.has_bytes = ar.has_flushed = 1;
+	ar.bytes = bytes;
+	ar.flushed = flushed;
+	reply.has_id = reply.has_status = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_ADVISE_MR;
+	reply.advise_mr = &ar;
+	odpd_client_send(c, &reply);
 }
 
 /* ---------------------------------------------------------------- dereg */
@@ -489,5 +587,53 @@ void odpd_import_pd(struct odpd_client *c, uint64_t id, const Odpd__ImportPd *re
 		odpd_reply_err(c, id, &err);
 		return;
 	}
+	odpd_client_wait(c);
+}
+
+/* ---------------------------------------------------------------- prefetch */
+
+static void advise_cb(void *arg, int rc, const struct odpd_err *err, uint64_t bytes)
+{
+	struct pending *p = arg;
+	struct odpd_client *c = p->c;
+
+	/* Without FLUSH the client had its answer when the daemon accepted. */
+	if (p->flush) {
+		if (rc < 0)
+			odpd_reply_err(c, p->id, err);
+		else
+			reply_advise(c, p->id, bytes, true);
+	}
+	free(p);
+	odpd_client_job_done(c);
+}
+
+void odpd_advise_mr(struct odpd_client *c, uint64_t id, const Odpd__AdviseMr *req)
+{
+	struct odpd_sge sges[ODPD_ADVISE_MAX_SGE];
+	struct odpd_err err = { 0 };
+	struct pending *p;
+	uint64_t bytes = 0;
+
+	if (req->n_sges > ODPD_ADVISE_MAX_SGE) {
+		odpd_client_send_error(c, id, EINVAL, "AdviseMr takes 1 to 64 ranges");
+		return;
+	}
+	for (size_t i = 0; i < req->n_sges; i++) {
+		sges[i] = (struct odpd_sge){ req->sges[i]->addr, req->sges[i]->length, req->sges[i]->lkey };
+		bytes += sges[i].length;
+	}
+	p = pending_new(c, id);
+	if (!p)
+		return;
+	p->flush = (req->flags & IBV_ADVISE_MR_FLAG_FLUSH) != 0;
+	if (odpd_registry_advise(&c->m->registry, &c->holder, req->advice, req->flags, sges,
+				 (unsigned)req->n_sges, advise_cb, p, &err) < 0) {
+		free(p);
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	if (!p->flush)
+		reply_advise(c, id, bytes, false);  /* accepted; it runs on a worker */
 	odpd_client_wait(c);
 }

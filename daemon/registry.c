@@ -72,6 +72,7 @@ const char *odpd_mr_state_name(enum odpd_mr_state s)
 }
 
 static void relaxed_arm(struct odpd_registry *r);
+static void prefetch_count(struct odpd_registry *r, const struct odpd_device *dev, int rc, uint64_t bytes);
 static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w);
 
 /* ---------------------------------------------------------------- charges */
@@ -534,6 +535,10 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 	while (mr->charges)
 		charge_drop(r, mr, mr->charges);
 	global_uncharge(r, mr);
+	if (!mr->pinned) {
+		r->odp.mrs--;
+		r->odp.bytes -= mr->length;
+	}
 	TAILQ_REMOVE(&r->mrs, mr, link);
 	r->n_mrs--;
 	if (mr->dom) {
@@ -929,6 +934,7 @@ struct lookup {
 	const struct odpd_holder *h;
 	uint64_t s, e;
 	uint32_t access;
+	bool odp;                           /* the kind asked for: ODP or pinned */
 	struct timespec ctime;              /* read before any witness check */
 	bool have_ctime;
 	struct odpd_mr *stale;              /* pinned MRs over replaced pages, by batch_next */
@@ -964,6 +970,8 @@ static bool hit_ok(struct odpd_inode *n, void *arg)
 	struct lookup *l = arg;
 
 	if (mr->state == ODPD_MR_INVALIDATING)
+		return false;
+	if (mr->pinned == l->odp)               /* the kind asked for only */
 		return false;
 	if ((mr->access & l->access) != l->access)
 		return false;
@@ -1089,6 +1097,7 @@ struct reg_op {
 	int stat_fd;                        /* a dup of the segment's fd, for its ctime */
 	struct reg_op *next_joiner;         /* waiting for the same REGISTERING MR */
 	struct odpd_client_ctx *cctx;       /* client-PD mode: a reference, until the MR takes it */
+	int prefetch_rc;                    /* REG_PREFETCH: ibv_advise_mr's result (errno) */
 	struct odpd_err err;
 	int rc;
 };
@@ -1111,6 +1120,18 @@ static int reg_import(struct reg_op *op)
 	return 0;
 }
 
+/* REG_PREFETCH: map the whole ODP MR now, writable if it may be written. */
+static int prefetch_whole(struct ibv_pd *pd, const struct odpd_mr *mr)
+{
+	struct ibv_sge sge = { .addr = mr->iova, .length = (uint32_t)mr->length, .lkey = mr->mr->lkey };
+
+	if (mr->length > UINT32_MAX)
+		return EINVAL;                   /* ibv_sge.length is 32 bits */
+	return ibv_advise_mr(pd, mr->access & ODPD__ACCESS__ACCESS_LOCAL_WRITE ?
+			     IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE : IBV_ADVISE_MR_ADVICE_PREFETCH,
+			     IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1);
+}
+
 static void reg_run(struct odpd_job *job)
 {
 	struct reg_op *op = (struct reg_op *)job;
@@ -1129,6 +1150,18 @@ static void reg_run(struct odpd_job *job)
 		if (op->rc < 0)
 			return;
 		pd = mr->dom->pd;
+	}
+	if (!mr->pinned) {
+		/* ODP: nothing to fault or witness; the device pages on demand,
+		 * following whatever pages the segment has then. iova is odpd's
+		 * own address (checked by the caller). */
+		mr->mr = ibv_reg_mr(pd, op->daemon_addr, mr->length, op->ibv_access);
+		if (!mr->mr)
+			op->rc = err_set(&op->err, errno, "ibv_reg_mr (ODP) on %s: %s", op->q.dev->name,
+					 strerror(errno));
+		else if (op->q.prefetch)
+			op->prefetch_rc = prefetch_whole(pd, mr);
+		return;
 	}
 	/*
 	 * Map odpd's view of the range first with read faults: they map
@@ -1208,6 +1241,10 @@ static void reg_done(struct odpd_job *job)
 		mr->state = ODPD_MR_LIVE;
 		charge_find(mr, op->h->acct)->refs++;
 		r->stats.registrations++;
+		if (!mr->pinned)
+			r->odp.registrations++;
+		if (op->q.prefetch)
+			prefetch_count(r, op->q.dev, op->prefetch_rc, mr->length);
 		log_debug("registry: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
 			  mr->id, mr->iova, mr->length, mr->mr->lkey, mr->mr->rkey);
 		op->cb(op->arg, 0, NULL, ref, false);
@@ -1310,7 +1347,11 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 	mr->node.end = e;
 	mr->iova = op->q.iova - op->q.offset + s;
 	mr->access = op->q.access;
-	mr->pinned = true;
+	mr->pinned = !op->q.odp;
+	if (!mr->pinned) {
+		r->odp.mrs++;
+		r->odp.bytes += mr->length;
+	}
 	mr->state = ODPD_MR_REGISTERING;
 	mr->generation = ++r->generation;
 	mr->owner_id = op->h->id;
@@ -1326,7 +1367,7 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	struct odpd_charge *c;
 	int rc;
 
-	rc = quota_check(r, op->h, op->q.map, s, e, true, true, !op->evicted, &evict, err);
+	rc = quota_check(r, op->h, op->q.map, s, e, !op->q.odp, true, !op->evicted, &evict, err);
 	if (rc < 0)
 		return rc;
 	if (evict)
@@ -1358,7 +1399,7 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	}
 	op->mr = mr;
 	op->daemon_addr = mr->map->addr + s;
-	op->ibv_access = access_to_ibv(op->q.access);
+	op->ibv_access = access_to_ibv(op->q.access) | (op->q.odp ? IBV_ACCESS_ON_DEMAND : 0);
 	op->job.run = reg_run;
 	op->job.done = reg_done;
 	odpd_pool_submit(r->pool, &op->job);
@@ -1374,7 +1415,7 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 	uint64_t e = (q->offset + q->length + PAGE - 1) & ~(PAGE - 1);
 	struct odpd_domain *d = NULL;
 	struct odpd_mr *mr;
-	struct lookup l = { .r = r, .h = op->h, .s = s, .e = e, .access = q->access };
+	struct lookup l = { .r = r, .h = op->h, .s = s, .e = e, .access = q->access, .odp = q->odp };
 
 	if (e > q->map->size)
 		e = q->map->size;
@@ -1540,6 +1581,141 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 	op->arg = arg;
 	op->job.run = verify_run;
 	op->job.done = verify_done;
+	odpd_pool_submit(r->pool, &op->job);
+	return 1;
+}
+
+/* ---------------------------------------------------------------- prefetch (ibv_advise_mr) */
+
+/* On the loop: count a prefetch's result; a failure is logged, never hidden. */
+static void prefetch_count(struct odpd_registry *r, const struct odpd_device *dev, int rc, uint64_t bytes)
+{
+	if (rc == 0) {
+		r->odp.prefetches++;
+		r->odp.prefetch_bytes += bytes;
+		return;
+	}
+	r->odp.prefetch_errors++;
+	log_warning("%s: ibv_advise_mr: %s", dev->name, strerror(rc));
+}
+
+struct advise_op {
+	struct odpd_job job;
+	struct odpd_registry *r;
+	const struct odpd_device *dev;
+	struct ibv_pd *pd;
+	uint32_t advice, flags;
+	unsigned n;
+	uint64_t bytes;
+	odpd_advise_cb cb;
+	void *arg;
+	int rc;                             /* ibv_advise_mr's (errno) */
+	struct ibv_sge sges[];
+};
+
+static void advise_run(struct odpd_job *job)
+{
+	struct advise_op *op = (struct advise_op *)job;
+
+	op->rc = ibv_advise_mr(op->pd, (enum ibv_advise_mr_advice)op->advice, op->flags, op->sges, op->n);
+}
+
+static void advise_done(struct odpd_job *job)
+{
+	struct advise_op *op = (struct advise_op *)job;
+	struct odpd_err err = { 0 };
+
+	prefetch_count(op->r, op->dev, op->rc, op->bytes);
+	if (op->rc)
+		err_set(&err, op->rc, "ibv_advise_mr on %s: %s%s", op->dev->name, strerror(op->rc),
+			op->rc == EOPNOTSUPP ? " (the provider has no advise_mr: rdma-core's rxe has it "
+			"from v58)" : "");
+	op->cb(op->arg, op->rc ? -op->rc : 0, &err, op->bytes);
+	free(op);
+}
+
+/* The MR @h holds whose lkey is @lkey, or NULL. */
+static struct odpd_mr *holder_mr_by_lkey(const struct odpd_holder *h, uint32_t lkey)
+{
+	const struct odpd_ref *ref;
+
+	LIST_FOREACH(ref, &h->refs, hlink)
+		if (ref->mr->mr && ref->mr->mr->lkey == lkey)
+			return ref->mr;
+	return NULL;
+}
+
+static int advise_check_sge(const struct odpd_holder *h, uint32_t advice, const struct odpd_sge *g,
+			    unsigned i, struct odpd_mr **ret, struct odpd_err *err)
+{
+	struct odpd_mr *mr = holder_mr_by_lkey(h, g->lkey);
+
+	if (!mr)
+		return err_set(err, EINVAL, "sge %u: lkey %#x names no MR of this connection", i, g->lkey);
+	if (mr->pinned)
+		return err_set(err, EINVAL, "sge %u: lkey %#x is a pinned MR: only ODP MRs can be "
+			       "advised (advising a pinned MR has oopsed rxe)", i, g->lkey);
+	if (mr->dom == NULL)
+		return err_set(err, EINVAL, "sge %u: not an MR of odpd's PD", i);
+	if (g->length == 0 || g->addr < mr->iova || g->addr + g->length < g->addr ||
+	    g->addr + g->length > mr->iova + mr->length)
+		return err_set(err, EINVAL, "sge %u: [%#" PRIx64 ", +%u) is not inside its MR [%#" PRIx64
+			       ", +%" PRIu64 ")", i, g->addr, g->length, mr->iova, mr->length);
+	if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE && !(mr->access & ODPD__ACCESS__ACCESS_LOCAL_WRITE))
+		return err_set(err, EPERM, "sge %u: PREFETCH_WRITE on an MR without local write access", i);
+	*ret = mr;
+	return 0;
+}
+
+int odpd_registry_advise(struct odpd_registry *r, struct odpd_holder *h, uint32_t advice, uint32_t flags,
+			 const struct odpd_sge *sges, unsigned n, odpd_advise_cb cb, void *arg,
+			 struct odpd_err *err)
+{
+	struct odpd_domain *d = NULL;
+	struct advise_op *op;
+	uint64_t bytes = 0;
+	int rc;
+
+	if (advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return err_set(err, EINVAL, "unknown advice %u (PREFETCH 0, PREFETCH_WRITE 1, "
+			       "PREFETCH_NO_FAULT 2)", advice);
+	if (flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH)
+		return err_set(err, EINVAL, "unknown advise flags %#x (only IBV_ADVISE_MR_FLAG_FLUSH)",
+			       flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH);
+	if (n == 0 || n > ODPD_ADVISE_MAX_SGE)
+		return err_set(err, EINVAL, "%u ranges: 1 to %u", n, ODPD_ADVISE_MAX_SGE);
+	for (unsigned i = 0; i < n; i++) {
+		struct odpd_mr *mr = NULL;
+
+		rc = advise_check_sge(h, advice, &sges[i], i, &mr, err);
+		if (rc < 0)
+			return rc;
+		if (d && mr->dom != d)
+			return err_set(err, EINVAL, "sge %u: another PD than sge 0's (one device per call)", i);
+		d = mr->dom;
+		bytes += sges[i].length;
+	}
+	if (d->dev->advise_mr != ODPD__SUPPORT__SUPPORT_YES)
+		return err_set(err, EOPNOTSUPP, "device %s: its provider has no ibv_advise_mr (%s; "
+			       "rdma-core's rxe provider has it from v58)", d->dev->name,
+			       d->dev->advise_mr_errno ? strerror(d->dev->advise_mr_errno) : "not probed");
+	op = calloc(1, sizeof(*op) + n * sizeof(op->sges[0]));
+	if (!op)
+		return err_set(err, ENOMEM, "out of memory");
+	op->r = r;
+	op->dev = d->dev;
+	op->pd = d->pd;                      /* open: it has registered MRs */
+	op->advice = advice;
+	op->flags = flags;
+	op->n = n;
+	op->bytes = bytes;
+	op->cb = cb;
+	op->arg = arg;
+	for (unsigned i = 0; i < n; i++)      /* ODP: iova is odpd's own address */
+		op->sges[i] = (struct ibv_sge){ .addr = sges[i].addr, .length = sges[i].length,
+						.lkey = sges[i].lkey };
+	op->job.run = advise_run;
+	op->job.done = advise_done;
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
 }

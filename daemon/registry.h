@@ -132,6 +132,13 @@ struct odpd_cache_stats {
 	uint64_t flushes, invalidated, replaced;
 };
 
+/* On-demand paging: ODP MRs count here, never as pinned bytes. */
+struct odpd_odp_stats {
+	unsigned mrs;                       /* now */
+	uint64_t bytes;                     /* their registered bytes */
+	uint64_t registrations, prefetches, prefetch_bytes, prefetch_errors;
+};
+
 struct odpd_batch;
 struct odpd_waiter;
 
@@ -159,6 +166,7 @@ struct odpd_registry {
 	bool pagemap_scan;                  /* the kernel has PAGEMAP_SCAN */
 	unsigned pending;                   /* jobs in flight that are not a client's */
 	struct odpd_cache_stats stats;
+	struct odpd_odp_stats odp;
 };
 
 int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct odpd_pool *pool,
@@ -189,6 +197,8 @@ struct odpd_reg_req {
 	uint64_t length;                    /* bytes */
 	uint64_t iova;                      /* the client's address */
 	uint32_t access;                    /* Odpd__Access */
+	bool odp;                           /* explicit ODP: iova == odpd's address */
+	bool prefetch;                      /* ODP: prefetch (FLUSH) after registering */
 	bool no_cache;
 	int cmd_fd;                         /* client-PD mode: consumed; else -1 */
 	uint32_t pd_handle;
@@ -246,6 +256,25 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 typedef void (*odpd_export_cb)(void *arg, int rc, const struct odpd_err *err, int fd, uint32_t pd_handle);
 int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, struct odpd_device *dev,
 			    odpd_export_cb cb, void *arg, struct odpd_err *err);
+
+/*
+ * Prefetch (ibv_advise_mr) ranges of @h's ODP MRs, named by lkey, on a
+ * worker. Checked here first: every lkey an MR @h holds, ODP (never a
+ * pinned MR: advising one has oopsed rxe), one PD, each range inside its MR,
+ * PREFETCH_WRITE only on MRs with local write (EPERM), known advice and
+ * flags, and a device whose provider has advise_mr (EOPNOTSUPP). Returns 1
+ * (@cb will be called on the loop with the verb's result), or -errno.
+ */
+struct odpd_sge {
+	uint64_t addr;
+	uint32_t length;
+	uint32_t lkey;
+};
+#define ODPD_ADVISE_MAX_SGE 64
+typedef void (*odpd_advise_cb)(void *arg, int rc, const struct odpd_err *err, uint64_t bytes);
+int odpd_registry_advise(struct odpd_registry *r, struct odpd_holder *h, uint32_t advice, uint32_t flags,
+			 const struct odpd_sge *sges, unsigned n, odpd_advise_cb cb, void *arg,
+			 struct odpd_err *err);
 
 /* verify (verify.h) through @ref's MR on a worker. */
 typedef void (*odpd_verify_cb)(void *arg, int rc, const struct odpd_err *err, uint32_t crc,

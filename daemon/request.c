@@ -133,6 +133,9 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 	case ODPD__REQUEST__BODY_IMPORT_PD:
 		odpd_import_pd(c, id, req->import_pd);
 		break;
+	case ODPD__REQUEST__BODY_ADVISE_MR:
+		odpd_advise_mr(c, id, req->advise_mr);
+		break;
 	default:
 		odpd_client_send_error(c, id, EOPNOTSUPP, "unknown request type (a newer client?)");
 		break;

@@ -28,6 +28,7 @@ void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req);
 void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req);
 void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req);
 void odpd_import_pd(struct odpd_client *c, uint64_t id, const Odpd__ImportPd *req);
+void odpd_advise_mr(struct odpd_client *c, uint64_t id, const Odpd__AdviseMr *req);
 
 /* Admin requests (admin.c). */
 void odpd_admin_status(struct odpd_client *c, uint64_t id);

@@ -152,6 +152,7 @@ const char *odpd_request_name(Odpd__Request__BodyCase c)
 	case ODPD__REQUEST__BODY_FLUSH: return "flush";
 	case ODPD__REQUEST__BODY_LIST_MRS: return "list_mrs";
 	case ODPD__REQUEST__BODY_IMPORT_PD: return "import_pd";
+	case ODPD__REQUEST__BODY_ADVISE_MR: return "advise_mr";
 	default: return "unknown";
 	}
 }
