@@ -1120,16 +1120,25 @@ static int reg_import(struct reg_op *op)
 	return 0;
 }
 
-/* REG_PREFETCH: map the whole ODP MR now, writable if it may be written. */
+/* REG_PREFETCH: map the whole ODP MR now, writable if it may be written, in
+ * calls of up to 1 GiB (ibv_sge.length has 32 bits). 0 or the verb's errno. */
 static int prefetch_whole(struct ibv_pd *pd, const struct odpd_mr *mr)
 {
-	struct ibv_sge sge = { .addr = mr->iova, .length = (uint32_t)mr->length, .lkey = mr->mr->lkey };
+	const uint64_t chunk = 1ull << 30;
+	enum ibv_advise_mr_advice advice = mr->access & ODPD__ACCESS__ACCESS_LOCAL_WRITE ?
+		IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE : IBV_ADVISE_MR_ADVICE_PREFETCH;
 
-	if (mr->length > UINT32_MAX)
-		return EINVAL;                   /* ibv_sge.length is 32 bits */
-	return ibv_advise_mr(pd, mr->access & ODPD__ACCESS__ACCESS_LOCAL_WRITE ?
-			     IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE : IBV_ADVISE_MR_ADVICE_PREFETCH,
-			     IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1);
+	for (uint64_t off = 0; off < mr->length; off += chunk) {
+		struct ibv_sge sge = {
+			.addr = mr->iova + off, .lkey = mr->mr->lkey,
+			.length = (uint32_t)(mr->length - off < chunk ? mr->length - off : chunk),
+		};
+		int rc = ibv_advise_mr(pd, advice, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 static void reg_run(struct odpd_job *job)
