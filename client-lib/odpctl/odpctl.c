@@ -5,7 +5,7 @@
  * Speaks the wire protocol directly (proto/odpd-wire.h), not through
  * libodpd: a Hello, then admin requests (one, or one per page of ListMrs),
  * each answered by one Reply. Human tables by default, one JSON object with
- * --json. In the newer JSON (mrs, flush, and status's cache, quotas and
+ * --json. In the newer JSON (mrs, flush, and status's cache, odp, quotas and
  * totals.max_pinned) every uint64 field is a decimal string: JSON readers
  * such as jq and JavaScript round integers above 2^53.
  */
@@ -454,6 +454,28 @@ static void print_cache(const Odpd__StatusReply *st)
 	table_print(&t, "Registration cache");
 }
 
+/* "On-demand paging": "(none)" when the daemon sent no OdpStats (older than ODP). */
+static void print_odp(const Odpd__StatusReply *st)
+{
+	const Odpd__OdpStats *o = st->odp;
+	struct table t = { .ncols = 2 };
+	char b[HUMAN_LEN];
+
+	if (!o) {
+		table_print(&t, "On-demand paging");
+		return;
+	}
+	table_add(&t, "ODP MRs:");
+	table_add(&t, "%" PRIu32 ", %s", o->mrs, human_bytes(o->bytes, b));
+	table_add(&t, "Registrations:");
+	table_add(&t, "%" PRIu64, o->registrations);
+	table_add(&t, "Prefetches:");
+	table_add(&t, "%" PRIu64 ", %s", o->prefetches, human_bytes(o->prefetch_bytes, b));
+	table_add(&t, "Prefetch errors:");
+	table_add(&t, "%" PRIu64, o->prefetch_errors);
+	table_print(&t, "On-demand paging");
+}
+
 static void print_totals(const Odpd__StatusReply *st)
 {
 	struct table t = { .ncols = 2 };
@@ -501,6 +523,8 @@ static void print_human(const Odpd__StatusReply *st)
 	putchar('\n');
 	print_cache(st);
 	putchar('\n');
+	print_odp(st);
+	putchar('\n');
 	print_totals(st);
 }
 
@@ -533,7 +557,7 @@ static char *holders_text(const Odpd__MrInfo *m)
 }
 
 /* The columns of the mrs table. */
-#define MRS_COLS 13
+#define MRS_COLS 14
 
 static void mrs_header(struct table *t)
 {
@@ -543,6 +567,7 @@ static void mrs_header(struct table *t)
 	table_add(t, "IOVA");
 	table_add(t, "LENGTH");
 	table_add(t, "ACCESS");
+	table_add(t, "KIND");
 	table_add(t, "LKEY");
 	table_add(t, "RKEY");
 	table_add(t, "HOLDERS");
@@ -563,6 +588,7 @@ static void mrs_row(struct table *t, const Odpd__MrInfo *m)
 	table_add(t, "%s", iova_range(m->iova, m->length, b1));
 	table_add(t, "%s", human_bytes(m->length, b2));
 	table_add(t, "%s", access_text(m->access, b3));
+	table_add(t, "%s", mr_kind_name(m->kind));
 	table_add(t, "0x%" PRIx32, m->lkey);
 	table_add(t, "0x%" PRIx32, m->rkey);
 	table_add(t, "%s", holders);
@@ -583,7 +609,7 @@ static void put_u64(json_object *o, const char *key, uint64_t v)
 
 /* A uint64 as a decimal string: JSON readers (jq, JavaScript) round integers
  * above 2^53. The rule for every uint64 field of mrs, flush, and status's
- * cache, quotas and totals.max_pinned; the older status fields stay numbers. */
+ * cache, odp, quotas and totals.max_pinned; the older status fields stay numbers. */
 static void put_u64_str(json_object *o, const char *key, uint64_t v)
 {
 	char buf[24];
@@ -666,6 +692,25 @@ static json_object *json_cache(const Odpd__CacheStats *c)
 	put_u64_str(o, "flushes", c->flushes);
 	put_u64_str(o, "invalidated", c->invalidated);
 	put_u64_str(o, "replaced", c->replaced);
+	return o;
+}
+
+/* All zero when the daemon sent no OdpStats (an odpd older than ODP). */
+static json_object *json_odp(const Odpd__OdpStats *s)
+{
+	static const Odpd__OdpStats none = ODPD__ODP_STATS__INIT;
+	json_object *o = json_object_new_object();
+
+	if (!o)
+		oom();
+	if (!s)
+		s = &none;
+	put_u64(o, "mrs", s->mrs);
+	put_u64_str(o, "bytes", s->bytes);
+	put_u64_str(o, "registrations", s->registrations);
+	put_u64_str(o, "prefetches", s->prefetches);
+	put_u64_str(o, "prefetch_bytes", s->prefetch_bytes);
+	put_u64_str(o, "prefetch_errors", s->prefetch_errors);
 	return o;
 }
 
@@ -771,6 +816,7 @@ static void print_json(const Odpd__StatusReply *st)
 	json_object_object_add(root, "pds", pds);
 	json_object_object_add(root, "quotas", quotas);
 	json_object_object_add(root, "cache", json_cache(st->cache));
+	json_object_object_add(root, "odp", json_odp(st->odp));
 	json_object_object_add(root, "totals", totals);
 	json_print(root);
 }
