@@ -767,8 +767,8 @@ static bool all_resident(void *arg)
 
 /*
  * Every advice with and without IBV_ADVISE_MR_FLAG_FLUSH on an ODP MR, each
- * on its own untouched 64 KiB of the segment. testbed: each succeeds and
- * counts one prefetch of 64 KiB (without FLUSH once odpd's worker has run
+ * on its own untouched 2 MiB of the segment. testbed: each succeeds and
+ * counts one prefetch of 2 MiB (without FLUSH once odpd's worker has run
  * it); PREFETCH and PREFETCH_WRITE put the pages in the segment (with FLUSH
  * before the reply), PREFETCH_NO_FAULT faults nothing in. Several ranges in
  * one call count once with their total. The MR still reads zeros after.
@@ -789,7 +789,9 @@ static void test_prefetch_each_advice(void **state)
 		{ IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, false },
 		{ IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, IBV_ADVISE_MR_FLAG_FLUSH, false },
 	};
-	const size_t n = sizeof(cases) / sizeof(cases[0]), slot = 64 * KIB, len = (n + 4) * slot;
+	/* 2 MiB each: mapping 512 pages takes long enough that a reply sent
+	 * before they are mapped (FLUSH) is seen */
+	const size_t n = sizeof(cases) / sizeof(cases[0]), slot = 2 * MIB, len = (n + 4) * slot;
 	const bool testbed = test_profile_testbed();
 	struct odpd_conn *c = connect_or_fail();
 	struct odpd_segment *seg = alloc_or_fail(c, len);
@@ -820,6 +822,10 @@ static void test_prefetch_each_advice(void **state)
 		if (r != 0)
 			fail_msg("advice %d flags %u: %s: %s", cases[i].advice, cases[i].flags, strerror(errno),
 				 odpd_errmsg());
+		/* FLUSH: mapped before the reply (looked at first, before anything else waits) */
+		if (cases[i].flags && cases[i].faults && resident_pages(s, slot) != slot / PAGE)
+			fail_msg("advice %d with FLUSH returned with %zu of %zu pages in", cases[i].advice,
+				 resident_pages(s, slot), slot / PAGE);
 		if (!cases[i].flags && !wait_until(prefetches_reach, &(struct prefetch_done){ k0.prefetches + 1 }))
 			fail_msg("advice %d without FLUSH: no prefetch counted", cases[i].advice);
 		counts_get(&k1);
@@ -828,7 +834,7 @@ static void test_prefetch_each_advice(void **state)
 		assert_int_equal(k1.prefetch_errors, k0.prefetch_errors);
 		if (!cases[i].faults)
 			assert_int_equal(resident_pages(s, slot), 0);
-		else if (cases[i].flags)        /* FLUSH: mapped before the reply */
+		else if (cases[i].flags)
 			assert_int_equal(resident_pages(s, slot), slot / PAGE);
 		else if (!wait_until(all_resident, &(struct resident_want){ s, slot }))
 			fail_msg("advice %d without FLUSH: %zu of %zu pages in", cases[i].advice,
