@@ -20,7 +20,10 @@
  *     - odp:          IBV_ACCESS_ON_DEMAND: nothing is faulted in or pinned;
  *     - odp-prefetch: ODP with ODPD_REG_PREFETCH: odpd maps every page
  *                     (ibv_advise_mr PREFETCH_WRITE, FLUSH) before it
- *                     answers (only where the device has advise_mr).
+ *                     answers (only where the device has advise_mr, and up
+ *                     to --prefetch-absent-max-mib, 16 MiB: prefetching
+ *                     pages that do not exist yet grows faster than
+ *                     linearly on rxe).
  *    Ratios odp / pinned and odp-prefetch / pinned.
  * 2. First RDMA READ (64 KiB to 64 MiB; LOCAL_WRITE | REMOTE_READ): the
  *    segment is punched, then written by this process (so its pages are in
@@ -41,10 +44,12 @@
  * 3. Prefetch cost (64 KiB to 256 MiB; LOCAL_WRITE): a fresh ODP MR, then
  *    odpd_advise_mr(PREFETCH_WRITE, FLUSH) of all of it, timed, with the
  *    pages written by this process before (written: odpd's page tables only
- *    are missing) or not at all (absent: the prefetch allocates the pages);
- *    µs per MiB, next to the pinned registration of part 1 per MiB.
- * Parts 2 and 3 without advise_mr on the device: the prefetch series are
- * skipped (CSV fields "nan").
+ *    are missing) or not at all (absent: the prefetch allocates the pages;
+ *    up to --prefetch-absent-max-mib); µs per MiB, next to the pinned
+ *    registration of part 1 per MiB.
+ * Without advise_mr on the device the prefetch series are skipped (CSV
+ * fields "nan"). Sizes up to 16 MiB run one warm-up iteration first, not
+ * counted; --max-mib, --parts and --verbose are for looking closer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -61,7 +66,10 @@
 #include "bench-util.h"
 #include "odpd.h"
 
+/* Warm-up iterations (not counted) of sizes up to WARMUP_MAX; the bigger
+ * sizes follow a warmed-up daemon and each of their samples costs seconds. */
 #define WARMUP 1u
+#define WARMUP_MAX (16 * MiB)
 #define FILL 0x5a
 
 const char bench_name[] = "bench-odp";
@@ -70,6 +78,9 @@ static const char *out_dir;
 static struct odpd_conn *conn;
 static bool have_advise;               /* the device's provider has ibv_advise_mr */
 static unsigned crc_errors;
+static bool verbose;                   /* --verbose: every sample on stderr */
+static size_t max_size = SIZE_MAX;     /* --max-mib */
+static bool run_part[4] = { false, true, true, true };   /* --parts */
 
 /* ---------------------------------------------------------------- sizes */
 
@@ -85,7 +96,24 @@ static const bool in_part2[NSIZES] = { false, true, true, false, true, true, fal
 static const bool in_part3[NSIZES] = { false, true, true, true, true, true, true };
 
 /* Iterations by size: --iters up to 1 MiB, --mid-iters 4 and 16 MiB, --big-iters beyond. */
-static unsigned iters_small = 60, iters_mid = 12, iters_big = 4;
+static unsigned iters_small = 60, iters_mid = 8, iters_big = 3;
+
+/* Prefetching pages that do not exist yet (odp-prefetch of part 1, absent
+ * of part 3) up to this size only: on rxe it grows faster than linearly
+ * (a trial: 1.2 s at 16 MiB, 20-24 s at 64 MiB). --prefetch-absent-max-mib. */
+static size_t absent_max = 16 * MiB;
+
+static unsigned warmup_of(size_t len)
+{
+	return len <= WARMUP_MAX ? WARMUP : 0;
+}
+
+static bool in_part(int part, int i)
+{
+	static const bool *const parts[4] = { NULL, in_part1, in_part2, in_part3 };
+
+	return run_part[part] && sizes[i] <= max_size && parts[part][i];
+}
 
 static unsigned iters_of(size_t len)
 {
@@ -217,6 +245,9 @@ static void reg_sample(struct odpd_segment *seg, size_t len, int which, struct r
 	t1 = now_us();
 	dereg(mr);
 	t2 = now_us();
+	if (verbose)
+		fprintf(stderr, "    reg %zu %s%s: reg %.1f dereg %.1f us\n", len, reg_key[which], count ? "" : " (warm-up)",
+			t1 - t0, t2 - t1);
 	if (!count)
 		return;
 	add(pt->pair, t2 - t0);
@@ -226,30 +257,32 @@ static void reg_sample(struct odpd_segment *seg, size_t len, int which, struct r
 
 static void run_reg(void)
 {
-	int nser = have_advise ? NREG : R_ODP_PREFETCH;
-
 	for (int i = 0; i < NSIZES; i++) {
 		struct odpd_segment *seg;
-		unsigned n = iters_of(sizes[i]);
+		unsigned n = iters_of(sizes[i]), w = warmup_of(sizes[i]);
 		double t0 = now_us();
+		int done = 0;
 
 		for (int s = 0; s < NREG; s++) {
 			regpts[i][s].pair = series_new(n, "%s %s", reg_key[s], size_names[i]);
 			regpts[i][s].reg = series_new(n, "%s reg %s", reg_key[s], size_names[i]);
 			regpts[i][s].dereg = series_new(n, "%s dereg %s", reg_key[s], size_names[i]);
 		}
-		if (!in_part1[i])
+		if (!in_part(1, i))
 			continue;
 		seg = fresh_segment(sizes[i]);
-		for (unsigned k = 0; k < n + WARMUP; k++)
-			for (int j = 0; j < nser; j++) {
-				int s = (int)((j + k) % (unsigned)nser);
+		for (unsigned k = 0; k < n + w; k++)
+			for (int j = 0; j < NREG; j++) {
+				int s = (int)((j + k) % NREG);
 
-				reg_sample(seg, sizes[i], s, &regpts[i][s], k >= WARMUP);
+				if (s == R_ODP_PREFETCH && (!have_advise || sizes[i] > absent_max))
+					continue;
+				reg_sample(seg, sizes[i], s, &regpts[i][s], k >= w);
+				done++;
 			}
 		if (odpd_detach(seg) < 0)
 			die("odpd_detach: %s", odpd_errmsg());
-		printf("  %-8s %3u iterations x %d series (+%u warm-up), %.1f s\n", size_names[i], n, nser, WARMUP,
+		printf("  %-8s %3u iterations, %2d samples (+%u warm-up iteration), %.1f s\n", size_names[i], n, done, w,
 		       (now_us() - t0) / 1e6);
 		fflush(stdout);
 	}
@@ -263,7 +296,7 @@ static void report_reg(void)
 	printf("\n%-8s %-13s %-40s %4s %11s %11s %11s %11s %11s %9s\n", "size", "series", "what", "n",
 	       "median_us", "p10_us", "p90_us", "reg_us", "dereg_us", "/pinned");
 	for (int i = 0; i < NSIZES; i++) {
-		if (!in_part1[i])
+		if (!in_part(1, i))
 			continue;
 		for (int s = 0; s < NREG; s++) {
 			struct regpt *p = &regpts[i][s];
@@ -290,7 +323,7 @@ static void report_reg(void)
 		double a = med(o->pair) / rp, b = med(o->reg) / rr, c = med(o->dereg) / rd;
 		double d = med(op->reg) / rr, e = med(op->pair) / rp;
 
-		if (!in_part1[i])
+		if (!in_part(1, i))
 			continue;
 		printf("%-8s %12s %12s %12s   %17s %17s\n", size_names[i], fmt_ratio(a, b1), fmt_ratio(b, b2),
 		       fmt_ratio(c, b3), fmt_ratio(d, b4), fmt_ratio(e, b1));
@@ -308,7 +341,7 @@ static void report_reg(void)
 		for (int i = 0; i < NSIZES; i++) {
 			struct regpt *p = &regpts[i][s];
 
-			if (!in_part1[i])
+			if (!in_part(1, i))
 				continue;
 			if (!p->pair->n) {
 				fprintf(f, "%zu,%s,0,nan,nan,nan,nan,nan,nan\n", sizes[i], size_names[i]);
@@ -356,6 +389,9 @@ static void first_sample(struct odpd_segment *seg, size_t len, uint32_t want, in
 	t0 = now_us();
 	dereg(mr);
 	tder = now_us() - t0;
+	if (verbose)
+		fprintf(stderr, "    first-read %zu %s%s: reg %.1f advise %.1f read %.1f read2 %.1f dereg %.1f us\n", len,
+			first_key[which], count ? "" : " (warm-up)", treg, tadv, r1, r2, tder);
 	if (!count)
 		return;
 	add(pt->reg, treg);
@@ -369,11 +405,9 @@ static void first_sample(struct odpd_segment *seg, size_t len, uint32_t want, in
 
 static void run_first(void)
 {
-	int nser = NFIRST;
-
 	for (int i = 0; i < NSIZES; i++) {
 		struct odpd_segment *seg;
-		unsigned n = iters_of(sizes[i]);
+		unsigned n = iters_of(sizes[i]), w = warmup_of(sizes[i]);
 		double t0 = now_us();
 		uint32_t want;
 		int done = 0;
@@ -387,23 +421,23 @@ static void run_first(void)
 			p->advise = series_new(n, "%s advise %s", first_key[s], size_names[i]);
 			p->dereg = series_new(n, "%s dereg %s", first_key[s], size_names[i]);
 		}
-		if (!in_part2[i])
+		if (!in_part(2, i))
 			continue;
 		seg = fresh_segment(sizes[i]);
 		memset(odpd_segment_addr(seg), FILL, sizes[i]);
 		want = (uint32_t)crc32(crc32(0, NULL, 0), odpd_segment_addr(seg), (uInt)sizes[i]);
-		for (unsigned k = 0; k < n + WARMUP; k++)
-			for (int j = 0; j < nser; j++) {
-				int s = (int)((j + k) % (unsigned)nser);
+		for (unsigned k = 0; k < n + w; k++)
+			for (int j = 0; j < NFIRST; j++) {
+				int s = (int)((j + k) % NFIRST);
 
 				if (s == F_PREFETCH && !have_advise)
 					continue;
-				first_sample(seg, sizes[i], want, s, &firstpts[i][s], k >= WARMUP);
+				first_sample(seg, sizes[i], want, s, &firstpts[i][s], k >= w);
 				done++;
 			}
 		if (odpd_detach(seg) < 0)
 			die("odpd_detach: %s", odpd_errmsg());
-		printf("  %-8s %3u iterations, %d samples (+%u warm-up), %.1f s\n", size_names[i], n, done, WARMUP,
+		printf("  %-8s %3u iterations, %2d samples (+%u warm-up iteration), %.1f s\n", size_names[i], n, done, w,
 		       (now_us() - t0) / 1e6);
 		fflush(stdout);
 	}
@@ -419,7 +453,7 @@ static void report_first(void)
 	printf("%-8s %-13s %4s %11s %11s %11s %11s %11s\n", "size", "series", "n", "reg_us", "advise_us",
 	       "read_us", "read2_us", "dereg_us");
 	for (int i = 0; i < NSIZES; i++) {
-		if (!in_part2[i])
+		if (!in_part(2, i))
 			continue;
 		for (int s = 0; s < NFIRST; s++) {
 			struct firstpt *p = &firstpts[i][s];
@@ -451,7 +485,7 @@ static void report_first(void)
 		double cold, warm, adv, rpf, pfreg, odpreg, pinreg, pinread;
 		double r_cw, r_pfc, r_rpc, r_op, r_opp;
 
-		if (!in_part2[i])
+		if (!in_part(2, i))
 			continue;
 		cold = med(c->read1);
 		warm = med(c->read2);
@@ -486,19 +520,24 @@ static void run_prefetch(void)
 {
 	for (int i = 0; i < NSIZES; i++) {
 		struct odpd_segment *seg;
-		unsigned n = iters_of(sizes[i]);
+		unsigned n = iters_of(sizes[i]), w = warmup_of(sizes[i]);
 		double t0 = now_us();
+		int done = 0;
 
 		for (int s = 0; s < NPF; s++)
 			pfpts[i][s] = series_new(n, "prefetch %s %s", pf_key[s], size_names[i]);
-		if (!in_part3[i] || !have_advise)
+		if (!in_part(3, i) || !have_advise)
 			continue;
 		seg = fresh_segment(sizes[i]);
-		for (unsigned k = 0; k < n + WARMUP; k++)
+		for (unsigned k = 0; k < n + w; k++)
 			for (int j = 0; j < NPF; j++) {
 				int s = (int)((j + k) % NPF);
 				struct odpd_mr *mr;
 				double ta;
+
+				if (s == P_ABSENT && sizes[i] > absent_max)
+					continue;
+				done++;
 
 				if (s == P_WRITTEN)
 					punch_fill(seg, sizes[i]);
@@ -509,12 +548,15 @@ static void run_prefetch(void)
 				advise_all(mr);
 				ta = now_us() - ta;
 				dereg(mr);
-				if (k >= WARMUP)
+				if (verbose)
+					fprintf(stderr, "    prefetch %zu %s%s: advise %.1f us\n", sizes[i], pf_key[s],
+						k >= w ? "" : " (warm-up)", ta);
+				if (k >= w)
 					add(pfpts[i][s], ta);
 			}
 		if (odpd_detach(seg) < 0)
 			die("odpd_detach: %s", odpd_errmsg());
-		printf("  %-8s %3u iterations x %d states (+%u warm-up), %.1f s\n", size_names[i], n, NPF, WARMUP,
+		printf("  %-8s %3u iterations, %2d samples (+%u warm-up iteration), %.1f s\n", size_names[i], n, done, w,
 		       (now_us() - t0) / 1e6);
 		fflush(stdout);
 	}
@@ -536,9 +578,9 @@ static void report_prefetch(void)
 	for (int i = 0; i < NSIZES; i++) {
 		double mib = (double)sizes[i] / (double)MiB;
 		double w = med(pfpts[i][P_WRITTEN]), a = med(pfpts[i][P_ABSENT]);
-		double pin = in_part1[i] ? med(regpts[i][R_PINNED].reg) : NAN;
+		double pin = in_part(1, i) ? med(regpts[i][R_PINNED].reg) : NAN;
 
-		if (!in_part3[i])
+		if (!in_part(3, i))
 			continue;
 		printf("%-8s %4u %12.1f %14.1f %12.1f %14.1f %15s %15s\n", size_names[i], pfpts[i][P_WRITTEN]->n, w,
 		       w / mib, a, a / mib, isnan(pin) ? "-" : (snprintf(b[0], 16, "%.1f", pin / mib), b[0]),
@@ -586,13 +628,20 @@ static void write_samples(void)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: bench-odp [--socket PATH] [--out DIR] [--iters N] [--mid-iters N] [--big-iters N]\n"
+	fprintf(f, "usage: bench-odp [--socket PATH] [--out DIR] [OPTIONS...]\n"
+		   "  --socket PATH     odpd's socket\n"
 		   "  --out DIR         CSV files go here (default build/bench-results)\n"
 		   "  --iters N         iterations up to 1 MiB (default %u)\n"
 		   "  --mid-iters N     iterations at 4 and 16 MiB (default %u)\n"
 		   "  --big-iters N     iterations at 64 and 256 MiB (default %u)\n"
-		   "Every series runs %u warm-up iteration(s) first, not counted.\n"
-		   "The socket defaults to $%s, else %s.\n", iters_small, iters_mid, iters_big, WARMUP,
+		   "  --max-mib M       only sizes up to M MiB\n"
+		   "  --prefetch-absent-max-mib M  prefetch pages that do not exist yet (part 1's\n"
+		   "                    odp-prefetch, part 3's absent) up to M MiB only (default %zu)\n"
+		   "  --parts LIST      which parts to run, e.g. 1,3 (default 1,2,3)\n"
+		   "  --verbose         every sample's times on stderr\n"
+		   "Sizes up to %zu MiB run %u warm-up iteration first, not counted.\n"
+		   "The socket defaults to $%s, else %s.\n", iters_small, iters_mid, iters_big, absent_max / MiB,
+		WARMUP_MAX / MiB, WARMUP,
 		ODPD_SOCKET_ENV, ODPD_SOCKET_DEFAULT);
 }
 
@@ -604,6 +653,10 @@ int main(int argc, char **argv)
 		{ "iters", required_argument, NULL, 'n' },
 		{ "mid-iters", required_argument, NULL, 'm' },
 		{ "big-iters", required_argument, NULL, 'b' },
+		{ "max-mib", required_argument, NULL, 'M' },
+		{ "prefetch-absent-max-mib", required_argument, NULL, 'A' },
+		{ "parts", required_argument, NULL, 'P' },
+		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -620,6 +673,18 @@ int main(int argc, char **argv)
 		case 'n': iters_small = parse_n(optarg, 100000); break;
 		case 'm': iters_mid = parse_n(optarg, 100000); break;
 		case 'b': iters_big = parse_n(optarg, 100000); break;
+		case 'A': absent_max = (size_t)parse_n(optarg, 1u << 20) * MiB; break;
+		case 'M': max_size = (size_t)parse_n(optarg, 1u << 20) * MiB; break;
+		case 'P':
+			run_part[1] = run_part[2] = run_part[3] = false;
+			for (const char *p = optarg; *p; p++) {
+				if (*p >= '1' && *p <= '3')
+					run_part[*p - '0'] = true;
+				else if (*p != ',')
+					die("--parts: a list of 1, 2 and 3, not %s", optarg);
+			}
+			break;
+		case 'v': verbose = true; break;
 		case 'h': usage(stdout); return EXIT_SUCCESS;
 		default: usage(stderr); return EXIT_FAILURE;
 		}
@@ -650,8 +715,9 @@ int main(int argc, char **argv)
 		printf("note: no advise_mr on this device: the prefetch series are skipped (rdma-core >= 58 has it\n"
 		       "      for rxe: bench/run-odp's default testbed profile)\n");
 	printf("fresh pages: every sample punches the segment first (FALLOC_FL_PUNCH_HOLE, not timed);\n"
-	       "%u warm-up iteration(s) per size not counted; series interleaved, order rotating per iteration\n",
-	       WARMUP);
+	       "%u warm-up iteration not counted at sizes up to %zu MiB; series interleaved, order rotating\n"
+	       "per iteration; prefetch of absent pages (odp-prefetch, absent) up to %zu MiB\n",
+	       WARMUP, WARMUP_MAX / MiB, absent_max / MiB);
 
 	printf("\n== 1. registration + deregistration by size, pinned vs ODP (IBV_ACCESS_LOCAL_WRITE)\n");
 	fflush(stdout);

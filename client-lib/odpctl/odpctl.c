@@ -132,6 +132,9 @@ static const char *odp_caps(uint32_t caps, char buf[static 64])
 		{ IBV_ODP_SUPPORT_READ, "READ" },
 		{ IBV_ODP_SUPPORT_ATOMIC, "ATOMIC" },
 		{ IBV_ODP_SUPPORT_SRQ_RECV, "SRQ" },
+		/* in rdma-core 65's <infiniband/verbs.h>, not in Debian 12's (44) */
+		{ 1u << 6, "FLUSH" },          /* IBV_ODP_SUPPORT_FLUSH */
+		{ 1u << 7, "ATOMIC_WRITE" },   /* IBV_ODP_SUPPORT_ATOMIC_WRITE */
 	};
 
 	return bits_text(caps, names, sizeof(names) / sizeof(names[0]), "|", buf, 64);
