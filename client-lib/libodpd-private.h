@@ -227,6 +227,7 @@ struct mr_result {
 	uint32_t access;                /* bit mask of Odpd__Access granted */
 	uint64_t generation;            /* 0 if the daemon sent none */
 	bool cache_hit;
+	int prefetch_errno;             /* REG_PREFETCH failed in the kernel, else 0 */
 };
 
 /* RegMr on @c's device. Caller holds c->lock. */

@@ -37,6 +37,7 @@ static int mr_reply(struct odpd_conn *c, const char *what, const void *addr,
 		.access = m->access,
 		.generation = m->generation,
 		.cache_hit = m->cache_hit,
+		.prefetch_errno = m->has_prefetch_errno ? m->prefetch_errno : 0,
 	};
 	return 0;
 }
@@ -167,6 +168,7 @@ static void mr_fill(struct odpd_mr *mr, void *addr, size_t length, unsigned acce
 	mr->handle = res->handle;
 	mr->generation = res->generation;
 	mr->cache_hit = res->cache_hit;
+	mr->prefetch_errno = res->prefetch_errno;
 }
 
 /* Populate (pinned MRs), then RegMr. Caller holds c->lock. */

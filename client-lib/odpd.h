@@ -228,6 +228,9 @@ struct odpd_mr {
 	/* since 1.1: filled by libodpd 1.1 and later only (see libodpd(3)) */
 	uint64_t generation; /* the daemon's; changes whenever the MR is invalidated */
 	int cache_hit;       /* 1: served by an MR already registered; 0: a new one */
+	/* since 1.2: ODPD_REG_PREFETCH on a new MR: 0, or the errno ibv_advise_mr
+	 * failed with (the MR is registered and usable; its pages are not mapped) */
+	int prefetch_errno;
 };
 
 /*
@@ -265,9 +268,13 @@ struct odpd_mr {
  *
  * Errors: EINVAL (@conn NULL, @length 0, @addr + @length overflows, range
  * not inside one segment, unknown access bits, IBV_ACCESS_REMOTE_WRITE or
- * _ATOMIC without IBV_ACCESS_LOCAL_WRITE), EACCES (write access on a
- * segment sealed or opened read-only), EOPNOTSUPP (IBV_ACCESS_ON_DEMAND:
- * ODP registration is not implemented yet), ENODEV (the daemon has no
+ * _ATOMIC without IBV_ACCESS_LOCAL_WRITE; IBV_ACCESS_ON_DEMAND over a
+ * segment odpd mapped at another address: use odpd_alloc() or odpd_attach()
+ * with addr NULL), EACCES (write access on a segment sealed or opened
+ * read-only), EOPNOTSUPP (IBV_ACCESS_ON_DEMAND on a device without ODP or
+ * without the RC ODP caps the access needs; implicit ODP - @addr NULL,
+ * @length SIZE_MAX - on a device without IBV_ODP_SUPPORT_IMPLICIT, and in
+ * this version on every device, see odpd_reg(3)), ENODEV (the daemon has no
  * device), EDQUOT (over the user's pinning quota even after odpd
  * deregistered that user's relaxed MRs to make room, or the daemon's limit
  * of 65536 MRs per connection), ENOMEM (out of memory here or in the
@@ -296,7 +303,11 @@ enum odpd_reg_flags {
 	ODPD_REG_NO_POPULATE = 1 << 1,
 	/* ODP MRs (IBV_ACCESS_ON_DEMAND): map the whole range before returning
 	 * (ibv_advise_mr PREFETCH_WRITE with local write, else PREFETCH, with
-	 * IBV_ADVISE_MR_FLAG_FLUSH) when the MR is newly registered. Since 1.2. */
+	 * IBV_ADVISE_MR_FLAG_FLUSH) when the MR is newly registered; a cache
+	 * hit is not prefetched again (use odpd_advise_mr()). The registration
+	 * does not fail when the kernel refuses the prefetch: the MR comes back
+	 * with that errno in prefetch_errno (and odpd counts it). EOPNOTSUPP up
+	 * front where the provider has no advise_mr. Since 1.2. */
 	ODPD_REG_PREFETCH = 1 << 2,
 };
 

@@ -221,7 +221,8 @@ static void test_exports(const char *nm, const char *lib, const char *header)
 
 /*
  * Structs the library fills or reads only ever grow at their end: the fields
- * of 1.0 keep their offsets (LP64), the fields of 1.1 come after them.
+ * of 1.0 keep their offsets (LP64), the fields of 1.1 come after them, and
+ * those of 1.2 after those.
  */
 static void test_layout(void)
 {
@@ -233,11 +234,12 @@ static void test_layout(void)
 #endif
 	CHECK(offsetof(struct odpd_mr, generation) >= offsetof(struct odpd_mr, handle) + sizeof(uint64_t));
 	CHECK(offsetof(struct odpd_mr, cache_hit) > offsetof(struct odpd_mr, generation));
+	CHECK(offsetof(struct odpd_mr, prefetch_errno) > offsetof(struct odpd_mr, cache_hit));
 	/* comp_mask first: what the caller set is readable at any struct size */
 	CHECK(offsetof(struct odpd_reg_attr, comp_mask) == 0);
 	CHECK(offsetof(struct odpd_reg_attr, access) < offsetof(struct odpd_reg_attr, flags));
 	CHECK(ODPD_REG_ATTR_ACCESS == 1 && ODPD_REG_ATTR_FLAGS == 2);
-	CHECK(ODPD_REG_NO_CACHE == 1 && ODPD_REG_NO_POPULATE == 2);
+	CHECK(ODPD_REG_NO_CACHE == 1 && ODPD_REG_NO_POPULATE == 2 && ODPD_REG_PREFETCH == 4);
 }
 
 int main(int argc, char **argv)

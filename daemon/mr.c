@@ -74,6 +74,10 @@ static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_ref *
 	mr.cache_hit = hit;
 	mr.mr_iova = e->iova;
 	mr.mr_length = e->length;
+	if (!hit && e->prefetch_errno) {       /* reported, never hidden */
+		mr.has_prefetch_errno = 1;
+		mr.prefetch_errno = e->prefetch_errno;
+	}
 	reply.has_id = reply.has_status = 1;
 	reply.id = id;
 	reply.body_case = ODPD__REPLY__BODY_MR;

@@ -1252,8 +1252,10 @@ static void reg_done(struct odpd_job *job)
 		r->stats.registrations++;
 		if (!mr->pinned)
 			r->odp.registrations++;
-		if (op->q.prefetch)
+		if (op->q.prefetch) {
 			prefetch_count(r, op->q.dev, op->prefetch_rc, mr->length);
+			mr->prefetch_errno = op->prefetch_rc;
+		}
 		log_debug("registry: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
 			  mr->id, mr->iova, mr->length, mr->mr->lkey, mr->mr->rkey);
 		op->cb(op->arg, 0, NULL, ref, false);

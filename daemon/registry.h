@@ -100,6 +100,7 @@ struct odpd_mr {
 	pid_t relaxed_pid;                  /* the process that released it last */
 	uint64_t relaxed_by;                /* and its holder (client) id */
 	struct reg_op *joiners;             /* REGISTERING: requests it will serve */
+	int prefetch_errno;                 /* REG_PREFETCH when registered: ibv_advise_mr's errno */
 };
 
 /* A named shared PD: one domain per device, made on first use. */

@@ -916,6 +916,7 @@ static void test_reg_prefetch(void **state)
 	}
 	counts_get(&k0);
 	a = reg_flags_or_fail(c, p, len, LW | ODP, ODPD_REG_PREFETCH);
+	assert_int_equal(a->prefetch_errno, 0);
 	assert_int_equal(resident_pages(p, len), len / PAGE);
 	b = reg_flags_or_fail(c, p + len, len, RR | ODP, ODPD_REG_PREFETCH);
 	assert_int_equal(resident_pages(p + len, len), len / PAGE);
@@ -1007,7 +1008,8 @@ static bool prefetch_errors_reach(void *arg)
  * client gets the kernel's errno and the message names ibv_advise_mr;
  * without FLUSH the reply said "accepted" and the failure is counted
  * (OdpStats.prefetch_errors) and logged; a REG_PREFETCH whose prefetch fails
- * still registers the MR, counts the error and maps nothing. testbed only.
+ * still registers the MR, counts the error, maps nothing and hands the errno
+ * back in struct odpd_mr's prefetch_errno. testbed only.
  *
  * How the kernel is made to fail: rxe's advise_mr looks the MR up with
  * lookup_mr(pd, IB_ACCESS_LOCAL_WRITE, ...) (drivers/infiniband/sw/rxe/
@@ -1077,6 +1079,7 @@ static void test_kernel_prefetch_failure_counted(void **state)
 	counts_get(&k0);
 	mr = reg_flags_or_fail(c, odpd_segment_addr(seg), len, IBV_ACCESS_REMOTE_READ | ODP, ODPD_REG_PREFETCH);
 	assert_false(mr->cache_hit);
+	assert_int_equal(mr->prefetch_errno, EINVAL);      /* reported to the caller too */
 	counts_get(&k1);
 	assert_int_equal(k1.prefetch_errors, k0.prefetch_errors + 1);
 	assert_int_equal(k1.prefetches, k0.prefetches);
