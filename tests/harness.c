@@ -11,11 +11,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <grp.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <json-c/json.h>
@@ -472,10 +474,54 @@ void harness_test_daemon_exits_cleanly(void **state)
 	daemon_stop(&test_daemon);
 }
 
+static char conf_path[96];
+
+void daemon_start_conf(struct test_daemon *d, char *path, size_t cap, const char *tag, const char *text,
+		       const char *arg, const char *val)
+{
+	const char *args[] = { "--config", path, arg, val, NULL };
+	FILE *f;
+
+	snprintf(path, cap, "/tmp/odpd-test.%d.%s.conf", (int)getpid(), tag);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	chmod(path, 0644);                       /* odpd may run as another user */
+	daemon_start(d, args);
+}
+
+int harness_group_setup_conf(const char *text)
+{
+	daemon_start_conf(&test_daemon, conf_path, sizeof(conf_path), "group", text, NULL, NULL);
+	test_admin_fd = raw_connect_hello(test_daemon.sock);
+	return 0;
+}
+
+int run_as(uid_t uid, rlim_t memlock, int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = { memlock, memlock };
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) < 0 || setgroups(0, NULL) < 0 ||
+		    setgid(uid) < 0 || setuid(uid) < 0)
+			_exit(90);
+		_exit(fn(arg));
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
 int harness_group_teardown(void **state)
 {
 	(void)state;
 	if (test_daemon.pid > 0)                 /* an earlier failure: just stop it */
 		kill(test_daemon.pid, SIGKILL);
+	if (conf_path[0])
+		unlink(conf_path);
 	return 0;
 }

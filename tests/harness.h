@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "odpd-wire.h"
@@ -38,6 +39,17 @@ int harness_group_setup(void **state);
 int harness_test_setup(void **state);
 void harness_test_daemon_exits_cleanly(void **state);
 int harness_group_teardown(void **state);
+/* harness_group_setup with odpd on --config FILE holding @text (removed by
+ * harness_group_teardown). */
+int harness_group_setup_conf(const char *text);
+/* Start @d with --config PATH, a file written here with @text (@tag names
+ * it; PATH goes to @path, the caller unlinks it), and @arg @val if not NULL. */
+void daemon_start_conf(struct test_daemon *d, char *path, size_t cap, const char *tag, const char *text,
+		       const char *arg, const char *val);
+/* Run @fn(@arg) in a child as @uid (gid @uid, no supplementary groups) with
+ * RLIMIT_MEMLOCK @memlock bytes, killed with the test: its exit status (fn's
+ * return value), 90 if it could not become @uid, or 100 + signal. */
+int run_as(uid_t uid, rlim_t memlock, int (*fn)(void *), void *arg);
 
 /* Does the VM tier require a device (ODPD_TEST_REQUIRE_DEVICE=1)? */
 bool test_require_device(void);

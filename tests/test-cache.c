@@ -44,7 +44,6 @@ static const char config_text[] =
 	"[pd team]\n"
 	"users = 0 65533\n";
 
-static char config_path[96];
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -230,49 +229,9 @@ static bool holds(void *arg)
 	return k.relaxed == h->relaxed && kmrs() == h->kernel;
 }
 
-/*
- * Run @fn in a child as @uid (and gid) with RLIMIT_MEMLOCK @memlock (bytes),
- * dying with the test. Returns its exit status (fn's return value), or
- * 100 + signal.
- */
-static int run_as(uid_t uid, rlim_t memlock, int (*fn)(void *), void *arg)
-{
-	pid_t pid = fork();
-	int st;
-
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct rlimit rl = { memlock, memlock };
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (setrlimit(RLIMIT_MEMLOCK, &rl) < 0 || setgroups(0, NULL) < 0 ||
-		    setgid(uid) < 0 || setuid(uid) < 0)
-			_exit(90);
-		_exit(fn(arg));
-	}
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
-}
-
 #define CHILD_CHECK(cond, code) do { if (!(cond)) { \
 	fprintf(stderr, "child: %s failed (errno %d: %s)\n", #cond, errno, odpd_errmsg()); \
 	return (code); } } while (0)
-
-/* Start @d with an odpd.conf of @text, written to @path (the caller unlinks
- * it), and @arg (or NULL) with its value @val. */
-static void daemon_start_conf(struct test_daemon *d, char *path, size_t cap, const char *tag,
-			      const char *text, const char *arg, const char *val)
-{
-	const char *args[] = { "--config", path, arg, val, NULL };
-	FILE *f;
-
-	snprintf(path, cap, "%s.%s", config_path, tag);
-	f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-	chmod(path, 0644);
-	daemon_start(d, args);
-}
 
 /* ---------------------------------------------------------------- the cache */
 
@@ -1307,25 +1266,8 @@ static void test_pages_charged_to_client_cgroup(void **state)
 
 static int group_setup(void **state)
 {
-	const char *args[] = { "--config", config_path, NULL };
-	FILE *f;
-
 	(void)state;
-	snprintf(config_path, sizeof(config_path), "/tmp/odpd-test-cache.%d.conf", (int)getpid());
-	f = fopen(config_path, "w");
-	assert_non_null(f);
-	fputs(config_text, f);
-	fclose(f);
-	chmod(config_path, 0644);
-	daemon_start(&test_daemon, args);
-	test_admin_fd = raw_connect_hello(test_daemon.sock);
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	unlink(config_path);
-	return harness_group_teardown(state);
+	return harness_group_setup_conf(config_text);
 }
 
 int main(void)
@@ -1353,5 +1295,5 @@ int main(void)
 		fprintf(stderr, "test-cache: meant for the VM (ODPD_TEST_REQUIRE_DEVICE=1)\n");
 	if (getenv("ODPD_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, group_setup, harness_group_teardown);
 }
