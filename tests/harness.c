@@ -319,6 +319,19 @@ Odpd__StatusReply *status_get(int admin_fd, Odpd__Reply **ret_reply)
 	return r->status_reply;
 }
 
+uint64_t quota_pinned(uid_t uid)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr = status_get(test_admin_fd, &r);
+	uint64_t v = 0;
+
+	for (size_t i = 0; i < sr->n_quotas; i++)
+		if (sr->quotas[i]->uid == uid)
+			v = sr->quotas[i]->pinned_bytes;
+	odpd__reply__free_unpacked(r, NULL);
+	return v;
+}
+
 void snapshot_take(const struct test_daemon *d, int admin_fd, struct snapshot *s)
 {
 	Odpd__Reply *r;

@@ -96,6 +96,8 @@ void snapshot_take(const struct test_daemon *d, int admin_fd, struct snapshot *s
 /* Admin Status; free *ret_reply with odpd__reply__free_unpacked. */
 Odpd__StatusReply *status_get(int admin_fd, Odpd__Reply **ret_reply);
 void snapshot_assert_equal(const struct snapshot *a, const struct snapshot *b);
+/* Pinned bytes the test daemon charges to @uid (distinct pages), 0 if no account. */
+uint64_t quota_pinned(uid_t uid);
 /* Wait (up to 20 s) until a snapshot equals @want, then assert it: for
  * releases that finish on a worker after the reply (a detached segment is
  * unmapped there). */

@@ -108,20 +108,6 @@ static void cache_get(struct cache *k)
 	cache_get_of(test_admin_fd, k);
 }
 
-/* Pinned bytes odpd charges to @uid (distinct pages), 0 if no account. */
-static uint64_t quota_pinned(uid_t uid)
-{
-	Odpd__Reply *r;
-	Odpd__StatusReply *sr = status_get(test_admin_fd, &r);
-	uint64_t v = 0;
-
-	for (size_t i = 0; i < sr->n_quotas; i++)
-		if (sr->quotas[i]->uid == uid)
-			v = sr->quotas[i]->pinned_bytes;
-	odpd__reply__free_unpacked(r, NULL);
-	return v;
-}
-
 /* raw_call that must succeed. */
 static Odpd__Reply *raw_ok(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds)
 {

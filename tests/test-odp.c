@@ -176,20 +176,6 @@ static void counts_get(struct counts *k)
 	counts_get_of(test_admin_fd, k);
 }
 
-/* Pinned bytes odpd charges to @uid (distinct pages), 0 if no account. */
-static uint64_t quota_pinned(uid_t uid)
-{
-	Odpd__Reply *r;
-	Odpd__StatusReply *sr = status_get(test_admin_fd, &r);
-	uint64_t v = 0;
-
-	for (size_t i = 0; i < sr->n_quotas; i++)
-		if (sr->quotas[i]->uid == uid)
-			v = sr->quotas[i]->pinned_bytes;
-	odpd__reply__free_unpacked(r, NULL);
-	return v;
-}
-
 static int kmrs(void)
 {
 	return kernel_mr_count(test_daemon.pid);
