@@ -1543,6 +1543,7 @@ static void verify_run(struct odpd_job *job)
 		struct odpd_keys k = { op->mr->mr->lkey, op->probe ? op->rkey : op->mr->mr->rkey };
 		op->rc = odpd_verify_mr(d->verifier, &k, op->iova, op->length,
 					op->probe || (op->mr->access & ODPD__ACCESS__ACCESS_REMOTE_READ),
+					op->probe || op->mr->pinned ? 0 : op->mr->iova + op->mr->length,
 					&op->crc, &op->method, &op->err);
 	}
 	if (op->rc < 0 && d->verifier) {      /* the QPs may be in the error state now */

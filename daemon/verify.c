@@ -259,19 +259,50 @@ static int post_chunk(struct odpd_verifier *v, const struct odpd_keys *k, uint64
 	return wait_completion(v, err);
 }
 
+/* The first chunk of [iova, iova + length) to read, and its bytes in the
+ * bounce buffer: [*ret_start, +*ret_len) read, the range's bytes at
+ * *ret_skip, *ret_take of them. Whole pages up to @pages_end, if not 0. */
+static void chunk_plan(uint64_t iova, uint64_t length, uint64_t chunk, uint64_t pages_end,
+		       uint64_t *ret_start, uint32_t *ret_len, uint64_t *ret_skip, uint64_t *ret_take)
+{
+	const uint64_t page = 4096;
+	uint64_t start = pages_end ? iova & ~(page - 1) : iova;
+	uint64_t skip = iova - start;
+	uint64_t take = length < chunk - skip ? length : chunk - skip;
+	uint64_t end = pages_end ? (iova + take + page - 1) & ~(page - 1) : iova + take;
+
+	if (pages_end && end > pages_end)        /* a segment that ends inside a page */
+		end = pages_end;
+
+	*ret_start = start;
+	*ret_len = (uint32_t)(end - start);
+	*ret_skip = skip;
+	*ret_take = take;
+}
+
 int odpd_verify_mr(struct odpd_verifier *v, const struct odpd_keys *k, uint64_t iova, uint64_t length,
-		   bool use_rkey, uint32_t *ret_crc, const char **ret_method, struct odpd_err *err)
+		   bool use_rkey, uint64_t pages_end, uint32_t *ret_crc, const char **ret_method,
+		   struct odpd_err *err)
 {
 	uint64_t chunk = v->size < v->max_msg ? v->size : v->max_msg;
 	uLong crc = crc32(0L, Z_NULL, 0);
 
+	/* Whole pages need a chunk of at least two pages, page-aligned. */
+	if ((chunk & ~(uint64_t)4095) < 2 * 4096)
+		pages_end = 0;
+	if (pages_end)
+		chunk &= ~(uint64_t)4095;
 	for (uint64_t done = 0; done < length;) {
-		uint32_t n = (uint32_t)(length - done < chunk ? length - done : chunk);
-		int r = post_chunk(v, k, iova + done, n, use_rkey, err);
+		uint64_t start, skip, take;
+		uint32_t n;
+		int r;
+
+		chunk_plan(iova + done, length - done, chunk, pages_end, &start, &n, &skip, &take);
+		r = post_chunk(v, k, start, n, use_rkey, err);
 		if (r < 0)
 			return r;
-		crc = crc32(crc, v->buf, n);
-		done += n;
+		crc = crc32(crc, v->buf + skip, (uInt)take);
+		done += take;
 	}
 	*ret_crc = (uint32_t)crc;
 	*ret_method = use_rkey ? "rdma_read" : "rdma_write_lkey";

@@ -24,10 +24,16 @@ void odpd_verifier_free(struct odpd_verifier *v);
  * at most the bounce buffer. With @use_rkey, RDMA READ from the MR (iova as
  * remote address, rkey); else RDMA WRITE from the MR (iova as local address,
  * lkey) into the bounce buffer. Returns the method's name in *ret_method.
+ * @pages_end (0: off): transfer whole, page-aligned pages around the range,
+ * up to @pages_end (the MR's end; the MR starts on a page), and CRC only the
+ * range's bytes: rxe copies
+ * each packet to or from the start of its page of an ODP MR, ignoring the
+ * offset within the page (odpd(8), KNOWN LIMITATIONS).
  */
 struct odpd_keys {
 	uint32_t lkey, rkey;
 };
 
 int odpd_verify_mr(struct odpd_verifier *v, const struct odpd_keys *k, uint64_t iova, uint64_t length,
-		   bool use_rkey, uint32_t *ret_crc, const char **ret_method, struct odpd_err *err);
+		   bool use_rkey, uint64_t pages_end, uint32_t *ret_crc, const char **ret_method,
+		   struct odpd_err *err);
