@@ -759,41 +759,6 @@ int odpd_holder_init(struct odpd_registry *r, struct odpd_holder *h, uint64_t id
 	return 0;
 }
 
-/*
- * Client-PD mode: the holder's imported context that @fd is a copy of, or a
- * new one (imported on a worker by the first registration). Takes @fd.
- * Returns a reference for the request, or NULL on ENOMEM.
- */
-static struct odpd_client_ctx *holder_client_ctx(struct odpd_holder *h, int fd)
-{
-	struct odpd_client_ctx *c;
-
-	LIST_FOREACH(c, &h->cctxs, link)
-		if (odpd_client_ctx_is(c, fd)) {
-			close(fd);
-			odpd_client_ctx_get(c);
-			return c;
-		}
-	c = odpd_client_ctx_new(fd);
-	if (!c)
-		return NULL;
-	odpd_client_ctx_get(c);              /* the list's */
-	LIST_INSERT_HEAD(&h->cctxs, c, link);
-	c->linked = true;
-	return c;
-}
-
-/* A context whose import failed is not kept: odpd holds no copy of a client's
- * fd that it cannot use. */
-static void holder_forget_unimported(struct odpd_client_ctx *c)
-{
-	if (c && !c->ctx && c->linked) {
-		LIST_REMOVE(c, link);
-		c->linked = false;
-		odpd_client_ctx_put(c);          /* the list's; the MR's is dropped next */
-	}
-}
-
 struct cctx_job {
 	struct odpd_job job;
 	struct odpd_registry *r;
@@ -811,27 +776,90 @@ static void cctx_put_done(struct odpd_job *job)
 	free(job);
 }
 
-/* Drop the holder's references to its client contexts; a last one closes on a
+/* Take @c off @h's list and drop the list's reference; a last one closes on a
  * worker (closing the last copy of a dead client's fd destroys its objects). */
+static void holder_unlink_client_ctx(struct odpd_registry *r, struct odpd_holder *h,
+				     struct odpd_client_ctx *c)
+{
+	struct cctx_job *j;
+
+	LIST_REMOVE(c, link);
+	c->linked = false;
+	h->n_cctxs--;
+	/* never imported and nobody else holds it: a plain close(), here */
+	if (!c->ctx && atomic_load(&c->refs) == 1) {
+		odpd_client_ctx_put(c);
+		return;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		odpd_client_ctx_put(c);
+		return;
+	}
+	j->r = r;
+	j->c = c;
+	j->job.run = cctx_put_run;
+	j->job.done = cctx_put_done;
+	r->pending++;
+	odpd_pool_submit(r->pool, &j->job);
+}
+
+/*
+ * A context no MR and no request uses (only the list holds it) is not kept:
+ * odpd holds no copy of a client's fd it does not need. Only the loop takes
+ * references, so a count of 1 seen here stays 1.
+ */
+static void holder_forget_idle(struct odpd_registry *r, struct odpd_holder *h, struct odpd_client_ctx *c)
+{
+	if (c && c->linked && atomic_load(&c->refs) == 1)
+		holder_unlink_client_ctx(r, h, c);
+}
+
+/*
+ * Client-PD mode: the holder's imported context that @fd is a copy of, or a
+ * new one (imported on a worker by the first registration). Takes @fd.
+ * Returns a reference for the request, or NULL with @err: ENOMEM, or EMFILE
+ * when the connection already has ODPD_MAX_CLIENT_CTXS contexts in use.
+ */
+static struct odpd_client_ctx *holder_client_ctx(struct odpd_registry *r, struct odpd_holder *h, int fd,
+						 struct odpd_err *err)
+{
+	struct odpd_client_ctx *c, *next;
+
+	LIST_FOREACH(c, &h->cctxs, link)
+		if (odpd_client_ctx_is(c, fd)) {
+			close(fd);
+			odpd_client_ctx_get(c);
+			return c;
+		}
+	if (h->n_cctxs >= ODPD_MAX_CLIENT_CTXS)
+		for (c = LIST_FIRST(&h->cctxs); c; c = next) {
+			next = LIST_NEXT(c, link);
+			holder_forget_idle(r, h, c);
+		}
+	if (h->n_cctxs >= ODPD_MAX_CLIENT_CTXS) {
+		close(fd);
+		err_set(err, EMFILE, "client-PD mode: a connection may use at most %u device contexts "
+			"with MRs in them at once", ODPD_MAX_CLIENT_CTXS);
+		return NULL;
+	}
+	c = odpd_client_ctx_new(fd);
+	if (!c) {
+		err_set(err, ENOMEM, "out of memory");
+		return NULL;
+	}
+	odpd_client_ctx_get(c);              /* the list's */
+	LIST_INSERT_HEAD(&h->cctxs, c, link);
+	c->linked = true;
+	h->n_cctxs++;
+	return c;
+}
+
+/* Drop the holder's references to its client contexts. */
 static void holder_drop_client_ctxs(struct odpd_registry *r, struct odpd_holder *h)
 {
-	while (!LIST_EMPTY(&h->cctxs)) {
-		struct odpd_client_ctx *c = LIST_FIRST(&h->cctxs);
-		struct cctx_job *j = calloc(1, sizeof(*j));
-
-		LIST_REMOVE(c, link);
-		c->linked = false;
-		if (!j) {
-			odpd_client_ctx_put(c);
-			continue;
-		}
-		j->r = r;
-		j->c = c;
-		j->job.run = cctx_put_run;
-		j->job.done = cctx_put_done;
-		r->pending++;
-		odpd_pool_submit(r->pool, &j->job);
-	}
+	while (!LIST_EMPTY(&h->cctxs))
+		holder_unlink_client_ctx(r, h, LIST_FIRST(&h->cctxs));
 }
 
 static bool match_remote_owned(const struct odpd_mr *mr, const void *arg)
@@ -1239,8 +1267,10 @@ static void reg_done(struct odpd_job *job)
 			mr_invalidate(r, mr, &list);
 			start_batch(r, list, false, NULL);
 		} else {
-			holder_forget_unimported(mr->imp.cctx);
-			import_drop(&mr->imp);
+			struct odpd_client_ctx *cctx = mr->imp.cctx;
+
+			import_drop(&mr->imp);   /* the list's reference keeps it */
+			holder_forget_idle(r, op->h, cctx);
 			mr_unindex(mr);
 			mr_free(r, mr);
 		}
@@ -1278,8 +1308,8 @@ static void reg_retry(void *arg, unsigned mrs, uint64_t bytes)
 	rc = reg_start(op, &ref, &err);
 	if (rc == 1)
 		return;
-	holder_forget_unimported(op->cctx);
-	odpd_client_ctx_put(op->cctx);
+	odpd_client_ctx_put(op->cctx);       /* the list's reference keeps it */
+	holder_forget_idle(op->r, op->h, op->cctx);
 	op->cb(op->arg, rc, &err, ref, rc == 0);
 	free(op);
 }
@@ -1474,16 +1504,16 @@ int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const stru
 	if (q->cmd_fd >= 0) {
 		op->q.cmd_fd = -1;
 		op->q.no_cache = true;           /* client-PD: the client's own PD */
-		op->cctx = holder_client_ctx(h, q->cmd_fd);
+		op->cctx = holder_client_ctx(r, h, q->cmd_fd, err);
 		if (!op->cctx) {
 			free(op);
-			return err_set(err, ENOMEM, "out of memory");
+			return -err->code;
 		}
 	}
 	rc = reg_start(op, ret_ref, err);
 	if (rc != 1) {
-		holder_forget_unimported(op->cctx);
-		odpd_client_ctx_put(op->cctx);
+		odpd_client_ctx_put(op->cctx);   /* the list's reference keeps it */
+		holder_forget_idle(r, h, op->cctx);
 		free(op);
 	}
 	return rc;

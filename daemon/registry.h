@@ -112,6 +112,10 @@ struct odpd_shared_pd {
 	struct odpd_domain **doms;          /* [n_devices] */
 };
 
+/* Client-PD mode: device contexts with MRs in them per connection (librdmacm
+ * opens one per device and process; contexts no MR uses are closed). */
+#define ODPD_MAX_CLIENT_CTXS 16u
+
 /* Who asks. Embedded in the connection's state. */
 struct odpd_holder {
 	uint64_t id;
@@ -123,6 +127,7 @@ struct odpd_holder {
 	struct odpd_domain **domains;       /* private, [n_devices] */
 	bool registered;                    /* it has asked for an MR: too late to join */
 	LIST_HEAD(, odpd_client_ctx) cctxs; /* client-PD mode: its contexts, imported */
+	unsigned n_cctxs;
 	LIST_HEAD(, odpd_ref) refs;
 	unsigned n_refs;
 };

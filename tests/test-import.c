@@ -440,6 +440,87 @@ static void test_client_pd_imports_context_once(void **state)
 	ibv_free_device_list(list);
 }
 
+/*
+ * A client cannot grow odpd's fd table through client-PD mode: a refused
+ * registration (here a PD handle that does not exist) keeps no copy of the
+ * client's context, and at most ODPD_MAX_CLIENT_CTXS (16) contexts with live
+ * MRs are kept per connection: the 17th is EMFILE, and once MRs are gone
+ * their contexts make room. (Found by a red-team pass: before, every fresh
+ * uverbs file a connection sent stayed open in odpd until it disconnected.)
+ */
+static void test_client_pd_contexts_bounded(void **state)
+{
+	enum { N = 40, CAP = 16 };
+	struct ibv_device **list;
+	struct ibv_context *ctx[CAP + 1];
+	struct ibv_pd *pd[CAP + 1];
+	uint64_t handle[CAP + 1];
+	struct snapshot before, after;
+	Odpd__Reply *r;
+	uint64_t base, id = 10;
+	int conn, seg;
+
+	(void)state;
+	skip_unless_testbed();
+	list = ibv_get_device_list(NULL);
+	assert_true(list && list[0]);
+	conn = raw_connect_hello(test_daemon.sock);
+	seg = sealed_memfd((CAP + 1) * 4096);
+	base = raw_attach(conn, 2, seg);
+	snapshot_take(&test_daemon, test_admin_fd, &before);
+	for (int i = 0; i < N; i++) {          /* refused: no such PD */
+		struct ibv_context *c = ibv_open_device(list[0]);
+
+		assert_non_null(c);
+		r = raw_reg_client_pd(conn, ++id, base, 0x7fffffff, c->cmd_fd);
+		assert_int_not_equal(r->status, 0);
+		odpd__reply__free_unpacked(r, NULL);
+		ibv_close_device(c);
+	}
+	snapshot_take(&test_daemon, test_admin_fd, &after);
+	if (after.daemon_fds > before.daemon_fds + 2)
+		fail_msg("odpd's fds grew from %d to %d over %d refused client-PD requests",
+			 before.daemon_fds, after.daemon_fds, N);
+	/* 16 contexts with an MR each; the 17th is refused */
+	for (int i = 0; i <= CAP; i++) {
+		ctx[i] = ibv_open_device(list[0]);
+		pd[i] = ctx[i] ? ibv_alloc_pd(ctx[i]) : NULL;
+		assert_non_null(pd[i]);
+		r = raw_reg_client_pd(conn, ++id, base + (uint64_t)i * 4096, pd[i]->handle, ctx[i]->cmd_fd);
+		if (i < CAP) {
+			assert_int_equal(r->status, 0);
+			handle[i] = r->mr->handle;
+		} else {
+			assert_int_equal(r->status, EMFILE);
+		}
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	/* one MR gone: its context makes room */
+	{
+		Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+		Odpd__Request req = ODPD__REQUEST__INIT;
+
+		d.has_handle = 1;
+		d.handle = handle[0];
+		req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+		req.dereg_mr = &d;
+		r = raw_call(conn, ++id, &req, NULL, 0);
+		assert_int_equal(r->status, 0);
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	r = raw_reg_client_pd(conn, ++id, base + CAP * 4096, pd[CAP]->handle, ctx[CAP]->cmd_fd);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	close(conn);
+	close(seg);
+	wait_idle(test_admin_fd);
+	for (int i = 0; i <= CAP; i++) {
+		assert_int_equal(ibv_dealloc_pd(pd[i]), 0);   /* odpd left no MR in them */
+		ibv_close_device(ctx[i]);
+	}
+	ibv_free_device_list(list);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -449,6 +530,7 @@ int main(void)
 		cmocka_unit_test_setup(test_killed_importer_leaves_nothing, harness_test_setup),
 		cmocka_unit_test_setup(test_disconnect_unimports, harness_test_setup),
 		cmocka_unit_test_setup(test_client_pd_imports_context_once, harness_test_setup),
+		cmocka_unit_test_setup(test_client_pd_contexts_bounded, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
