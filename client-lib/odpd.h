@@ -470,7 +470,8 @@ struct ibv_pd *odpd_import_pd(struct odpd_conn *conn);
  * fd is not a uverbs device), EACCES (read-only segment: all three ask for
  * local write), ENODEV
  * (@id's device is not one of the daemon's), EPERM (remote access not
- * granted to this user by the daemon's policy), the errors of
+ * granted to this user by the daemon's policy), EMFILE (the connection has
+ * MRs in 16 device contexts already, the daemon's limit), the errors of
  * ibv_import_mr(3), and those of odpd_reg() and odpd_default_conn().
  * odpd_dereg_mr: ENOENT (@mr did not come from these calls), EINVAL (@mr
  * NULL), ENOTCONN; on failure @mr stays valid.
