@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
@@ -140,6 +141,28 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 	return 0;
 }
 
+/*
+ * Clients make odpd hold fds (connections, segments, imported contexts, fds
+ * queued in replies): take the whole hard limit of RLIMIT_NOFILE, as
+ * systemd recommends for daemons that need many (the soft limit stays 1024
+ * for select() users; odpd uses epoll through libevent).
+ */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	rlim_t soft;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	soft = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		log_errno(LOG_WARNING, errno, "raising RLIMIT_NOFILE to its hard limit");
+	else
+		log_info("RLIMIT_NOFILE raised from %llu to %llu", (unsigned long long)soft,
+			 (unsigned long long)rl.rlim_max);
+}
+
 int main(int argc, char **argv)
 {
 	struct odpd_manager m = {
@@ -162,6 +185,7 @@ int main(int argc, char **argv)
 	if (!m.cfg.devices || parse_args(argc, argv, &m.cfg) < 0)
 		return EXIT_FAILURE;
 	log_setup(m.cfg.log_level);
+	raise_nofile();
 	if (!m.cfg.foreground && daemon(0, 0) < 0) {
 		log_errno(LOG_ERR, errno, "daemon");
 		return EXIT_FAILURE;

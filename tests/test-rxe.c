@@ -470,6 +470,27 @@ static void test_odpctl_status(void **state)
 	odpd_disconnect(c);
 }
 
+/* odpd takes RLIMIT_NOFILE's hard limit: clients make it hold fds. The VM
+ * runs the test as root with the kernel's defaults (soft 1024, hard 4096 or
+ * more), so the soft limit must have moved. */
+static void test_nofile_raised_to_hard_limit(void **state)
+{
+	char path[64], line[256];
+	unsigned long long soft = 0, hard = 0;
+	FILE *f;
+
+	(void)state;
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)test_daemon.pid);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "Max open files", 14) == 0)
+			assert_int_equal(sscanf(line + 14, "%llu %llu", &soft, &hard), 2);
+	fclose(f);
+	assert_true(hard > 1024);
+	assert_int_equal(soft, hard);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -483,6 +504,7 @@ int main(void)
 		cmocka_unit_test_setup(test_fork_child_does_not_use_parent_connection, harness_test_setup),
 		cmocka_unit_test_setup(test_address_outside_segments, harness_test_setup),
 		cmocka_unit_test_setup(test_odpctl_status, harness_test_setup),
+		cmocka_unit_test_setup(test_nofile_raised_to_hard_limit, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
