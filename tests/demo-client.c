@@ -29,19 +29,8 @@ int main(int argc, char **argv)
 	struct odpd_device_attr dev;
 	uint32_t crc;
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-			sock = argv[++i];
-		else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
-			size = strtoull(argv[++i], NULL, 0);
-		else if (strcmp(argv[i], "--") == 0 && i + 1 < argc) {
-			cmd = &argv[i + 1];
-			break;
-		} else {
-			fprintf(stderr, "usage: demo-client [--socket PATH] [--size BYTES] [-- CMD...]\n");
-			return 2;
-		}
-	}
+	if (demo_args(argc, argv, "demo-client", &sock, &size, &cmd))
+		return 2;
 
 	struct odpd_conn *c = odpd_connect(sock, NULL);
 	CHECK(c, "odpd_connect");

@@ -122,19 +122,8 @@ int main(int argc, char **argv)
 	uint32_t crc_sent, crc_got;
 	pid_t pid;
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-			sock = argv[++i];
-		else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
-			size = strtoull(argv[++i], NULL, 0);
-		else if (strcmp(argv[i], "--") == 0 && i + 1 < argc) {
-			cmd = &argv[i + 1];
-			break;
-		} else {
-			fprintf(stderr, "usage: demo-transfer [--socket PATH] [--size BYTES] [-- CMD...]\n");
-			return 2;
-		}
-	}
+	if (demo_args(argc, argv, "demo-transfer", &sock, &size, &cmd))
+		return 2;
 	if (size < 64 || size > (1u << 30)) {
 		fprintf(stderr, "demo-transfer: --size must be 64 bytes to 1 GiB\n");
 		return 2;
