@@ -72,6 +72,9 @@ static void odp_stats(const struct odpd_registry *r, Odpd__OdpStats *o)
 	o->prefetches = s->prefetches;
 	o->prefetch_bytes = s->prefetch_bytes;
 	o->prefetch_errors = s->prefetch_errors;
+	o->has_implicit_mrs = o->has_registrars = 1;
+	o->implicit_mrs = s->implicit_mrs;
+	o->registrars = s->registrars;
 }
 
 static void cache_stats(const struct odpd_registry *r, Odpd__CacheStats *o)
@@ -251,14 +254,15 @@ static void mr_info(const struct odpd_mr *mr, Odpd__MrInfo *o, int32_t *pids, ui
 	o->iova = mr->iova;
 	o->length = mr->length;
 	o->access = mr->access;
-	o->kind = mr->pinned ? ODPD__MR_KIND__MR_PINNED : ODPD__MR_KIND__MR_ODP;
+	o->kind = mr->implicit ? ODPD__MR_KIND__MR_IMPLICIT_ODP :
+		  mr->pinned ? ODPD__MR_KIND__MR_PINNED : ODPD__MR_KIND__MR_ODP;
 	o->lkey = mr->mr ? mr->mr->lkey : 0;
 	o->rkey = mr->mr ? mr->mr->rkey : 0;
 	o->holders = mr->refs;
 	o->state = (Odpd__MrState)mr->state;
 	o->generation = mr->generation;
-	o->segment_dev = mr->map->dev;
-	o->segment_ino = mr->map->ino;
+	o->segment_dev = mr->map ? mr->map->dev : 0;     /* implicit: no segment */
+	o->segment_ino = mr->map ? mr->map->ino : 0;
 	o->offset = mr->offset;
 	o->uid = mr->charges ? mr->charges->acct->uid : 0;
 	o->age_ms = mr->state == ODPD_MR_RELAXED ? (now - mr->relaxed_ns) / 1000000 : 0;

@@ -2,8 +2,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "implicit.h"
 #include "log.h"
 #include "request.h"
 
@@ -74,6 +76,144 @@ static void reply_segment(struct odpd_client *c, uint64_t id, const struct odpd_
 	odpd_client_send(c, &reply);
 }
 
+/* The registrar of the client's private PD on device @i (implicit ODP), or NULL. */
+static struct odpd_registrar *client_registrar(struct odpd_client *c, unsigned i)
+{
+	if (c->holder.spd || !c->holder.domains[i])
+		return NULL;
+	return c->holder.domains[i]->registrar;
+}
+
+static unsigned client_registrars(struct odpd_client *c)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < c->m->devices.n; i++)
+		n += client_registrar(c, i) != NULL;
+	return n;
+}
+
+static void cseg_drop(struct odpd_client *c, struct odpd_cseg *s)
+{
+	LIST_REMOVE(s, link);
+	c->n_segs--;
+	odpd_mapping_put(&c->m->segs, s->map);
+	free(s);
+}
+
+/*
+ * A client with implicit ODP MRs: a new segment is mapped in its
+ * registrars before the attach is answered, so that the client never
+ * learns of a segment its implicit MRs cannot reach. Where one cannot map
+ * it (its address is taken there), the attach fails.
+ */
+struct attach_wait {
+	struct odpd_client *c;
+	uint64_t id;
+	struct odpd_cseg *s;
+	unsigned pending, n;
+	int rc;
+	struct odpd_err err;
+	struct {
+		struct odpd_registrar *g;
+		bool ok;
+	} regs[];
+};
+
+static void attach_mapped_one(struct attach_wait *w, unsigned i, int rc, const struct odpd_err *err)
+{
+	if (rc < 0 && w->rc == 0) {
+		w->rc = rc;
+		w->err = *err;
+	}
+	w->regs[i].ok = rc == 0;
+}
+
+static void attach_finish(struct attach_wait *w)
+{
+	struct odpd_client *c = w->c;
+
+	if (w->rc < 0) {
+		for (unsigned i = 0; i < w->n; i++)
+			if (w->regs[i].ok)
+				odpd_registrar_unmap(w->regs[i].g, w->s->handle);
+		cseg_drop(c, w->s);
+		odpd_reply_err(c, w->id, &w->err);
+	} else {
+		reply_segment(c, w->id, w->s);
+	}
+	free(w);
+	odpd_client_job_done(c);
+}
+
+/* Callbacks carry the index in their argument: an array of pointers into w. */
+struct attach_arg {
+	struct attach_wait *w;
+	unsigned i;
+};
+
+static void attach_mapped(void *arg, int rc, const struct odpd_err *err)
+{
+	struct attach_arg *a = arg;
+	struct attach_wait *w = a->w;
+
+	attach_mapped_one(w, a->i, rc, err);
+	free(a);
+	if (--w->pending == 0)
+		attach_finish(w);
+}
+
+/* 1: the answer comes later (attach_finish); 0: nothing to wait for. */
+static int attach_registrars(struct odpd_client *c, uint64_t id, struct odpd_cseg *s)
+{
+	unsigned n = client_registrars(c), k = 0;
+	struct attach_wait *w;
+
+	if (n == 0)
+		return 0;
+	w = calloc(1, sizeof(*w) + n * sizeof(w->regs[0]));
+	if (!w)
+		return -ENOMEM;
+	w->c = c;
+	w->id = id;
+	w->s = s;
+	w->n = n;
+	w->pending = 1;                      /* until every map is sent */
+	for (unsigned d = 0; d < c->m->devices.n; d++) {
+		struct odpd_registrar *g = client_registrar(c, d);
+		unsigned i = k;
+		struct attach_arg *a;
+		int rc;
+
+		if (!g)
+			continue;
+		k++;
+		a = malloc(sizeof(*a));
+		rc = a ? 0 : -ENOMEM;
+		w->regs[i].g = g;
+		if (a) {
+			a->w = w;
+			a->i = i;
+			rc = odpd_registrar_map(g, s->handle, s->map->fd, s->client_addr, s->length,
+						s->file_offset, s->writable, attach_mapped, a);
+		}
+		if (rc < 0) {
+			struct odpd_err err = { 0 };
+
+			free(a);
+			err_set(&err, -rc, "mapping the segment in the implicit-ODP registrar: %s",
+				strerror(-rc));
+			attach_mapped_one(w, i, rc, &err);
+			continue;
+		}
+		w->pending++;
+	}
+	odpd_client_wait(c);
+	if (--w->pending == 0)
+		attach_finish(w);
+	return 1;
+}
+
 void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachSegment *req, int fd)
 {
 	struct odpd_manager *m = c->m;
@@ -121,7 +261,16 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	log_debug("client %llu: segment %" PRIu64 " at %#" PRIx64 " (+%" PRIu64 "), odpd %p",
 		  (unsigned long long)c->id, s->handle, s->client_addr, s->length,
 		  (void *)(s->map->addr + s->file_offset));
-	reply_segment(c, id, s);
+	switch (attach_registrars(c, id, s)) {
+	case 0:
+		reply_segment(c, id, s);
+		break;
+	case 1:
+		break;
+	default:
+		cseg_drop(c, s);
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+	}
 	return;
 fail:
 	close(fd);
@@ -144,10 +293,10 @@ void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachS
 		odpd_client_send_error(c, id, EBUSY, "MRs over the segment are still registered");
 		return;
 	}
-	LIST_REMOVE(s, link);
-	c->n_segs--;
-	odpd_mapping_put(&c->m->segs, s->map);
-	free(s);
+	for (unsigned i = 0; i < c->m->devices.n; i++)
+		if (client_registrar(c, i))
+			odpd_registrar_unmap(client_registrar(c, i), s->handle);
+	cseg_drop(c, s);
 	reply.has_id = reply.has_status = 1;
 	reply.id = id;
 	odpd_client_send(c, &reply);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "domain.h"
+#include "implicit.h"
 #include "log.h"
 #include "verify.h"
 
@@ -51,6 +52,7 @@ void odpd_domain_close(struct odpd_domain *d)
 	if (!d)
 		return;
 	odpd_verifier_free(d->verifier);
+	odpd_registrar_reap(d->registrar);  /* its MRs are gone: it only exits */
 	if (d->pd && (e = ibv_dealloc_pd(d->pd)) != 0) {
 		/*
 		 * A client that imported this context (ImportPd) left objects in

@@ -139,6 +139,11 @@ int odpd_manager_start(struct odpd_manager *m)
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "cannot reserve a %llu-byte address window",
 				 (unsigned long long)m->cfg.window_size);
+	m->implicit_without_cap = getenv("ODPD_TEST_IMPLICIT_ODP") &&
+				  strcmp(getenv("ODPD_TEST_IMPLICIT_ODP"), "1") == 0;
+	if (m->implicit_without_cap)
+		log_warning("ODPD_TEST_IMPLICIT_ODP=1: implicit ODP requests reach the registrar on "
+			    "devices without IBV_ODP_SUPPORT_IMPLICIT (for tests: the kernel refuses them)");
 	r = odpd_devices_open(m->cfg.devices, m->cfg.n_devices, &m->devices);
 	if (r < 0)
 		return r;

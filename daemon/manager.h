@@ -60,6 +60,10 @@ struct odpd_manager {
 	struct event *ev_signals[2];
 	struct event *ev_stop;              /* while stopping: is everything released? */
 	bool stopping;
+	/* $ODPD_TEST_IMPLICIT_ODP=1, for odpd's tests on devices without the
+	 * cap: implicit ODP requests go on to the registrar, and the kernel
+	 * refuses them there. */
+	bool implicit_without_cap;
 };
 
 int odpd_manager_start(struct odpd_manager *m);

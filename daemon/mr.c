@@ -10,6 +10,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "implicit.h"
 #include "log.h"
 #include "request.h"
 
@@ -123,7 +124,8 @@ static void reg_accepted(struct odpd_client *c, uint64_t id, struct odpd_ref *re
 {
 	struct odpd_cseg *s = ref->cookie;
 
-	s->n_mrs++;
+	if (s)                              /* NULL: implicit ODP, in no segment */
+		s->n_mrs++;
 	log_debug("client %llu: MR handle %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") %s", (unsigned long long)c->id,
 		  ref->handle, ref->iova, ref->length, hit ? "cache hit" : "registered");
 	reply_mr(c, id, ref, hit);
@@ -209,15 +211,17 @@ static int odp_check(const struct odpd_device *dev, uint32_t access, const struc
 
 /*
  * Implicit ODP (addr 0, length SIZE_MAX) covers the whole address space of
- * the process that registers it, so it may only be made in a registrar that
- * holds nothing but the PD's own segments (DESIGN.md section 4). Refused
- * where the device lacks the cap, and, where it has it, until that registrar
- * exists.
+ * the process that registers it, so odpd makes it only in a registrar that
+ * holds nothing but the client's own segments (DESIGN.md section 4,
+ * implicit.h): in the client's private PD, where the device has the cap and
+ * its provider can import (the registrar imports the PD).
  */
-static int implicit_check(struct odpd_manager *m, const Odpd__RegMr *req, bool client_pd,
-			  struct odpd_err *err)
+static int implicit_check(struct odpd_client *c, const Odpd__RegMr *req, bool client_pd,
+			  struct odpd_reg_req *q, struct odpd_err *err)
 {
-	const struct odpd_device *dev = odpd_devices_find(&m->devices, req->device);
+	struct odpd_manager *m = c->m;
+	struct odpd_device *dev = odpd_devices_find(&m->devices, req->device);
+	uint32_t missing;
 
 	if (!dev)
 		return err_set(err, ENODEV, "no such device");
@@ -225,14 +229,32 @@ static int implicit_check(struct odpd_manager *m, const Odpd__RegMr *req, bool c
 		return err_set(err, EOPNOTSUPP, "implicit ODP is not available in client-PD mode");
 	if (req->addr != 0 || req->length != UINT64_MAX)
 		return err_set(err, EINVAL, "an implicit ODP MR has address 0 and length SIZE_MAX");
-	if (!dev->implicit_odp)
+	if (!dev->implicit_odp && !m->implicit_without_cap)
 		return err_set(err, EOPNOTSUPP, "device %s does not support implicit ODP: "
 			       "IBV_ODP_SUPPORT_IMPLICIT is not in its general ODP caps %#" PRIx64
 			       " (it needs hardware with that cap); register explicit ODP MRs over "
 			       "segments instead", dev->name, dev->odp_general_caps);
-	return err_set(err, EOPNOTSUPP, "device %s supports implicit ODP, but this odpd has no "
-		       "registrar process for it yet (DESIGN.md section 4); register explicit ODP "
-		       "MRs over segments instead", dev->name);
+	missing = odp_caps_needed(req->access) & ~dev->odp_rc_caps;
+	if (missing)
+		return err_set(err, EOPNOTSUPP, "device %s cannot page on demand for RC with this "
+			       "access: missing RC ODP caps %#x", dev->name, missing);
+	if (dev->import != ODPD__SUPPORT__SUPPORT_YES)
+		return err_set(err, EOPNOTSUPP, "device %s: implicit ODP MRs are made by a registrar "
+			       "process that imports the PD, and this provider cannot import (%s)",
+			       dev->name, dev->import_errno ? strerror(dev->import_errno) : "not probed");
+	if (c->holder.spd)
+		return err_set(err, EOPNOTSUPP, "no implicit ODP in shared PD %s: an implicit MR covers "
+			       "one process's address space, and a shared PD's members are several "
+			       "processes; register it in your private PD", c->holder.spd->name);
+	if (req->flags & ODPD__REG_FLAGS__REG_PREFETCH)
+		return err_set(err, EINVAL, "REG_PREFETCH needs a range: prefetch ranges of an implicit "
+			       "ODP MR with odpd_advise_mr()");
+	q->dev = dev;
+	q->length = UINT64_MAX;
+	q->access = req->access;
+	q->implicit = true;
+	q->no_cache = true;
+	return 0;
 }
 
 static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, struct odpd_reg_req *q,
@@ -260,7 +282,7 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 		q->odp = true;
 		break;
 	case ODPD__MR_KIND__MR_IMPLICIT_ODP:
-		return implicit_check(m, req, client_pd, err);
+		return implicit_check(c, req, client_pd, q, err);
 	default:
 		return err_set(err, EINVAL, "unknown MR kind %d", (int)req->kind);
 	}
@@ -305,29 +327,23 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	return 0;
 }
 
-void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int fd)
+/* Register in the registry, answering now (a refusal) or through reg_cb. */
+static void reg_submit(struct odpd_client *c, uint64_t id, struct odpd_reg_req *q, bool waiting)
 {
-	struct odpd_reg_req q = { .cmd_fd = -1 };
 	struct odpd_err err = { 0 };
 	struct odpd_ref *ref = NULL;
-	struct pending *p;
+	struct pending *p = pending_new(c, id);
 	int r;
 
-	if (reg_check(c, req, fd, &q, &err) < 0) {
-		if (fd >= 0)
-			close(fd);
-		odpd_reply_err(c, id, &err);
-		return;
-	}
-	p = pending_new(c, id);
 	if (!p) {
-		if (fd >= 0)
-			close(fd);
+		if (q->cmd_fd >= 0)
+			close(q->cmd_fd);
+		if (waiting)
+			odpd_client_job_done(c);
 		return;
 	}
-	q.cmd_fd = fd;                        /* consumed by the registry */
-	q.handle = ++c->next_handle;
-	r = odpd_registry_reg(&c->m->registry, &c->holder, &q, reg_cb, p, &ref, &err);
+	q->handle = ++c->next_handle;
+	r = odpd_registry_reg(&c->m->registry, &c->holder, q, reg_cb, p, &ref, &err);
 	if (r == 1) {
 		odpd_client_wait(c);
 		return;
@@ -337,6 +353,111 @@ void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int
 		odpd_reply_err(c, id, &err);
 	else
 		reg_accepted(c, id, ref, true);
+	if (waiting)
+		odpd_client_job_done(c);
+}
+
+/* Implicit ODP, first time in a PD: its registrar is started and the
+ * client's segments mapped in it, all of them answered, before the MR is
+ * registered. A segment it cannot map (its address is taken there) would be
+ * out of the MR's reach: then the registrar goes and the request fails. */
+struct implicit_start {
+	struct odpd_client *c;
+	uint64_t id;
+	struct odpd_reg_req q;
+	struct odpd_domain *d;
+	unsigned pending;
+	int rc;
+	struct odpd_err err;                /* the first failure */
+};
+
+static void implicit_mapped(void *arg, int rc, const struct odpd_err *err)
+{
+	struct implicit_start *st = arg;
+	struct odpd_client *c = st->c;
+
+	if (rc < 0 && st->rc == 0) {
+		st->rc = rc;
+		st->err = *err;
+	}
+	if (--st->pending)
+		return;
+	if (st->rc < 0) {
+		odpd_registry_drop_registrar(&c->m->registry, st->d);
+		odpd_reply_err(c, st->id, &st->err);
+		odpd_client_job_done(c);
+	} else {
+		reg_submit(c, st->id, &st->q, true);
+	}
+	free(st);
+}
+
+static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req *q)
+{
+	struct odpd_registry *r = &c->m->registry;
+	struct odpd_domain *d = odpd_registry_holder_domain(r, &c->holder, (unsigned)(q->dev - c->m->devices.dev));
+	struct implicit_start *st;
+	struct odpd_err err = { 0 };
+	struct odpd_cseg *s;
+	char label[96];
+
+	if (!d) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		return;
+	}
+	if (d->registrar) {
+		reg_submit(c, id, q, false);
+		return;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		return;
+	}
+	snprintf(label, sizeof(label), "client %llu, %s", (unsigned long long)c->id, q->dev->name);
+	if (odpd_registry_start_registrar(r, d, label, &err) < 0) {
+		free(st);
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	st->c = c;
+	st->id = id;
+	st->q = *q;
+	st->d = d;
+	st->pending = 1;                     /* until every map is sent */
+	LIST_FOREACH(s, &c->segs, link) {
+		int rc = odpd_registrar_map(d->registrar, s->handle, s->map->fd, s->client_addr, s->length,
+					    s->file_offset, s->writable, implicit_mapped, st);
+		if (rc < 0) {
+			st->rc = err_set(&st->err, -rc, "mapping segment %" PRIu64 " in the registrar: %s",
+					 s->handle, strerror(-rc));
+			break;
+		}
+		st->pending++;
+	}
+	odpd_client_wait(c);
+	implicit_mapped(st, 0, NULL);
+}
+
+void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int fd)
+{
+	struct odpd_reg_req q = { .cmd_fd = -1 };
+	struct odpd_err err = { 0 };
+
+	if (reg_check(c, req, fd, &q, &err) < 0) {
+		if (fd >= 0)
+			close(fd);
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	if (q.implicit) {
+		if (fd >= 0)
+			close(fd);
+		implicit_reg(c, id, &q);
+		return;
+	}
+	q.cmd_fd = fd;                        /* consumed by the registry */
+	reg_submit(c, id, &q, false);
 }
 
 static void reply_advise(struct odpd_client *c, uint64_t id, uint64_t bytes, bool flushed)
@@ -386,7 +507,8 @@ void odpd_dereg_mr(struct odpd_client *c, uint64_t id, const Odpd__DeregMr *req)
 	if (!ref || !(p = pending_new(c, id)))
 		return;
 	s = ref->cookie;
-	s->n_mrs--;
+	if (s)
+		s->n_mrs--;
 	if (odpd_registry_release(&c->m->registry, ref, req->has_relaxed && req->relaxed, dereg_cb, p) == 1) {
 		odpd_client_wait(c);
 		return;

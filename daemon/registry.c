@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "odpd.pb-c.h"
+#include "implicit.h"
 #include "registry.h"
 #include "verify.h"
 
@@ -177,6 +178,10 @@ static void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, b
 			shared_maybe_free(r, spd);
 	}
 	d->spd = NULL;
+	if (d->registrar) {
+		odpd_registrar_stop(d->registrar);   /* reaped by the close job */
+		r->odp.registrars--;
+	}
 	while (!LIST_EMPTY(&d->buckets)) {       /* empty trees by now */
 		struct odpd_bucket *b = LIST_FIRST(&d->buckets);
 		LIST_REMOVE(b, link);
@@ -239,6 +244,31 @@ static struct odpd_domain *holder_domain(struct odpd_registry *r, struct odpd_ho
 	LIST_INSERT_HEAD(&r->domains, d, link);
 	*slot = d;
 	return d;
+}
+
+struct odpd_domain *odpd_registry_holder_domain(struct odpd_registry *r, struct odpd_holder *h,
+						unsigned dev_index)
+{
+	return holder_domain(r, h, dev_index);
+}
+
+int odpd_registry_start_registrar(struct odpd_registry *r, struct odpd_domain *d, const char *label,
+				  struct odpd_err *err)
+{
+	int rc = odpd_registrar_spawn(r->base, label, &d->registrar, err);
+
+	if (rc == 0)
+		r->odp.registrars++;
+	return rc;
+}
+
+void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d)
+{
+	if (!d->registrar)
+		return;
+	odpd_registrar_discard(d->registrar, r->pool);
+	d->registrar = NULL;
+	r->odp.registrars--;
 }
 
 static struct odpd_bucket *bucket_get(struct odpd_domain *d, struct odpd_mapping *map, uint64_t base,
@@ -513,12 +543,36 @@ static void import_drop(struct odpd_import *imp)
 	imp->cctx = NULL;
 }
 
+/*
+ * Worker: an implicit MR is deregistered by the registrar that registered
+ * it, then odpd's import of it is dropped. If the registrar is gone, the MR
+ * is still in the PD's context (odpd holds that file): odpd destroys it
+ * through its import.
+ */
+static void implicit_dereg(struct odpd_mr *mr)
+{
+	struct odpd_err err = { 0 };
+	int e;
+
+	if (odpd_registrar_dereg(mr->dom->registrar, mr->mr->handle, &err) == 0) {
+		ibv_unimport_mr(mr->mr);
+	} else {
+		log_warning("implicit ODP MR %" PRIu64 ": %s; destroying it from odpd", mr->id, err.msg);
+		e = ibv_dereg_mr(mr->mr);
+		if (e)
+			log_errno(LOG_ERR, e, "ibv_dereg_mr of implicit ODP MR %" PRIu64, mr->id);
+	}
+	mr->mr = NULL;
+}
+
 static void batch_run(struct odpd_job *job)
 {
 	struct odpd_batch *b = (struct odpd_batch *)job;
 
 	for (struct odpd_mr *mr = b->mrs; mr; mr = mr->batch_next) {
-		if (mr->mr) {
+		if (mr->mr && mr->implicit) {
+			implicit_dereg(mr);
+		} else if (mr->mr) {
 			int e = ibv_dereg_mr(mr->mr);
 			if (e)
 				log_errno(LOG_ERR, e, "ibv_dereg_mr of MR %" PRIu64, mr->id);
@@ -535,7 +589,10 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 	while (mr->charges)
 		charge_drop(r, mr, mr->charges);
 	global_uncharge(r, mr);
-	if (!mr->pinned) {
+	if (mr->implicit) {
+		r->odp.mrs--;
+		r->odp.implicit_mrs--;
+	} else if (!mr->pinned) {
 		r->odp.mrs--;
 		r->odp.bytes -= mr->length;
 	}
@@ -545,7 +602,8 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 		mr->dom->n_mrs--;
 		domain_maybe_close(r, mr->dom, false);
 	}
-	odpd_mapping_put(r->segs, mr->map);
+	if (mr->map)
+		odpd_mapping_put(r->segs, mr->map);
 	free(mr);
 }
 
@@ -1253,7 +1311,8 @@ static void reg_done(struct odpd_job *job)
 	struct odpd_ref *ref = NULL;
 
 	mr->joiners = NULL;
-	close(op->stat_fd);
+	if (op->stat_fd >= 0)
+		close(op->stat_fd);
 	if (op->rc == 0) {
 		ref = ref_new(op->h, mr, &op->q);
 		if (!ref)
@@ -1381,15 +1440,19 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 		return NULL;
 	mr->id = ++r->next_mr_id;
 	mr->dom = d;
-	mr->map = op->q.map;
+	mr->map = op->q.map;                 /* NULL: implicit */
 	mr->offset = s;
 	mr->length = e - s;
 	mr->node.start = s;
 	mr->node.end = e;
 	mr->iova = op->q.iova - op->q.offset + s;
 	mr->access = op->q.access;
-	mr->pinned = !op->q.odp;
-	if (!mr->pinned) {
+	mr->pinned = !op->q.odp && !op->q.implicit;
+	mr->implicit = op->q.implicit;
+	if (mr->implicit) {
+		r->odp.mrs++;
+		r->odp.implicit_mrs++;
+	} else if (!mr->pinned) {
 		r->odp.mrs++;
 		r->odp.bytes += mr->length;
 	}
@@ -1447,6 +1510,91 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	return 1;
 }
 
+/*
+ * Worker: an implicit ODP MR. The domain's registrar (started by the
+ * caller, with the client's segments mapped) imports the PD once, registers,
+ * and odpd imports the MR by handle: from then on it is an MR of the PD
+ * like any other, for replies, verify and advise.
+ */
+static void implicit_run(struct odpd_job *job)
+{
+	struct reg_op *op = (struct reg_op *)job;
+	struct odpd_mr *mr = op->mr;
+	struct odpd_domain *d = mr->dom;
+	uint32_t handle;
+	int fd;
+
+	pthread_mutex_lock(&d->lock);
+	op->rc = odpd_domain_open_locked(d, &op->err);
+	pthread_mutex_unlock(&d->lock);
+	if (op->rc < 0)
+		return;
+	if (!odpd_registrar_ready(d->registrar)) {
+		fd = fcntl(d->ctx->cmd_fd, F_DUPFD_CLOEXEC, 3);
+		if (fd < 0) {
+			op->rc = err_set(&op->err, errno, "duplicating the context's cmd_fd: %s", strerror(errno));
+			return;
+		}
+		op->rc = odpd_registrar_init(d->registrar, fd, d->pd->handle, &op->err);
+		close(fd);                        /* the registrar got its own copy */
+		if (op->rc < 0)
+			return;
+	}
+	op->rc = odpd_registrar_reg(d->registrar, (uint32_t)op->ibv_access, &handle, &op->err);
+	if (op->rc < 0)
+		return;
+	mr->mr = ibv_import_mr(d->pd, handle);
+	if (!mr->mr) {
+		struct odpd_err ignored = { 0 };
+		int e = errno ? errno : EOPNOTSUPP;
+
+		odpd_registrar_dereg(d->registrar, handle, &ignored);
+		op->rc = err_set(&op->err, e, "ibv_import_mr of the registrar's implicit ODP MR: %s",
+				 strerror(e));
+	}
+}
+
+/* An implicit ODP MR: never a cache hit (the client registers it once and
+ * keeps it), counted as an ODP MR without bytes, no pages charged. */
+static int reg_implicit(struct reg_op *op, struct odpd_err *err)
+{
+	struct odpd_registry *r = op->r;
+	struct odpd_domain *d = holder_domain(r, op->h, (unsigned)(op->q.dev - r->devices->dev));
+	struct odpd_mr *mr, *evict = NULL;
+	struct odpd_charge *c;
+	int rc;
+
+	if (!d || !d->registrar)
+		return err_set(err, d ? EINVAL : ENOMEM, d ? "no implicit-ODP registrar for this PD" :
+			       "out of memory");
+	op->h->registered = true;
+	rc = quota_check(r, op->h, NULL, 0, 0, false, true, !op->evicted, &evict, err);
+	if (rc < 0)
+		return rc;
+	if (evict)
+		return evict_then_retry(op, evict, err);
+	op->stat_fd = -1;
+	mr = mr_new(r, op, d, 0, UINT64_MAX);
+	if (!mr)
+		return err_set(err, ENOMEM, "out of memory");
+	if (charge_add(r, mr, op->h->acct, &c) < 0) {
+		r->odp.mrs--;
+		r->odp.implicit_mrs--;
+		free(mr);
+		return err_set(err, ENOMEM, "out of memory");
+	}
+	mr->iova = 0;
+	TAILQ_INSERT_TAIL(&r->mrs, mr, link);
+	r->n_mrs++;
+	d->n_mrs++;
+	op->mr = mr;
+	op->ibv_access = access_to_ibv(op->q.access);
+	op->job.run = implicit_run;
+	op->job.done = reg_done;
+	odpd_pool_submit(r->pool, &op->job);
+	return 1;
+}
+
 static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_err *err)
 {
 	struct odpd_registry *r = op->r;
@@ -1458,6 +1606,8 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 	struct odpd_mr *mr;
 	struct lookup l = { .r = r, .h = op->h, .s = s, .e = e, .access = q->access, .odp = q->odp };
 
+	if (q->implicit)
+		return reg_implicit(op, err);
 	if (e > q->map->size)
 		e = q->map->size;
 	if (!client_pd) {
@@ -1600,6 +1750,9 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 	if (!ref->mr->dom)
 		return err_set(err, EOPNOTSUPP, "verify reads daemon-PD MRs only; this MR lives in your "
 			       "own PD (client-PD mode)");
+	if (ref->mr->implicit && !probe_rkey && length == 0)
+		return err_set(err, EINVAL, "an implicit ODP MR spans the whole address space: name the "
+			       "range to verify");
 	if (probe_rkey) {
 		if (length == 0 || iova + length < iova)
 			return err_set(err, EINVAL, "a probe needs an address and a length");

@@ -85,6 +85,8 @@ struct odpd_mr {
 	uint64_t iova;                      /* of offset */
 	uint32_t access;                    /* Odpd__Access bits */
 	bool pinned;                        /* counts pinned pages */
+	bool implicit;                      /* implicit ODP: no segment, iova 0, length UINT64_MAX;
+					     * registered by the domain's registrar (implicit.h) */
 	struct ibv_mr *mr;
 	enum odpd_mr_state state;
 	uint64_t generation;
@@ -140,8 +142,10 @@ struct odpd_cache_stats {
 
 /* On-demand paging: ODP MRs count here, never as pinned bytes. */
 struct odpd_odp_stats {
-	unsigned mrs;                       /* now */
-	uint64_t bytes;                     /* their registered bytes */
+	unsigned mrs;                       /* now, explicit and implicit */
+	unsigned implicit_mrs;              /* now, implicit (no bytes counted) */
+	unsigned registrars;                /* implicit-ODP registrar processes now */
+	uint64_t bytes;                     /* explicit ODP MRs' registered bytes */
 	uint64_t registrations, prefetches, prefetch_bytes, prefetch_errors;
 };
 
@@ -190,6 +194,17 @@ int odpd_holder_init(struct odpd_registry *r, struct odpd_holder *h, uint64_t id
 		     const struct odpd_limit *limit);
 void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h);
 
+/* The PD @h registers into on device @dev_index, made (as a struct) on
+ * first use. NULL on ENOMEM. */
+struct odpd_domain *odpd_registry_holder_domain(struct odpd_registry *r, struct odpd_holder *h,
+						unsigned dev_index);
+
+/* Implicit ODP: start @d's registrar (implicit.h), or discard it (its
+ * segments could not all be mapped). On the loop. */
+int odpd_registry_start_registrar(struct odpd_registry *r, struct odpd_domain *d, const char *label,
+				  struct odpd_err *err);
+void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d);
+
 /* Join the shared PD @name (policy: the caller checked it). */
 int odpd_registry_join(struct odpd_registry *r, struct odpd_holder *h, const char *name,
 		       bool *ret_created, unsigned *ret_members, struct odpd_err *err);
@@ -204,6 +219,8 @@ struct odpd_reg_req {
 	uint64_t iova;                      /* the client's address */
 	uint32_t access;                    /* Odpd__Access */
 	bool odp;                           /* explicit ODP: iova == odpd's address */
+	bool implicit;                      /* implicit ODP: map NULL, iova 0, length UINT64_MAX;
+					     * the holder's private PD has a registrar */
 	bool prefetch;                      /* ODP: prefetch (FLUSH) after registering */
 	bool no_cache;
 	int cmd_fd;                         /* client-PD mode: consumed; else -1 */

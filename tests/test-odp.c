@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <cmocka.h>
 #include <json-c/json.h>
 #include <zlib.h>
@@ -1256,6 +1257,217 @@ static void test_implicit_odp_refused(void **state)
 	odpd_disconnect(c);
 }
 
+/*
+ * The registrar (DESIGN.md section 4), up to the kernel's own refusal:
+ * $ODPD_TEST_IMPLICIT_ODP=1 lets an implicit ODP request past odpd's cap
+ * check on rxe, so everything but a successful ibv_reg_mr runs for real.
+ */
+
+/* The pids of @parent's children named odpd-registrar, up to @max. */
+static int registrar_pids(pid_t parent, pid_t *out, int max)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)) && n < max) {
+		char path[300], buf[512], *p;
+		int ppid;
+		FILE *f;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		p = fgets(buf, sizeof(buf), f);
+		fclose(f);
+		/* pid (comm) state ppid */
+		if (!p || !strstr(buf, "(odpd-registrar) ") ||
+		    sscanf(strrchr(buf, ')') + 2, "%*c %d", &ppid) != 1 || ppid != parent)
+			continue;
+		out[n++] = atoi(de->d_name);
+	}
+	closedir(d);
+	return n;
+}
+
+/* Does @pid have a mapping covering @addr? */
+static bool maps_cover(pid_t pid, const void *addr)
+{
+	char path[64], line[512];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+			found = lo <= (uintptr_t)addr && (uintptr_t)addr < hi;
+	}
+	fclose(f);
+	return found;
+}
+
+/* What @pid's fds are: uverbs devices (*@uverbs), sockets (*@sockets) or
+ * anything else (returned: a memfd or a file would be a leak of odpd's). */
+static int fds_other(pid_t pid, int *uverbs, int *sockets)
+{
+	char dir[64], path[600], target[256];
+	struct dirent *de;
+	int other = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	assert_non_null(d);
+	*uverbs = *sockets = 0;
+	while ((de = readdir(d))) {
+		ssize_t n;
+		int fd = atoi(de->d_name);
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		n = readlink(path, target, sizeof(target) - 1);
+		if (n < 0)
+			continue;
+		target[n] = 0;
+		if (strncmp(target, "/dev/infiniband/uverbs", 22) == 0)
+			(*uverbs)++;
+		else if (strcmp(target, "anon_inode:[infinibandevent]") == 0)
+			;                       /* the imported context's async events */
+		else if (strncmp(target, "socket:", 7) == 0)
+			(*sockets)++;
+		else if (fd > 2) {
+			fprintf(stderr, "registrar fd %d: %s\n", fd, target);
+			other++;
+		}
+	}
+	closedir(d);
+	return other;
+}
+
+struct gone_arg {
+	pid_t pid;
+	const void *addr;
+};
+
+static bool registrar_gone(void *arg)
+{
+	pid_t pids[4];
+
+	return registrar_pids(((struct gone_arg *)arg)->pid, pids, 4) == 0;
+}
+
+static bool unmapped(void *arg)
+{
+	struct gone_arg *g = arg;
+
+	return !maps_cover(g->pid, g->addr);
+}
+
+static void implicit_counts(int admin, uint32_t *implicit_mrs, uint32_t *registrars)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr = status_get(admin, &r);
+
+	assert_non_null(sr->odp);
+	*implicit_mrs = sr->odp->implicit_mrs;
+	*registrars = sr->odp->registrars;
+	odpd__reply__free_unpacked(r, NULL);
+}
+
+/*
+ * Testbed (import works): the first implicit request starts a registrar
+ * that maps the client's segment at the client's address and nothing of
+ * another client's; it imports the PD (a uverbs fd, no memfd of odpd's);
+ * the kernel then refuses the MR (rxe has no implicit ODP) and nothing is
+ * registered. A later attach is mapped there before it is
+ * answered, a detach unmapped; a second request reuses the registrar; a
+ * disconnect ends it. Stock (no import): EOPNOTSUPP naming import, and no
+ * registrar at all.
+ */
+static void test_implicit_registrar(void **state)
+{
+	const bool testbed = test_profile_testbed();
+	struct odpd_segment *a, *b, *cseg;
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c, *other;
+	uint32_t implicit_mrs, regs;
+	int admin, uverbs, sockets, kmr0;
+	pid_t pids[4], g = 0;
+	char path[128];
+
+	(void)state;
+	setenv("ODPD_TEST_IMPLICIT_ODP", "1", 1);
+	daemon_start_conf(&d, path, sizeof(path), "implicit", "", NULL, NULL);
+	unsetenv("ODPD_TEST_IMPLICIT_ODP");
+	admin = raw_connect_hello(d.sock);
+	c = connect_to(d.sock);
+	other = connect_to(d.sock);
+	a = alloc_or_fail(c, 64 * KIB);
+	b = alloc_or_fail(other, 64 * KIB);
+	kmr0 = kernel_mr_count(d.pid);
+	for (int i = 0; i < 2; i++) {
+		assert_null(odpd_reg(c, NULL, SIZE_MAX, LW | ODP));
+		if (!testbed) {
+			assert_int_equal(errno, EOPNOTSUPP);
+			if (!strstr(odpd_errmsg(), "cannot import"))
+				fail_msg("stock: implicit ODP refused without naming import: %s", odpd_errmsg());
+			assert_int_equal(registrar_pids(d.pid, pids, 4), 0);
+			continue;
+		}
+		/* the kernel's answer (7.3: EOPNOTSUPP), from the registrar's verb */
+		assert_int_equal(errno, EOPNOTSUPP);
+		if (!strstr(odpd_errmsg(), "ibv_reg_mr(NULL, SIZE_MAX") ||
+		    !strstr(odpd_errmsg(), "in the registrar"))
+			fail_msg("not the registrar's ibv_reg_mr failing: %s", odpd_errmsg());
+		assert_int_equal(registrar_pids(d.pid, pids, 4), 1);   /* the same one, not a second */
+		if (i == 0)
+			g = pids[0];
+		assert_int_equal(pids[0], g);
+	}
+	assert_int_equal(kernel_mr_count(d.pid), kmr0);
+	implicit_counts(admin, &implicit_mrs, &regs);
+	assert_int_equal(implicit_mrs, 0);
+	assert_int_equal(regs, testbed ? 1 : 0);
+	if (testbed) {
+		struct gone_arg ga = { g, NULL };
+
+		assert_true(maps_cover(g, odpd_segment_addr(a)));
+		assert_false(maps_cover(g, odpd_segment_addr(b)));      /* another client's */
+		assert_int_equal(fds_other(g, &uverbs, &sockets), 0);
+		assert_int_equal(uverbs, 1);                             /* the imported PD's context */
+		assert_int_equal(sockets, 2);
+		cseg = alloc_or_fail(c, 128 * KIB);
+		assert_true(maps_cover(g, odpd_segment_addr(cseg)));    /* before the attach answered */
+		ga.addr = odpd_segment_addr(cseg);
+		assert_int_equal(odpd_detach(cseg), 0);
+		assert_true(wait_until(unmapped, &ga));
+		assert_true(maps_cover(g, odpd_segment_addr(a)));
+		ga.pid = d.pid;
+		assert_int_equal(odpd_detach(a), 0);
+		odpd_disconnect(c);
+		assert_true(wait_until(registrar_gone, &ga));
+		implicit_counts(admin, &implicit_mrs, &regs);
+		assert_int_equal(regs, 0);
+	} else {
+		assert_int_equal(odpd_detach(a), 0);
+		odpd_disconnect(c);
+	}
+	assert_int_equal(odpd_detach(b), 0);
+	odpd_disconnect(other);
+	close(admin);
+	daemon_stop(&d);
+	unlink(path);
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int group_setup(void **state)
@@ -1281,6 +1493,7 @@ int main(void)
 		cmocka_unit_test_setup(test_advise_invalid_requests, harness_test_setup),
 		cmocka_unit_test_setup(test_device_shows_advise_mr, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_odp_refused, harness_test_setup),
+		cmocka_unit_test_setup(test_implicit_registrar, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 

@@ -470,6 +470,8 @@ static void print_odp(const Odpd__StatusReply *st)
 	}
 	table_add(&t, "ODP MRs:");
 	table_add(&t, "%" PRIu32 ", %s", o->mrs, human_bytes(o->bytes, b));
+	table_add(&t, "Implicit ODP MRs:");
+	table_add(&t, "%" PRIu32 " (registrar processes: %" PRIu32 ")", o->implicit_mrs, o->registrars);
 	table_add(&t, "Registrations:");
 	table_add(&t, "%" PRIu64, o->registrations);
 	table_add(&t, "Prefetches:");
@@ -714,6 +716,8 @@ static json_object *json_odp(const Odpd__OdpStats *s)
 	put_u64_str(o, "prefetches", s->prefetches);
 	put_u64_str(o, "prefetch_bytes", s->prefetch_bytes);
 	put_u64_str(o, "prefetch_errors", s->prefetch_errors);
+	put_u64(o, "implicit_mrs", s->implicit_mrs);
+	put_u64(o, "registrars", s->registrars);
 	return o;
 }
 
