@@ -76,12 +76,16 @@ static void reply_segment(struct odpd_client *c, uint64_t id, const struct odpd_
 	odpd_client_send(c, &reply);
 }
 
-/* The registrar of the client's private PD on device @i (implicit ODP), or NULL. */
+/* The live registrar of the client's private PD on device @i (implicit
+ * ODP), or NULL. A dead one's MRs reach nothing: no attach waits for it. */
 static struct odpd_registrar *client_registrar(struct odpd_client *c, unsigned i)
 {
+	struct odpd_registrar *g;
+
 	if (c->holder.spd || !c->holder.domains[i])
 		return NULL;
-	return c->holder.domains[i]->registrar;
+	g = c->holder.domains[i]->registrar;
+	return g && !odpd_registrar_dead(g) ? g : NULL;
 }
 
 static unsigned client_registrars(struct odpd_client *c)
@@ -122,7 +126,9 @@ struct attach_wait {
 
 static void attach_mapped_one(struct attach_wait *w, unsigned i, int rc, const struct odpd_err *err)
 {
-	if (rc < 0 && w->rc == 0) {
+	/* A registrar that died meanwhile: its MRs reach nothing any more,
+	 * and the next implicit request replaces it (mr.c). */
+	if (rc < 0 && rc != -EPIPE && w->rc == 0) {
 		w->rc = rc;
 		w->err = *err;
 	}

@@ -60,6 +60,11 @@ pid_t odpd_registrar_pid(const struct odpd_registrar *g)
 	return g->pid;
 }
 
+bool odpd_registrar_dead(struct odpd_registrar *g)
+{
+	return atomic_load(&g->dead);
+}
+
 /* ---------------------------------------------------------------- messages */
 
 static int send_msg(int fd, const struct odpd_reg_msg *msg, int pass_fd, int flags)
@@ -267,6 +272,10 @@ static int map_send(struct odpd_registrar *g, const struct odpd_reg_msg *msg, in
 	rc = send_msg(g->maps_fd, msg, fd, MSG_DONTWAIT);
 	if (rc < 0) {
 		free(c);
+		if (rc == -EPIPE || rc == -ECONNRESET || rc == -ECONNREFUSED) {
+			atomic_store(&g->dead, true);    /* on_maps will see the EOF too */
+			return -EPIPE;
+		}
 		return rc;
 	}
 	c->cb = cb;

@@ -37,7 +37,7 @@ int odpd_registrar_spawn(struct event_base *base, const char *label, struct odpd
 /* Loop: map @fd's [offset, offset + length) at the client's address @addr in
  * the registrar, as @id. @cb(arg, 0 or -errno, err) runs on the loop when it
  * answers (-EPIPE if it died or was stopped first). Returns 0 (cb will run)
- * or -errno (it will not). */
+ * or -errno (it will not; -EPIPE: the registrar has exited). */
 typedef void (*odpd_registrar_cb)(void *arg, int rc, const struct odpd_err *err);
 int odpd_registrar_map(struct odpd_registrar *g, uint64_t id, int fd, uint64_t addr, uint64_t length,
 		       uint64_t offset, bool writable, odpd_registrar_cb cb, void *arg);
@@ -60,3 +60,6 @@ void odpd_registrar_reap(struct odpd_registrar *g);
 /* Loop: stop, then reap on a worker of @pool (a registrar that no domain keeps). */
 void odpd_registrar_discard(struct odpd_registrar *g, struct odpd_pool *pool);
 pid_t odpd_registrar_pid(const struct odpd_registrar *g);
+/* Has it exited (or stopped answering)? Then its implicit MRs reach nothing:
+ * a new registrar takes its place at the next implicit request. */
+bool odpd_registrar_dead(struct odpd_registrar *g);

@@ -405,10 +405,13 @@ static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		return;
 	}
-	if (d->registrar) {
+	if (d->registrar && !odpd_registrar_dead(d->registrar)) {
 		reg_submit(c, id, q, false);
 		return;
 	}
+	/* A registrar that died: its MRs are destroyed through odpd's imports
+	 * when they are released; a new one serves from here on. */
+	odpd_registry_drop_registrar(r, d);
 	st = calloc(1, sizeof(*st));
 	if (!st) {
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");

@@ -554,7 +554,9 @@ static void implicit_dereg(struct odpd_mr *mr)
 	struct odpd_err err = { 0 };
 	int e;
 
-	if (odpd_registrar_dereg(mr->dom->registrar, mr->mr->handle, &err) == 0) {
+	if (!mr->dom->registrar)
+		err_set(&err, EPIPE, "its registrar is gone");
+	if (mr->dom->registrar && odpd_registrar_dereg(mr->dom->registrar, mr->mr->handle, &err) == 0) {
 		ibv_unimport_mr(mr->mr);
 	} else {
 		log_warning("implicit ODP MR %" PRIu64 ": %s; destroying it from odpd", mr->id, err.msg);

@@ -1284,8 +1284,8 @@ static int registrar_pids(pid_t parent, pid_t *out, int max)
 			continue;
 		p = fgets(buf, sizeof(buf), f);
 		fclose(f);
-		/* pid (comm) state ppid */
-		if (!p || !strstr(buf, "(odpd-registrar) ") ||
+		/* pid (comm) state ppid; not a zombie that odpd has not reaped yet */
+		if (!p || !strstr(buf, "(odpd-registrar) ") || strrchr(buf, ')')[2] == 'Z' ||
 		    sscanf(strrchr(buf, ')') + 2, "%*c %d", &ppid) != 1 || ppid != parent)
 			continue;
 		out[n++] = atoi(de->d_name);
@@ -1451,7 +1451,21 @@ static void test_implicit_registrar(void **state)
 		assert_int_equal(odpd_detach(cseg), 0);
 		assert_true(wait_until(unmapped, &ga));
 		assert_true(maps_cover(g, odpd_segment_addr(a)));
+		/* A registrar that dies: attaches go on without it, and the next
+		 * implicit request starts a new one with every segment mapped. */
+		kill(g, SIGKILL);
 		ga.pid = d.pid;
+		assert_true(wait_until(registrar_gone, &ga));
+		cseg = alloc_or_fail(c, 128 * KIB);
+		assert_null(odpd_reg(c, NULL, SIZE_MAX, LW | ODP));
+		assert_int_equal(errno, EOPNOTSUPP);
+		assert_int_equal(registrar_pids(d.pid, pids, 4), 1);
+		assert_int_not_equal(pids[0], g);
+		assert_true(maps_cover(pids[0], odpd_segment_addr(a)));
+		assert_true(maps_cover(pids[0], odpd_segment_addr(cseg)));
+		implicit_counts(admin, &implicit_mrs, &regs);
+		assert_int_equal(regs, 1);
+		assert_int_equal(odpd_detach(cseg), 0);
 		assert_int_equal(odpd_detach(a), 0);
 		odpd_disconnect(c);
 		assert_true(wait_until(registrar_gone, &ga));
