@@ -74,6 +74,10 @@ static void fail(struct odpd_reg_reply *rep, int error, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- maps */
 
+/* "segment 7: [0x7f0000000000, +65536)", as odpd names it to its clients */
+#define SEG_FMT "segment %" PRIu64 ": [%#" PRIx64 ", +%" PRIu64 ")"
+#define SEG_ARGS(m) (m)->id, (m)->addr, (m)->length
+
 static struct mapping *map_find(struct registrar *r, uint64_t id)
 {
 	for (unsigned i = 0; i < r->nmaps; i++)
@@ -86,11 +90,10 @@ static struct mapping *map_find(struct registrar *r, uint64_t id)
 static bool map_check(struct registrar *r, const struct odpd_reg_msg *m, struct odpd_reg_reply *rep)
 {
 	if (!m->length || (m->addr | m->length | m->offset) % r->page_size)
-		fail(rep, EINVAL, "segment %" PRIu64 ": [%#" PRIx64 ", +%" PRIu64 ") at offset %#" PRIx64
-		     " is empty or not page-aligned", m->id, m->addr, m->length, m->offset);
+		fail(rep, EINVAL, SEG_FMT " at offset %#" PRIx64 " is empty or not page-aligned",
+		     SEG_ARGS(m), m->offset);
 	else if (m->addr + m->length < m->addr || m->offset > (uint64_t)INT64_MAX - m->length)
-		fail(rep, EINVAL, "segment %" PRIu64 ": [%#" PRIx64 ", +%" PRIu64 ") at offset %#" PRIx64
-		     " overflows", m->id, m->addr, m->length, m->offset);
+		fail(rep, EINVAL, SEG_FMT " at offset %#" PRIx64 " overflows", SEG_ARGS(m), m->offset);
 	else if (map_find(r, m->id))
 		fail(rep, EEXIST, "segment %" PRIu64 " is already mapped in the registrar", m->id);
 	else if (r->nmaps == ODPD_REG_MAX_MAPS)
@@ -108,16 +111,14 @@ static void do_map(struct registrar *r, const struct odpd_reg_msg *m, int fd, st
 	p = mmap(want, m->length, prot, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, (off_t)m->offset);
 	e = errno;
 	if (p == MAP_FAILED && e == EEXIST) {
-		fail(rep, EADDRINUSE, "segment %" PRIu64 ": [%#" PRIx64 ", +%" PRIu64 ") overlaps something "
-		     "already mapped in the registrar", m->id, m->addr, m->length);
+		fail(rep, EADDRINUSE, SEG_FMT " overlaps something already mapped in the registrar",
+		     SEG_ARGS(m));
 	} else if (p == MAP_FAILED) {
-		fail(rep, e, "segment %" PRIu64 ": mmap of [%#" PRIx64 ", +%" PRIu64 ") in the registrar: %s",
-		     m->id, m->addr, m->length, strerror(e));
+		fail(rep, e, SEG_FMT ": mmap in the registrar: %s", SEG_ARGS(m), strerror(e));
 	} else if (p != want) {
 		/* Before Linux 4.17 the flag is only a hint. */
 		munmap(p, m->length);
-		fail(rep, EADDRINUSE, "segment %" PRIu64 ": [%#" PRIx64 ", +%" PRIu64 ") is taken in the "
-		     "registrar's address space", m->id, m->addr, m->length);
+		fail(rep, EADDRINUSE, SEG_FMT " is taken in the registrar's address space", SEG_ARGS(m));
 	} else {
 		/* No client data in a core dump (PR_SET_DUMPABLE is the main guard). */
 		madvise(p, m->length, MADV_DONTDUMP);
