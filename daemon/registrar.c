@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include <linux/capability.h>
 
 #include "registrar-proto.h"
 
@@ -344,6 +345,23 @@ static void close_others(void)
 		close((int)fd);
 }
 
+/*
+ * Nothing it does needs a capability: mmap of a memfd, importing a context
+ * and registering an ODP MR (which pins nothing, so CAP_IPC_LOCK and
+ * RLIMIT_MEMLOCK do not apply). So it keeps none of odpd's, and can gain
+ * none through exec.
+ */
+static void drop_privileges(void)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = { { 0 } };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_capset, &h, none) < 0) {
+		say("dropping privileges: %s", strerror(errno));
+		exit(2);
+	}
+}
+
 static void setup(int argc, char **argv)
 {
 	char *end;
@@ -358,6 +376,7 @@ static void setup(int argc, char **argv)
 	if (getppid() != (pid_t)ppid)
 		exit(1);
 	prctl(PR_SET_DUMPABLE, 0);      /* client memory: no core dumps, no ptrace by the uid */
+	drop_privileges();
 	signal(SIGPIPE, SIG_IGN);
 	if (!is_seqpacket_unix(ODPD_REG_MAPS_FD) || !is_seqpacket_unix(ODPD_REG_VERBS_FD)) {
 		say("fds %d and %d must be AF_UNIX SOCK_SEQPACKET sockets (started by odpd only)",

@@ -1353,6 +1353,27 @@ static int fds_other(pid_t pid, int *uverbs, int *sockets)
 	return other;
 }
 
+/* The value of @field ("CapEff:") in /proc/@pid/status, or "". */
+static const char *proc_status(pid_t pid, const char *field)
+{
+	static char val[128];
+	char path[64], line[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	val[0] = 0;
+	f = fopen(path, "re");
+	if (!f)
+		return val;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, strlen(field)) == 0) {
+			sscanf(line + strlen(field), " %127s", val);
+			break;
+		}
+	fclose(f);
+	return val;
+}
+
 struct gone_arg {
 	pid_t pid;
 	const void *addr;
@@ -1445,6 +1466,10 @@ static void test_implicit_registrar(void **state)
 		assert_int_equal(fds_other(g, &uverbs, &sockets), 0);
 		assert_int_equal(uverbs, 1);                             /* the imported PD's context */
 		assert_int_equal(sockets, 2);
+		/* odpd runs as root here; the registrar keeps no capability */
+		assert_string_equal(proc_status(g, "CapEff:"), "0000000000000000");
+		assert_string_equal(proc_status(g, "CapPrm:"), "0000000000000000");
+		assert_string_equal(proc_status(g, "NoNewPrivs:"), "1");
 		cseg = alloc_or_fail(c, 128 * KIB);
 		assert_true(maps_cover(g, odpd_segment_addr(cseg)));    /* before the attach answered */
 		ga.addr = odpd_segment_addr(cseg);
