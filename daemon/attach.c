@@ -97,10 +97,14 @@ static unsigned client_registrars(struct odpd_client *c)
 	return n;
 }
 
-static void cseg_drop(struct odpd_client *c, struct odpd_cseg *s)
+void odpd_cseg_drop(struct odpd_client *c, struct odpd_cseg *s)
 {
+	struct odpd_account *a = c->holder.acct;
+
 	LIST_REMOVE(s, link);
 	c->n_segs--;
+	odpd_account_hold(a, ODPD_UL_SEGMENTS, -1);
+	odpd_account_hold(a, ODPD_UL_MAPPED, -(int64_t)s->charged);
 	odpd_mapping_put(&c->m->segs, s->map);
 	free(s);
 }
@@ -143,7 +147,7 @@ static void attach_finish(struct attach_wait *w)
 		for (unsigned i = 0; i < w->n; i++)
 			if (w->regs[i].ok)
 				odpd_registrar_unmap(w->regs[i].g, w->s->handle);
-		cseg_drop(c, w->s);
+		odpd_cseg_drop(c, w->s);
 		odpd_reply_err(c, w->id, &w->err);
 	} else {
 		reply_segment(c, w->id, w->s);
@@ -227,15 +231,26 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	struct odpd_seginfo info;
 	struct odpd_mapping *map;
 	struct odpd_cseg *s, *other;
-	uint64_t off = 0, len = 0;
+	uint64_t off = 0, len = 0, charge;
 	uintptr_t want = 0;
 
 	if (c->n_segs >= m->cfg.max_segments) {
 		err_set(&err, EMFILE, "a client may attach at most %u segments", m->cfg.max_segments);
 		goto fail;
 	}
+	if (odpd_manager_fd_short(m, fd, true)) {
+		err_set(&err, EMFILE, "odpd is short of file descriptors (fd %d of a limit of %llu); "
+			"try again later", fd, (unsigned long long)m->nofile);
+		goto fail;
+	}
 	if (odpd_segment_validate(fd, m->cfg.max_segment_size, &info, &err) < 0 ||
 	    attach_check(c, req, &info, &off, &len, &want, &err) < 0)
+		goto fail;
+	/* Per user: its segments, and the address space they take in odpd
+	 * (the whole file, page rounded: a sparse segment costs its size). */
+	charge = (info.size + info.page_size - 1) / info.page_size * info.page_size;
+	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_SEGMENTS, 1, &err) < 0 ||
+	    odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MAPPED, charge, &err) < 0)
 		goto fail;
 	s = calloc(1, sizeof(*s));
 	if (!s) {
@@ -248,6 +263,9 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 		return;
 	}
 	s->map = map;
+	s->charged = charge;
+	odpd_account_hold(c->holder.acct, ODPD_UL_SEGMENTS, 1);
+	odpd_account_hold(c->holder.acct, ODPD_UL_MAPPED, (int64_t)charge);
 	s->file_offset = off;
 	s->length = len;
 	s->client_addr = req->client_addr ? req->client_addr : (uintptr_t)map->addr;
@@ -256,6 +274,8 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	if (other) {
 		err_set(&err, EEXIST, "[%#" PRIx64 ", +%" PRIu64 ") overlaps your segment %" PRIu64,
 			s->client_addr, s->length, other->handle);
+		odpd_account_hold(c->holder.acct, ODPD_UL_SEGMENTS, -1);
+		odpd_account_hold(c->holder.acct, ODPD_UL_MAPPED, -(int64_t)charge);
 		odpd_mapping_put(&m->segs, map);
 		free(s);
 		odpd_reply_err(c, id, &err);
@@ -274,7 +294,7 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	case 1:
 		break;
 	default:
-		cseg_drop(c, s);
+		odpd_cseg_drop(c, s);
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 	}
 	return;
@@ -302,7 +322,7 @@ void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachS
 	for (unsigned i = 0; i < c->m->devices.n; i++)
 		if (client_registrar(c, i))
 			odpd_registrar_unmap(client_registrar(c, i), s->handle);
-	cseg_drop(c, s);
+	odpd_cseg_drop(c, s);
 	reply.has_id = reply.has_status = 1;
 	reply.id = id;
 	odpd_client_send(c, &reply);

@@ -19,6 +19,8 @@
 #endif
 
 #define OUTQ_MAX 64                  /* replies queued for a slow reader */
+#define ACCEPT_PAUSE_MS 200          /* accept4 out of fds or memory: stop listening this long */
+#define REFUSED_MS 500               /* a refused connection waits this long for its Hello */
 #define PACKETS_PER_WAKEUP 16        /* fairness between clients */
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg);
@@ -88,16 +90,31 @@ static void client_read_name(struct odpd_client *c)
 		c->name[strcspn(c->name, "\n")] = 0;
 }
 
+/* Give back the user's connection before the holder (and maybe the account) goes. */
+static void client_release_holder(struct odpd_client *c)
+{
+	if (!c->has_holder)
+		return;
+	if (c->holds_connection)
+		odpd_account_hold(c->holder.acct, ODPD_UL_CONNECTIONS, -1);
+	c->holds_connection = false;
+	odpd_holder_release(&c->m->registry, &c->holder);
+	c->has_holder = false;
+}
+
 static void client_free(struct odpd_client *c)
 {
 	if (c->ev_read)
 		event_free(c->ev_read);
 	if (c->ev_write)
 		event_free(c->ev_write);
+	if (c->ev_peer)
+		event_free(c->ev_peer);
+	if (c->ev_refused)
+		event_free(c->ev_refused);
 	if (c->pidfd >= 0)
 		close(c->pidfd);
-	if (c->has_holder)
-		odpd_holder_release(&c->m->registry, &c->holder);
+	client_release_holder(c);
 	free(c->groups);
 	free(c);
 }
@@ -107,6 +124,7 @@ static int client_identify(struct odpd_manager *m, struct odpd_client *c)
 {
 	socklen_t len = sizeof(c->cred);
 	struct odpd_limit limit;
+	struct odpd_err err = { 0 };
 	int r;
 
 	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
@@ -117,18 +135,49 @@ static int client_identify(struct odpd_manager *m, struct odpd_client *c)
 	c->pidfd = peer_pidfd(c->fd, c->cred.pid);
 	c->admin = peer_is_admin(m, c);
 	r = odpd_limit_for_client(&m->conf, c->cred.pid, c->pidfd, c->cred.uid, c->cred.gid,
-				  c->groups, c->n_groups, &limit);
+				  c->groups, c->n_groups, m->cfg.window_size, &limit);
 	if (r < 0)
 		return r;
 	r = odpd_holder_init(&m->registry, &c->holder, c->id, c->cred.pid, c->cred.uid, &limit);
 	if (r < 0)
 		return r;
 	c->has_holder = true;
+	if (odpd_account_may(c->holder.acct, &limit, ODPD_UL_CONNECTIONS, 1, &err) < 0) {
+		/* Answered at Hello, with the reason, then closed. */
+		c->refused = err.code;
+		snprintf(c->refused_msg, sizeof(c->refused_msg), "%s", err.msg);
+		log_ratelimited(LOG_WARNING, "refusing a connection of pid %d: %s", (int)c->cred.pid, err.msg);
+	} else {
+		odpd_account_hold(c->holder.acct, ODPD_UL_CONNECTIONS, 1);
+		c->holds_connection = true;
+	}
 	return 0;
+}
+
+/* A refused connection that never said Hello: it holds no slot of its user,
+ * so it may not hold one of anyone's for long either. */
+static void client_on_refused_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_client *c = arg;
+
+	(void)fd;
+	(void)what;
+	odpd_client_disconnect(c, c->refused_msg);
+}
+
+/* The process that connected has exited: whoever still holds its socket (a
+ * child it forked) is not the client odpd checked, so the connection ends
+ * with everything it held. */
+static void client_on_peer_exit(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	odpd_client_disconnect(arg, "the client process exited");
 }
 
 static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
 {
+	static const struct timeval refused_wait = { 0, REFUSED_MS * 1000 };
 	struct odpd_client *c = calloc(1, sizeof(*c));
 	int r;
 
@@ -148,7 +197,13 @@ static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
 	client_read_name(c);
 	c->ev_read = event_new(m->base, fd, EV_READ | EV_PERSIST, client_on_read, c);
 	c->ev_write = event_new(m->base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
-	if (!c->ev_read || !c->ev_write || event_add(c->ev_read, NULL) < 0) {
+	if (c->pidfd >= 0)
+		c->ev_peer = event_new(m->base, c->pidfd, EV_READ, client_on_peer_exit, c);
+	if (c->refused)
+		c->ev_refused = evtimer_new(m->base, client_on_refused_timeout, c);
+	if (!c->ev_read || !c->ev_write || event_add(c->ev_read, NULL) < 0 ||
+	    (c->pidfd >= 0 && (!c->ev_peer || event_add(c->ev_peer, NULL) < 0)) ||
+	    (c->refused && (!c->ev_refused || evtimer_add(c->ev_refused, &refused_wait) < 0))) {
 		client_free(c);
 		return -ENOMEM;
 	}
@@ -167,18 +222,27 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 	(void)what;
 	fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0) {
-		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-			log_errno(LOG_WARNING, errno, "accept");
+		int e = errno;
+
+		if (e == EAGAIN || e == EINTR || e == ECONNABORTED)
+			return;
+		/* Out of fds or memory: the listening socket stays readable, so
+		 * retrying now would spin. Pause listening for a moment. */
+		log_ratelimited(LOG_WARNING, "accept: %s; not accepting for %d ms", strerror(e),
+				ACCEPT_PAUSE_MS);
+		odpd_manager_pause_listening(m, ACCEPT_PAUSE_MS);
 		return;
 	}
-	if (m->stopping || m->n_clients >= m->cfg.max_clients) {
-		log_warning("refusing a connection: %s", m->stopping ? "shutting down" : "too many clients");
+	if (m->stopping || m->n_clients >= m->cfg.max_clients || odpd_manager_fd_short(m, fd, false)) {
+		log_ratelimited(LOG_WARNING, "refusing a connection: %s", m->stopping ? "shutting down" :
+				m->n_clients >= m->cfg.max_clients ? "max-clients connected" :
+				"odpd is short of file descriptors");
 		close(fd);
 		return;
 	}
 	r = client_new(m, fd, &c);
 	if (r < 0) {
-		log_errno(LOG_WARNING, r, "cannot set up a client");
+		log_ratelimited(LOG_WARNING, "cannot set up a client: %s", strerror(-r));
 		close(fd);
 		return;
 	}
@@ -329,6 +393,10 @@ static bool client_read_one(struct odpd_client *c)
 		return !c->dead;
 	}
 	odpd_request_handle(c, m->rbuf, pkt.len, &pkt);  /* consumes pkt's fds */
+	if (c->refused && !c->dead) {        /* Hello was answered with the refusal */
+		odpd_client_disconnect(c, c->refused_msg);
+		return false;
+	}
 	return !c->dead && !c->busy;
 }
 
@@ -366,14 +434,9 @@ static void client_teardown(struct odpd_client *c)
 {
 	struct odpd_manager *m = c->m;
 
-	odpd_holder_release(&m->registry, &c->holder);
-	c->has_holder = false;
-	while (!LIST_EMPTY(&c->segs)) {
-		struct odpd_cseg *s = LIST_FIRST(&c->segs);
-		LIST_REMOVE(s, link);
-		odpd_mapping_put(&m->segs, s->map);
-		free(s);
-	}
+	while (!LIST_EMPTY(&c->segs))
+		odpd_cseg_drop(c, LIST_FIRST(&c->segs));
+	client_release_holder(c);
 	log_info("client %llu released", (unsigned long long)c->id);
 	client_free(c);
 	odpd_manager_client_released(m);
@@ -399,7 +462,11 @@ void odpd_client_disconnect(struct odpd_client *c, const char *why)
 	LIST_REMOVE(c, link);
 	event_free(c->ev_read);
 	event_free(c->ev_write);
-	c->ev_read = c->ev_write = NULL;
+	if (c->ev_peer)
+		event_free(c->ev_peer);
+	if (c->ev_refused)
+		event_free(c->ev_refused);
+	c->ev_read = c->ev_write = c->ev_peer = c->ev_refused = NULL;
 	while (c->outq) {
 		struct outq_item *it = c->outq;
 		c->outq = it->next;

@@ -21,6 +21,7 @@ struct odpd_cseg {
 	uint64_t length;
 	bool writable;                  /* the client's fd allows writing */
 	unsigned n_mrs;                 /* references of this client over it */
+	uint64_t charged;               /* bytes of its user's mapped limit */
 };
 
 struct outq_item {
@@ -49,6 +50,11 @@ struct odpd_client {
 	unsigned n_segs;
 	struct odpd_holder holder;      /* its MR references and PDs (registry.h) */
 	bool has_holder;
+	struct event *ev_peer;          /* pidfd readable: the peer process exited */
+	bool holds_connection;          /* counted in its user's connections */
+	int refused;                    /* errno: over its user's limit; closed after Hello's answer */
+	struct event *ev_refused;       /* or after REFUSED_MS without a Hello */
+	char refused_msg[256];
 	gid_t *groups;                  /* supplementary groups (SO_PEERGROUPS) */
 	unsigned n_groups;
 	uint64_t next_handle;

@@ -40,7 +40,8 @@
 enum section { SEC_NONE, SEC_LIMITS, SEC_RULE, SEC_PD, SEC_ODP };
 
 enum limit_key { KEY_MAX_PINNED, KEY_MAX_MRS, KEY_DEFAULT_PINNED, KEY_RELAXED_WINDOW_MS,
-		 KEY_RELAXED_MAX_MRS, KEY_RELAXED_MAX_BYTES, N_LIMIT_KEYS };
+		 KEY_RELAXED_MAX_MRS, KEY_RELAXED_MAX_BYTES, KEY_DEFAULT_USER, /* + enum odpd_user_limit */
+		 N_LIMIT_KEYS = KEY_DEFAULT_USER + ODPD_N_UL };
 
 static const char *const limit_keys[N_LIMIT_KEYS] = {
 	[KEY_MAX_PINNED] = "max-pinned",
@@ -49,7 +50,21 @@ static const char *const limit_keys[N_LIMIT_KEYS] = {
 	[KEY_RELAXED_WINDOW_MS] = "relaxed-window-ms",
 	[KEY_RELAXED_MAX_MRS] = "relaxed-max-mrs",
 	[KEY_RELAXED_MAX_BYTES] = "relaxed-max-bytes",
+	[KEY_DEFAULT_USER + ODPD_UL_CONNECTIONS] = "default-connections",
+	[KEY_DEFAULT_USER + ODPD_UL_SEGMENTS] = "default-segments",
+	[KEY_DEFAULT_USER + ODPD_UL_MAPPED] = "default-mapped",
+	[KEY_DEFAULT_USER + ODPD_UL_MRS] = "default-mrs",
 };
+
+const char *const odpd_user_limit_names[ODPD_N_UL] = {
+	[ODPD_UL_CONNECTIONS] = "connections",
+	[ODPD_UL_SEGMENTS] = "segments",
+	[ODPD_UL_MAPPED] = "mapped",
+	[ODPD_UL_MRS] = "mrs",
+};
+
+/* A rule's keys: max-pinned, then max-<odpd_user_limit_names>. */
+#define N_RULE_KEYS (1 + ODPD_N_UL)
 
 /* The state of one odpd_conf_load(). */
 struct parse {
@@ -668,6 +683,23 @@ static void set_default_pinned(struct parse *p, const char *v)
 	}
 }
 
+/* A per-user limit: a size for mapped bytes, else a count; 0 is refused
+ * (it would lock the user out: say so with a rule that is not there). */
+static void user_limit(struct parse *p, const char *name, enum odpd_user_limit l, const char *v,
+		       uint64_t *ret)
+{
+	uint64_t n = 0;
+
+	if (l == ODPD_UL_MAPPED)
+		set_size(p, name, v, &n);
+	else
+		set_count(p, name, v, true, UINT64_MAX, &n);
+	if (!p->failed && n == 0)
+		fail(p, "%s = 0 would refuse every request of those users", name);
+	if (!p->failed)
+		*ret = n;
+}
+
 static void limits_key(struct parse *p, enum limit_key key, const char *v)
 {
 	struct odpd_conf *c = p->c;
@@ -693,16 +725,27 @@ static void limits_key(struct parse *p, enum limit_key key, const char *v)
 		set_size(p, name, v, &c->relaxed_max_bytes);
 		break;
 	default:
+		if (key == KEY_DEFAULT_USER + ODPD_UL_MAPPED && strcmp(v, "window") == 0)
+			c->user_default[ODPD_UL_MAPPED] = ODPD_MAPPED_QUARTER_WINDOW;
+		else
+			user_limit(p, name, (enum odpd_user_limit)(key - KEY_DEFAULT_USER), v,
+				   &c->user_default[key - KEY_DEFAULT_USER]);
 		break;
 	}
 }
 
-static void rule_key(struct parse *p, const char *key, const char *v)
+/* @i: index among the rule keys (0 max-pinned, 1 + enum odpd_user_limit). */
+static void rule_key(struct parse *p, int i, const char *key, const char *v)
 {
 	struct odpd_rule *r = &p->c->rules[p->sec_index];
 
-	set_size(p, key, v, &r->max_pinned);
-	r->has_max_pinned = !p->failed;
+	if (i == 0) {
+		set_size(p, key, v, &r->max_pinned);
+		r->has_max_pinned = !p->failed;
+		return;
+	}
+	user_limit(p, key, (enum odpd_user_limit)(i - 1), v, &r->max[i - 1]);
+	r->has[i - 1] = !p->failed;
 }
 
 /* Append the users or groups of @v, separated by whitespace or commas. */
@@ -746,7 +789,12 @@ static int key_index(const struct parse *p, const char *key)
 				return i;
 		return -1;
 	case SEC_RULE:
-		return strcmp(key, "max-pinned") == 0 ? 0 : -1;
+		if (strcmp(key, "max-pinned") == 0)
+			return 0;
+		for (int i = 0; i < ODPD_N_UL; i++)
+			if (strncmp(key, "max-", 4) == 0 && strcmp(key + 4, odpd_user_limit_names[i]) == 0)
+				return 1 + i;
+		return -1;
 	case SEC_PD:
 		return strcmp(key, "users") == 0 ? 0 : strcmp(key, "groups") == 0 ? 1 : -1;
 	case SEC_ODP:
@@ -757,9 +805,10 @@ static int key_index(const struct parse *p, const char *key)
 }
 
 static const char *const section_keys[] = {
-	[SEC_LIMITS] = "max-pinned, max-mrs, default-pinned, relaxed-window-ms, relaxed-max-mrs "
-		       "or relaxed-max-bytes",
-	[SEC_RULE] = "max-pinned",
+	[SEC_LIMITS] = "max-pinned, max-mrs, default-pinned, relaxed-window-ms, relaxed-max-mrs, "
+		       "relaxed-max-bytes, default-connections, default-segments, default-mapped "
+		       "or default-mrs",
+	[SEC_RULE] = "max-pinned, max-connections, max-segments, max-mapped or max-mrs",
 	[SEC_PD] = "users or groups",
 	[SEC_ODP] = "prefetch-on-register",
 };
@@ -792,7 +841,7 @@ static void handle_key(struct parse *p, const char *key, char *v)
 	else if (p->sec == SEC_ODP)
 		set_bool(p, key, v, &p->c->prefetch_on_register);
 	else if (p->sec == SEC_RULE)
-		rule_key(p, key, v);
+		rule_key(p, i, key, v);
 	else
 		pd_list(p, i == 0, v);
 }
@@ -829,6 +878,12 @@ void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total)
 		.relaxed_window_ms = 100,
 		.relaxed_max_mrs = 4096,
 		.relaxed_max_bytes = (uint64_t)1 << 30,
+		.user_default = {
+			[ODPD_UL_CONNECTIONS] = 64,
+			[ODPD_UL_SEGMENTS] = 1024,
+			[ODPD_UL_MAPPED] = ODPD_MAPPED_QUARTER_WINDOW,
+			[ODPD_UL_MRS] = 262144,
+		},
 	};
 }
 
@@ -965,7 +1020,11 @@ const struct odpd_rule *odpd_conf_match_rule(const struct odpd_conf *c, uid_t ui
 	for (unsigned i = 0; i < c->n_rules; i++) {
 		const struct odpd_rule *r = &c->rules[i];
 
-		if (!r->has_max_pinned)
+		bool any = r->has_max_pinned;
+
+		for (int k = 0; k < ODPD_N_UL; k++)
+			any |= r->has[k];
+		if (!any)
 			continue;
 		switch (r->kind) {
 		case ODPD_RULE_USER:

@@ -13,8 +13,13 @@
  *   relaxed-window-ms = 100
  *   relaxed-max-mrs = 4096
  *   relaxed-max-bytes = 1G
+ *   default-connections = 64  # per user, where no rule says otherwise (odpd.conf(5))
+ *   default-segments = 1024
+ *   default-mapped = window   # bytes of odpd's address window; "window": a quarter of it
+ *   default-mrs = 262144
  *   [user alice]              # also [user 1000], [group rdma], [group 27], [cgroup /kubepods.slice]
  *   max-pinned = 64G
+ *   max-connections = 128     # and max-segments, max-mapped, max-mrs
  *   [pd training]             # a named shared PD (fnmatch pattern; first match in file order)
  *   users = alice bob 1001
  *   groups = rdma
@@ -30,6 +35,20 @@
 
 enum odpd_rule_kind { ODPD_RULE_USER, ODPD_RULE_GROUP, ODPD_RULE_CGROUP };
 
+/* What one user (uid) may hold at once, besides pinned bytes: a rule's
+ * max-connections, max-segments, max-mapped, max-mrs; else [limits]'s
+ * default-connections ... default-mrs. */
+enum odpd_user_limit {
+	ODPD_UL_CONNECTIONS,        /* connections */
+	ODPD_UL_SEGMENTS,           /* attached segments (each keeps an fd in odpd) */
+	ODPD_UL_MAPPED,             /* bytes of odpd's address window (a sparse segment: its size) */
+	ODPD_UL_MRS,                /* MR references (odpd_reg() results held) */
+	ODPD_N_UL
+};
+/* default-mapped = window: a quarter of odpd's address window. */
+#define ODPD_MAPPED_QUARTER_WINDOW 0
+extern const char *const odpd_user_limit_names[ODPD_N_UL];   /* "connections", ... */
+
 /* [user X] / [group X] / [cgroup /path]: a pinning limit for its subjects. */
 struct odpd_rule {
 	enum odpd_rule_kind kind;
@@ -39,6 +58,8 @@ struct odpd_rule {
 	char *label;                /* "[user alice]", as written in the file, for messages */
 	bool has_max_pinned;
 	uint64_t max_pinned;        /* bytes, or ODPD_UNLIMITED */
+	bool has[ODPD_N_UL];
+	uint64_t max[ODPD_N_UL];    /* counts, or bytes for ODPD_UL_MAPPED; ODPD_UNLIMITED */
 	unsigned line;              /* of the section header */
 };
 
@@ -63,6 +84,7 @@ struct odpd_conf {
 	uint64_t relaxed_window_ms;
 	uint64_t relaxed_max_mrs;
 	uint64_t relaxed_max_bytes;
+	uint64_t user_default[ODPD_N_UL];   /* per user; [ODPD_UL_MAPPED] may be ODPD_MAPPED_QUARTER_WINDOW */
 	/* [odp] */
 	bool prefetch_on_register;  /* every ODP registration prefetches (REG_PREFETCH) */
 	struct odpd_rule *rules;
@@ -72,7 +94,9 @@ struct odpd_conf {
 };
 
 /* The defaults: max-pinned 50% of @mem_total, max-mrs 1000000, default-pinned
- * memlock, relaxed-window-ms 100, relaxed-max-mrs 4096, relaxed-max-bytes 1G. */
+ * memlock, relaxed-window-ms 100, relaxed-max-mrs 4096, relaxed-max-bytes 1G,
+ * default-connections 64, default-segments 1024, default-mapped window,
+ * default-mrs 262144. */
 void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total);
 
 /*
@@ -102,7 +126,8 @@ uint64_t odpd_meminfo_total(void);
  * its primary @gid or any of @groups, then the [cgroup] rule with the longest
  * path that is a prefix of @cgroup at a '/' boundary ("/a" matches "/a" and
  * "/a/b", not "/ab"). Among several matching [group] rules, the first in the
- * file. NULL if none (or no rule sets max-pinned).
+ * file. NULL if none. A rule matches whatever keys it sets; what it leaves
+ * out comes from [limits] (default-pinned, default-connections ...).
  */
 const struct odpd_rule *odpd_conf_match_rule(const struct odpd_conf *c, uid_t uid, gid_t gid,
 					     const gid_t *groups, unsigned n_groups,

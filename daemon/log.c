@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -81,4 +82,27 @@ int log_errno(int priority, int err, const char *fmt, ...)
 	log_va(priority, suffix, fmt, ap);
 	va_end(ap);
 	return -err;
+}
+
+bool log_ratelimit_ok(struct log_ratelimit *rl, unsigned *ret_suppressed)
+{
+	const long long interval = 5000000000LL;
+	struct timespec ts;
+	long long now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+	*ret_suppressed = 0;
+	if (rl->n == 0 || now - rl->start_ns >= interval) {
+		*ret_suppressed = rl->suppressed;
+		rl->start_ns = now;
+		rl->n = 0;
+		rl->suppressed = 0;
+	}
+	if (rl->n >= 10) {
+		rl->suppressed++;
+		return false;
+	}
+	rl->n++;
+	return true;
 }

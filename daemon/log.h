@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
+#include <stdbool.h>
 #include <syslog.h>
 
 /*
@@ -14,6 +15,26 @@ void log_msg(int priority, const char *fmt, ...) __attribute__((format(printf, 2
 
 /* Log "text: strerror(err)" and return -abs(err), for `return log_errno(...)`. */
 int log_errno(int priority, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
+ * One cause, few lines: at most 10 lines per 5 s from one call site (a
+ * static struct log_ratelimit there); the next line after a pause says how
+ * many were left out.
+ */
+struct log_ratelimit {
+	long long start_ns;
+	unsigned n, suppressed;
+};
+bool log_ratelimit_ok(struct log_ratelimit *rl, unsigned *ret_suppressed);
+#define log_ratelimited(priority, ...) do {                                      \
+		static struct log_ratelimit rl_;                                 \
+		unsigned sup_;                                                   \
+		if (log_ratelimit_ok(&rl_, &sup_)) {                             \
+			if (sup_)                                                \
+				log_msg(priority, "(%u similar lines left out)", sup_); \
+			log_msg(priority, __VA_ARGS__);                          \
+		}                                                                \
+	} while (0)
 
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -12,6 +14,9 @@
 #include "client.h"
 #include "log.h"
 #include "odpd-wire.h"
+
+/* What odpd asks of the OOM killer (-1000: never; clients are preferred). */
+#define ODPD_OOM_SCORE_ADJ "-900"
 
 /* A socket from systemd (odpd.socket), or one we create and later unlink. */
 static int listen_socket(struct odpd_manager *m)
@@ -88,6 +93,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	sd_notify(0, "STOPPING=1");
 	m->stopping = true;
 	event_del(m->ev_listen);
+	event_del(m->ev_listen_resume);
 	while (!LIST_EMPTY(&m->clients))
 		odpd_client_disconnect(LIST_FIRST(&m->clients), "odpd is stopping");
 	odpd_registry_flush(&m->registry, &all, stop_flushed, m);
@@ -117,8 +123,53 @@ static int load_config(struct odpd_manager *m)
 	return 0;
 }
 
+static void on_listen_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_manager *m = arg;
+
+	(void)fd;
+	(void)what;
+	if (!m->stopping)
+		event_add(m->ev_listen, NULL);
+}
+
+void odpd_manager_pause_listening(struct odpd_manager *m, int ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	event_del(m->ev_listen);
+	evtimer_add(m->ev_listen_resume, &tv);
+}
+
+/* Segments stop well before the end of the table, connections only near
+ * it: what segments leave lets new clients in, and them register (device
+ * contexts) and attach elsewhere once segments go. */
+bool odpd_manager_fd_short(const struct odpd_manager *m, int fd, bool segment)
+{
+	uint64_t reserve = segment ? 32 + m->nofile / 64 : 8 + m->nofile / 256;
+
+	return m->nofile && (uint64_t)fd + reserve >= m->nofile;
+}
+
+/*
+ * A client's memory is the client's business: when the host runs out, the
+ * OOM killer should pick a client, not odpd (whose death would cost every
+ * client its MRs). Lowering it takes CAP_SYS_RESOURCE; under systemd the
+ * unit's OOMScoreAdjust= does it.
+ */
+static void oom_protect(void)
+{
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+
+	if (fd < 0 || write(fd, ODPD_OOM_SCORE_ADJ, strlen(ODPD_OOM_SCORE_ADJ)) < 0)
+		log_info("cannot set oom_score_adj to %s: %s", ODPD_OOM_SCORE_ADJ, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
 int odpd_manager_start(struct odpd_manager *m)
 {
+	struct rlimit nofile;
 	static const int sigs[2] = { SIGTERM, SIGINT };
 	int r;
 
@@ -130,8 +181,12 @@ int odpd_manager_start(struct odpd_manager *m)
 	if (!m->base || !m->rbuf)
 		return log_errno(LOG_ERR, ENOMEM, "start-up");
 	m->ev_stop = evtimer_new(m->base, on_stop_timer, m);
-	if (!m->ev_stop)
+	m->ev_listen_resume = evtimer_new(m->base, on_listen_resume, m);
+	if (!m->ev_stop || !m->ev_listen_resume)
 		return log_errno(LOG_ERR, ENOMEM, "start-up");
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+		m->nofile = nofile.rlim_cur;
+	oom_protect();
 	r = load_config(m);
 	if (r < 0)
 		return r;
@@ -175,6 +230,8 @@ void odpd_manager_finish(struct odpd_manager *m)
 	odpd_conf_free(&m->conf);
 	if (m->ev_stop)
 		event_free(m->ev_stop);
+	if (m->ev_listen_resume)
+		event_free(m->ev_listen_resume);
 	for (int i = 0; i < 2; i++)
 		if (m->ev_signals[i])
 			event_free(m->ev_signals[i]);

@@ -64,9 +64,17 @@ struct odpd_manager {
 	 * cap: implicit ODP requests go on to the registrar, and the kernel
 	 * refuses them there. */
 	bool implicit_without_cap;
+	uint64_t nofile;                    /* RLIMIT_NOFILE soft limit, after raising it */
+	struct event *ev_listen_resume;     /* accept4 failed: listening paused until then */
 };
 
 int odpd_manager_start(struct odpd_manager *m);
+/* accept4 is out of fds or memory: stop listening for @ms. */
+void odpd_manager_pause_listening(struct odpd_manager *m, int ms);
+/* Is @fd (just received or accepted: the kernel gives the lowest free
+ * number) so high that odpd must keep the rest for the clients it serves?
+ * @segment: a segment's fd, which odpd would keep (a larger reserve). */
+bool odpd_manager_fd_short(const struct odpd_manager *m, int fd, bool segment);
 void odpd_manager_finish(struct odpd_manager *m);
 /* A client is gone for good: stop the loop if we are shutting down and it was the last. */
 void odpd_manager_client_released(struct odpd_manager *m);

@@ -268,6 +268,8 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 
 	if (c->holder.n_refs >= m->cfg.max_mrs)
 		return err_set(err, EDQUOT, "a client may hold at most %u MRs", m->cfg.max_mrs);
+	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MRS, 1, err) < 0)
+		return -err->code;
 	if (access & ~(uint32_t)ACCESS_KNOWN)
 		return err_set(err, EINVAL, "unknown access bits %#x", access & ~(uint32_t)ACCESS_KNOWN);
 	if ((access & (ODPD__ACCESS__ACCESS_REMOTE_WRITE | ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)) &&

@@ -70,7 +70,8 @@ static bool has_ipc_lock(const char *status_text)
 }
 
 int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, uid_t uid, gid_t gid,
-			  const gid_t *groups, unsigned n_groups, struct odpd_limit *ret)
+			  const gid_t *groups, unsigned n_groups, uint64_t window_size,
+			  struct odpd_limit *ret)
 {
 	const struct odpd_rule *rule;
 	char path[64], text[4096], cgroup[1024];
@@ -79,7 +80,19 @@ int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, ui
 
 	read_cgroup(pid, cgroup, sizeof(cgroup));
 	rule = odpd_conf_match_rule(conf, uid, gid, groups, n_groups, cgroup);
-	if (rule) {
+	for (int k = 0; k < ODPD_N_UL; k++) {
+		if (rule && rule->has[k]) {
+			ret->max[k] = rule->max[k];
+			snprintf(ret->src[k], sizeof(ret->src[k]), "%s max-%s", rule->label,
+				 odpd_user_limit_names[k]);
+		} else {
+			ret->max[k] = conf->user_default[k];
+			snprintf(ret->src[k], sizeof(ret->src[k]), "default-%s", odpd_user_limit_names[k]);
+		}
+	}
+	if (ret->max[ODPD_UL_MAPPED] == ODPD_MAPPED_QUARTER_WINDOW)
+		ret->max[ODPD_UL_MAPPED] = window_size / 4;
+	if (rule && rule->has_max_pinned) {
 		ret->max_pinned = rule->max_pinned;
 		snprintf(ret->rule, sizeof(ret->rule), "%s", rule->label);
 	} else if (!conf->default_pinned_memlock) {
@@ -109,6 +122,30 @@ check:
 	if (!odpd_pidfd_alive(pidfd))
 		return -ESRCH;
 	return 0;
+}
+
+int odpd_account_may(const struct odpd_account *a, const struct odpd_limit *lim, enum odpd_user_limit l,
+		     uint64_t n, struct odpd_err *err)
+{
+	static const int code[ODPD_N_UL] = {
+		[ODPD_UL_CONNECTIONS] = EMFILE, [ODPD_UL_SEGMENTS] = EMFILE,
+		[ODPD_UL_MAPPED] = ENOSPC, [ODPD_UL_MRS] = EDQUOT,
+	};
+	static const char *const what[ODPD_N_UL] = {
+		[ODPD_UL_CONNECTIONS] = "connections", [ODPD_UL_SEGMENTS] = "attached segments",
+		[ODPD_UL_MAPPED] = "bytes of odpd's address window", [ODPD_UL_MRS] = "MR references",
+	};
+	uint64_t max = lim->max[l], held = a->held[l];
+
+	if (max == ODPD_UNLIMITED || (n <= max && held <= max - n))
+		return 0;
+	return err_set(err, code[l], "uid %u would hold %" PRIu64 " %s, over its limit of %" PRIu64
+		       " (%s in odpd.conf)", (unsigned)a->uid, held + n, what[l], max, lim->src[l]);
+}
+
+void odpd_account_hold(struct odpd_account *a, enum odpd_user_limit l, int64_t n)
+{
+	a->held[l] += (uint64_t)n;
 }
 
 struct odpd_account *odpd_account_get(struct odpd_quota *q, uid_t uid)

@@ -39,6 +39,8 @@ struct odpd_account {
 	unsigned refs;              /* clients + MR charges */
 	uint64_t pinned;            /* bytes: distinct pages */
 	unsigned mrs;               /* MRs charged */
+	uint64_t held[ODPD_N_UL];   /* what the user's clients hold: connections, segments,
+				     * mapped bytes, MR references (struct odpd_limit.max) */
 	uint64_t limit;             /* of the client that asked last */
 	char rule[80];              /* where that limit came from */
 	LIST_HEAD(, odpd_acct_seg) segs;
@@ -49,20 +51,34 @@ struct odpd_quota {
 	unsigned n_accounts;
 };
 
-/* What a client may pin, worked out at connect. */
+/* What a client may pin, and what its user may hold, worked out at connect. */
 struct odpd_limit {
 	uint64_t max_pinned;        /* bytes, ODPD_UNLIMITED */
 	char rule[80];              /* "[user alice]", "memlock", "default-pinned" */
+	uint64_t max[ODPD_N_UL];    /* per user (conf.h); ODPD_UNLIMITED */
+	char src[ODPD_N_UL][96];    /* "[user alice] max-connections", "default-connections" */
 };
 
 /*
  * The limit of the client (@pid, @pidfd, @uid, @gid, @groups): a rule of
- * @conf, else default-pinned, else its RLIMIT_MEMLOCK soft limit.
+ * @conf, else default-pinned, else its RLIMIT_MEMLOCK soft limit; and its
+ * user's limits (a rule's, else [limits]'s; default-mapped "window" is a
+ * quarter of @window_size).
  * -ESRCH if the process is gone (its pidfd says so) or its limits cannot be
  * read.
  */
 int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, uid_t uid, gid_t gid,
-			  const gid_t *groups, unsigned n_groups, struct odpd_limit *ret);
+			  const gid_t *groups, unsigned n_groups, uint64_t window_size,
+			  struct odpd_limit *ret);
+
+/*
+ * May @a's user take @n more of @l under @lim? 0, or the errno (EMFILE for
+ * connections and segments, ENOSPC for mapped bytes, EDQUOT for MRs) with
+ * @err naming the limit. Taking and giving back: odpd_account_hold().
+ */
+int odpd_account_may(const struct odpd_account *a, const struct odpd_limit *lim, enum odpd_user_limit l,
+		     uint64_t n, struct odpd_err *err);
+void odpd_account_hold(struct odpd_account *a, enum odpd_user_limit l, int64_t n);
 
 /* Parse the "Max locked memory" soft limit out of the text of /proc/PID/limits.
  * ODPD_UNLIMITED for "unlimited". -EINVAL if absent. */

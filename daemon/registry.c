@@ -730,6 +730,7 @@ static struct odpd_ref *ref_new(struct odpd_holder *h, struct odpd_mr *mr, const
 	ref->cookie = q->cookie;
 	LIST_INSERT_HEAD(&h->refs, ref, hlink);
 	h->n_refs++;
+	odpd_account_hold(h->acct, ODPD_UL_MRS, 1);
 	LIST_INSERT_HEAD(&mr->holders, ref, mlink);
 	mr->refs++;
 	return ref;
@@ -754,6 +755,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 
 	LIST_REMOVE(ref, hlink);
 	h->n_refs--;
+	odpd_account_hold(h->acct, ODPD_UL_MRS, -1);
 	LIST_REMOVE(ref, mlink);
 	mr->refs--;
 	free(ref);

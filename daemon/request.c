@@ -56,6 +56,9 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 	if (c->hello) {
 		reply.status = EALREADY;
 		reply.message = (char *)"Hello was already answered on this connection";
+	} else if (c->refused) {                 /* then closed (client.c) */
+		reply.status = c->refused;
+		reply.message = c->refused_msg;
 	} else if (!req->has_version || req->version < ODPD_PROTOCOL_VERSION_MIN ||
 		   req->version > ODPD_PROTOCOL_VERSION_MAX) {
 		snprintf(msg, sizeof(msg), "protocol version %u is not supported; this daemon speaks %u..%u",

@@ -450,7 +450,13 @@ static void test_errors_sections(void **state)
 static void test_errors_rules_and_pds(void **state)
 {
 	(void)state;
-	load_fails("[user 0]\nmax-mrs = 5\n", 2, "unknown key \"max-mrs\" in [user 0]");
+	load_fails("[user 0]\nrelaxed-max-mrs = 5\n", 2, "unknown key \"relaxed-max-mrs\" in [user 0]");
+	load_fails("[user 0]\nmax-connections = 0\n", 2, "max-connections = 0 would refuse every request");
+	load_fails("[user 0]\nmax-segments = many\n", 2, "bad number \"many\" for max-segments");
+	load_fails("[group 0]\nmax-mapped = 5X\n", 2, "bad size \"5X\" for max-mapped");
+	load_fails("[user 0]\nmax-mrs = 1\nmax-mrs = 2\n", 3, "duplicate key \"max-mrs\" in [user 0]");
+	load_fails("[limits]\ndefault-mrs = 0\n", 2, "default-mrs = 0 would refuse every request");
+	load_fails("[limits]\ndefault-mapped = lots\n", 2, "bad size \"lots\" for default-mapped");
 	load_fails("[cgroup /]\nmax-pinned = 5X\n", 2, "bad size \"5X\" for max-pinned");
 	load_fails("[group 0]\nmax-pinned = 1G\nmax-pinned = 1G\n", 3,
 		   "duplicate key \"max-pinned\" in [group 0]");
@@ -591,6 +597,45 @@ static const char rules_conf[] =
 	"[user 7000]\n"                             /* rules[6]: sets nothing */
 	"[group 4444]\n"                            /* rules[7]: sets nothing */
 	"[cgroup /a/b/c]\n";                        /* rules[8]: sets nothing */
+
+/* Per-user limits: [limits] defaults, a rule's own keys, and a rule that
+ * sets only some of them matches (the rest come from [limits]). */
+static void test_user_limits(void **state)
+{
+	struct odpd_conf c;
+	const struct odpd_rule *r;
+
+	(void)state;
+	odpd_conf_defaults(&c, 0);
+	assert_int_equal(c.user_default[ODPD_UL_CONNECTIONS], 64);
+	assert_int_equal(c.user_default[ODPD_UL_SEGMENTS], 1024);
+	assert_int_equal(c.user_default[ODPD_UL_MAPPED], ODPD_MAPPED_QUARTER_WINDOW);
+	assert_int_equal(c.user_default[ODPD_UL_MRS], 262144);
+	odpd_conf_free(&c);
+	load_ok(&c, "[limits]\ndefault-connections = 8\ndefault-segments = unlimited\n"
+		    "default-mapped = 1G\ndefault-mrs = 100\n"
+		    "[user 5000]\nmax-connections = 2\n"
+		    "[group 4242]\nmax-pinned = 1K\nmax-mapped = 64K\nmax-mrs = 9\nmax-segments = 3\n");
+	assert_int_equal(c.user_default[ODPD_UL_CONNECTIONS], 8);
+	assert_true(c.user_default[ODPD_UL_SEGMENTS] == ODPD_UNLIMITED);
+	assert_int_equal(c.user_default[ODPD_UL_MAPPED], GIB);
+	assert_int_equal(c.user_default[ODPD_UL_MRS], 100);
+	r = odpd_conf_match_rule(&c, 5000, 4242, NULL, 0, NULL);
+	assert_ptr_equal(r, &c.rules[0]);          /* no max-pinned, yet a match */
+	assert_false(r->has_max_pinned);
+	assert_true(r->has[ODPD_UL_CONNECTIONS]);
+	assert_int_equal(r->max[ODPD_UL_CONNECTIONS], 2);
+	assert_false(r->has[ODPD_UL_MRS]);
+	r = odpd_conf_match_rule(&c, 6000, 4242, NULL, 0, NULL);
+	assert_ptr_equal(r, &c.rules[1]);
+	assert_int_equal(r->max[ODPD_UL_MAPPED], 64 * KIB);
+	assert_int_equal(r->max[ODPD_UL_MRS], 9);
+	assert_int_equal(r->max[ODPD_UL_SEGMENTS], 3);
+	odpd_conf_free(&c);
+	load_ok(&c, "[limits]\ndefault-mapped = window\n");
+	assert_int_equal(c.user_default[ODPD_UL_MAPPED], ODPD_MAPPED_QUARTER_WINDOW);
+	odpd_conf_free(&c);
+}
 
 static void test_rule_precedence(void **state)
 {
@@ -750,6 +795,7 @@ int main(void)
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_meminfo_total),
 		cmocka_unit_test(test_rule_precedence),
+		cmocka_unit_test(test_user_limits),
 		cmocka_unit_test(test_pd_policy),
 		cmocka_unit_test(test_pd_name_valid),
 	};

@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-limits: what one user can make odpd spend is bounded per user
+ * (odpd.conf(5): default-connections ... and the rules' max-connections
+ * ...), with a clear errno naming the limit, while other users go on; a
+ * connection ends when the process that made it exits, even if a forked
+ * child holds the socket; a flood of connections on a daemon short of file
+ * descriptors neither spins odpd nor stops it serving afterwards.
+ *
+ * Host and VM (stock): the MR references test needs a device and is skipped
+ * without one unless ODPD_TEST_REQUIRE_DEVICE=1.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "harness.h"
+#include "odpd.h"
+
+#define KIB (1ull << 10)
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+#define UID_NOBODY 65534
+
+/* Child side of run_as(): a failed check exits with its line number, so the
+ * parent's assertion says where. */
+#define CHILD_CHECK(cond) do { if (!(cond)) { \
+		fprintf(stderr, "line %d: %s (errno %d: %s)\n", __LINE__, #cond, errno, odpd_errmsg()); \
+		_exit(__LINE__ % 250 + 1); } } while (0)
+
+static struct test_daemon d;
+static char conf_path[128];
+
+static void start(const char *text)
+{
+	memset(&d, 0, sizeof(d));
+	daemon_start_conf(&d, conf_path, sizeof(conf_path), "limits", text, NULL, NULL);
+}
+
+static void stop(void)
+{
+	daemon_stop(&d);
+	unlink(conf_path);
+}
+
+static unsigned clients_now(int admin)
+{
+	struct snapshot s;
+
+	snapshot_take(&d, admin, &s);
+	return s.clients;
+}
+
+/* ---------------------------------------------------------------- connections */
+
+static int nobody_connections(void *arg)
+{
+	struct odpd_conn *c[3];
+
+	(void)arg;
+	for (int i = 0; i < 3; i++)
+		CHILD_CHECK((c[i] = odpd_connect(d.sock, NULL)) != NULL);
+	CHILD_CHECK(odpd_connect(d.sock, NULL) == NULL);
+	CHILD_CHECK(errno == EMFILE);
+	CHILD_CHECK(strstr(odpd_errmsg(), "default-connections") != NULL);
+	CHILD_CHECK(strstr(odpd_errmsg(), "uid 65534") != NULL);
+	/* the refused connection is closed, and a freed one can be used again */
+	odpd_disconnect(c[0]);
+	for (int tries = 0; (c[0] = odpd_connect(d.sock, NULL)) == NULL && tries < 200; tries++)
+		usleep(10000);
+	CHILD_CHECK(c[0] != NULL);
+	for (int i = 0; i < 3; i++)
+		odpd_disconnect(c[i]);
+	return 0;
+}
+
+/* default-connections = 3: a fourth connection of uid 65534 gets EMFILE
+ * naming the limit and is closed; root, another user, still connects. */
+static void test_user_connections(void **state)
+{
+	struct odpd_conn *root;
+	int admin;
+
+	(void)state;
+	start("[limits]\ndefault-connections = 3\n");
+	admin = raw_connect_hello(d.sock);
+	assert_int_equal(run_as(UID_NOBODY, 0, nobody_connections, NULL), 0);
+	root = odpd_connect(d.sock, NULL);
+	assert_non_null(root);
+	odpd_disconnect(root);
+	assert_int_equal(clients_now(admin), 1);     /* only the admin connection is left */
+	close(admin);
+	stop();
+}
+
+/* ---------------------------------------------------------------- segments and the window */
+
+static int nobody_segments(void *arg)
+{
+	struct odpd_conn *c = odpd_connect(d.sock, NULL);
+	struct odpd_segment *s[2];
+	int fd;
+
+	(void)arg;
+	CHILD_CHECK(c != NULL);
+	CHILD_CHECK((s[0] = odpd_alloc(c, 64 * KIB, 0)) != NULL);
+	CHILD_CHECK((s[1] = odpd_alloc(c, 64 * KIB, 0)) != NULL);
+	CHILD_CHECK(odpd_alloc(c, 64 * KIB, 0) == NULL);
+	CHILD_CHECK(errno == EMFILE);
+	CHILD_CHECK(strstr(odpd_errmsg(), "[user 65534] max-segments") != NULL);
+	CHILD_CHECK(odpd_detach(s[1]) == 0);
+	/* 64 KiB held; 1 MiB more would pass max-mapped = 1M */
+	CHILD_CHECK(odpd_alloc(c, 1 * MIB, 0) == NULL);
+	CHILD_CHECK(errno == ENOSPC);
+	CHILD_CHECK(strstr(odpd_errmsg(), "[user 65534] max-mapped") != NULL);
+	/* a sparse memfd costs its sender nothing, but its whole size here */
+	fd = memfd_create("sparse", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	CHILD_CHECK(fd >= 0 && ftruncate(fd, 8 * GIB) == 0);
+	CHILD_CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+	CHILD_CHECK(odpd_attach(c, fd, NULL, 0) == NULL);
+	CHILD_CHECK(errno == ENOSPC);
+	close(fd);
+	/* what fits still does */
+	CHILD_CHECK((s[1] = odpd_alloc(c, 512 * KIB, 0)) != NULL);
+	CHILD_CHECK(odpd_detach(s[1]) == 0);
+	CHILD_CHECK(odpd_detach(s[0]) == 0);
+	odpd_disconnect(c);
+	return 0;
+}
+
+/* max-segments = 2, max-mapped = 1M for uid 65534: EMFILE and ENOSPC naming
+ * the rule, a sparse 8 GiB segment refused; root unaffected meanwhile. */
+static void test_user_segments_and_window(void **state)
+{
+	struct odpd_conn *root;
+	struct odpd_segment *s[3];
+	struct snapshot s0, s1;
+	int admin;
+
+	(void)state;
+	start("[user 65534]\nmax-segments = 2\nmax-mapped = 1M\n");
+	admin = raw_connect_hello(d.sock);
+	snapshot_take(&d, admin, &s0);
+	root = odpd_connect(d.sock, NULL);
+	assert_non_null(root);
+	assert_int_equal(run_as(UID_NOBODY, 0, nobody_segments, NULL), 0);
+	for (int i = 0; i < 3; i++) {
+		s[i] = odpd_alloc(root, 2 * MIB, 0);
+		assert_non_null(s[i]);
+	}
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(odpd_detach(s[i]), 0);
+	odpd_disconnect(root);
+	snapshot_settles_to(&d, admin, &s0);
+	snapshot_take(&d, admin, &s1);
+	assert_int_equal(s1.segments, 0);
+	close(admin);
+	stop();
+}
+
+/* ---------------------------------------------------------------- MR references */
+
+static int nobody_mrs(void *arg)
+{
+	struct odpd_conn *c = odpd_connect(d.sock, NULL);
+	struct odpd_segment *s;
+	struct odpd_mr *m[3];
+	uint8_t *p;
+
+	(void)arg;
+	CHILD_CHECK(c != NULL);
+	CHILD_CHECK((s = odpd_alloc(c, 64 * KIB, 0)) != NULL);
+	p = odpd_segment_addr(s);
+	/* ODP: nothing pinned, so only the MR limit can refuse */
+	CHILD_CHECK((m[0] = odpd_reg(c, p, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)) != NULL);
+	CHILD_CHECK((m[1] = odpd_reg(c, p, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)) != NULL);
+	CHILD_CHECK(odpd_reg(c, p + 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) == NULL);
+	CHILD_CHECK(errno == EDQUOT);
+	CHILD_CHECK(strstr(odpd_errmsg(), "default-mrs") != NULL);
+	CHILD_CHECK(odpd_dereg(m[1]) == 0);
+	CHILD_CHECK((m[2] = odpd_reg(c, p + 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)) != NULL);
+	CHILD_CHECK(odpd_dereg(m[0]) == 0 && odpd_dereg(m[2]) == 0);
+	CHILD_CHECK(odpd_detach(s) == 0);
+	odpd_disconnect(c);
+	return 0;
+}
+
+/* default-mrs = 2: a user's third MR reference (a cache hit counts too) is
+ * EDQUOT naming the limit, until one is released. */
+static void test_user_mrs(void **state)
+{
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	start("[limits]\ndefault-mrs = 2\n");
+	assert_int_equal(run_as(UID_NOBODY, 0, nobody_mrs, NULL), 0);
+	stop();
+}
+
+/* ---------------------------------------------------------------- a forked child keeps the socket */
+
+static bool clients_are(void *arg)
+{
+	int *v = arg;               /* [admin fd, wanted] */
+
+	return clients_now(v[0]) == (unsigned)v[1];
+}
+
+/*
+ * A process connects (raw protocol: libodpd would not let a child keep its
+ * socket), attaches a segment and forks a child that keeps the socket
+ * open; then it exits. odpd closes its connection (and its segment)
+ * although the socket is still open in the child.
+ */
+static void test_connection_ends_with_its_process(void **state)
+{
+	int admin, pipefd[2], want[2];
+	struct snapshot s0;
+	pid_t a, b = 0;
+
+	(void)state;
+	start("");
+	admin = raw_connect_hello(d.sock);
+	snapshot_take(&d, admin, &s0);
+	assert_int_equal(pipe(pipefd), 0);
+	a = fork();
+	assert_true(a >= 0);
+	if (a == 0) {
+		int c = raw_connect_hello(d.sock), mfd = sealed_memfd(64 * KIB);
+		pid_t child;
+
+		raw_attach(c, 2, mfd);
+		close(mfd);
+		child = fork();
+		if (child == 0) {
+			pause();               /* holds the socket until killed */
+			_exit(0);
+		}
+		if (write(pipefd[1], &child, sizeof(child)) != sizeof(child))
+			_exit(3);
+		_exit(0);                      /* without odpd_disconnect */
+	}
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &b, sizeof(b)), (ssize_t)sizeof(b));
+	close(pipefd[0]);
+	assert_int_equal(waitpid(a, NULL, 0), a);
+	want[0] = admin;
+	want[1] = 1;
+	assert_true(wait_until(clients_are, want));
+	snapshot_settles_to(&d, admin, &s0);
+	kill(b, SIGKILL);
+	close(admin);
+	stop();
+}
+
+/* ---------------------------------------------------------------- a flood on few fds */
+
+static long cpu_ticks(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	p = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	if (!p || !(p = strrchr(buf, ')')))
+		return -1;
+	/* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
+static int raw_connect(const char *sock)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (strlen(sock) >= sizeof(sa.sun_path))
+		return -1;
+	memcpy(sa.sun_path, sock, strlen(sock) + 1);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * odpd with RLIMIT_NOFILE 96 (prlimit, so it cannot raise it). A client
+ * attaches segments (each keeps an fd in odpd) until odpd refuses with
+ * EMFILE "short of file descriptors": it keeps the rest, so a new client
+ * still connects and is served. Then 200 connections that never say
+ * anything: odpd refuses what it has no fds for and does not spin (under a
+ * second of CPU in 2 s; an accept loop failing with EMFILE takes all of
+ * them). Once the segments and the flood are gone, attaching works again.
+ */
+static void test_connection_flood_few_fds(void **state)
+{
+	const char *old = getenv("ODPD_TEST_WRAPPER");
+	struct odpd_segment *segs[128];
+	int fds[200], n = 0, nseg = 0;
+	struct odpd_conn *c, *hog;
+	long t0, t1, hz = sysconf(_SC_CLK_TCK);
+
+	(void)state;
+	if (old) {                             /* valgrind: not a wrapper that composes */
+		skip();
+		return;
+	}
+	setenv("ODPD_TEST_WRAPPER", "prlimit --nofile=96:96", 1);
+	start("");
+	unsetenv("ODPD_TEST_WRAPPER");
+	hog = odpd_connect(d.sock, NULL);
+	assert_non_null(hog);
+	while (nseg < 128 && (segs[nseg] = odpd_alloc(hog, 64 * KIB, 0)))
+		nseg++;
+	assert_true(nseg > 10 && nseg < 128);
+	assert_int_equal(errno, EMFILE);
+	if (!strstr(odpd_errmsg(), "short of file descriptors"))
+		fail_msg("not refused for odpd's fd budget: %s", odpd_errmsg());
+	c = odpd_connect(d.sock, NULL);                /* room left for another client */
+	if (!c)
+		fail_msg("odpd_connect with odpd's segment fds at their limit: %s", odpd_errmsg());
+	odpd_disconnect(c);
+	for (int i = 0; i < 200; i++) {
+		int fd = raw_connect(d.sock);
+		if (fd >= 0)
+			fds[n++] = fd;
+	}
+	t0 = cpu_ticks(d.pid);
+	sleep(2);
+	t1 = cpu_ticks(d.pid);
+	assert_true(t0 >= 0 && t1 >= 0);
+	if (t1 - t0 > hz)
+		fail_msg("odpd used %ld ms of CPU in 2 s of a connection flood", (t1 - t0) * 1000 / hz);
+	while (n)
+		close(fds[--n]);
+	while (nseg)
+		assert_int_equal(odpd_detach(segs[--nseg]), 0);
+	odpd_disconnect(hog);
+	for (int tries = 0; !(c = odpd_connect(d.sock, NULL)) && tries < 300; tries++)
+		usleep(10000);
+	if (!c)
+		fail_msg("odpd_connect after the flood: %s", odpd_errmsg());
+	assert_non_null(odpd_alloc(c, 64 * KIB, 0));
+	odpd_disconnect(c);
+	stop();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_user_connections),
+		cmocka_unit_test(test_user_segments_and_window),
+		cmocka_unit_test(test_user_mrs),
+		cmocka_unit_test(test_connection_ends_with_its_process),
+		cmocka_unit_test(test_connection_flood_few_fds),
+	};
+
+	if (getenv("ODPD_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
