@@ -422,7 +422,8 @@ void odpd_client_submit(struct odpd_client *c, struct odpd_job *job)
 void odpd_client_wait(struct odpd_client *c)
 {
 	c->busy = true;
-	event_del(c->ev_read);
+	if (c->ev_read)                      /* NULL once disconnected */
+		event_del(c->ev_read);
 }
 
 /*

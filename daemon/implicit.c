@@ -22,17 +22,24 @@
 
 extern char **environ;
 
-/* A worker waits this long for the registrar's answer to a verb, ms. */
-#define VERBS_TIMEOUT_MS 30000
+/* A worker waits this long for the registrar's answer to a verb, and the
+ * loop for the answer to its oldest map, ms. The registrar runs as the
+ * client's uid, which may stop it (SIGSTOP): then it is killed. */
+#define VERBS_TIMEOUT_MS 10000
+#define MAPS_TIMEOUT_MS 10000
 /* After closing its sockets, how long the registrar may take to exit, ms. */
 #define EXIT_TIMEOUT_MS 3000
 
-/* A map or unmap sent by the loop, waiting for its answer (in order). */
+/* A map or unmap of the loop, sent in order, as the socket takes them, then
+ * waiting for its answer (in order). Never dropped: a registrar that cannot
+ * take them is discarded. */
 struct map_call {
 	struct map_call *next;
 	odpd_registrar_cb cb;               /* NULL: an unmap, only logged */
 	void *arg;
-	uint64_t id;
+	struct odpd_reg_msg msg;
+	int fd;                             /* ours (a dup), sent with msg; -1 */
+	bool sent;
 };
 
 struct odpd_registrar {
@@ -40,10 +47,15 @@ struct odpd_registrar {
 	int pidfd;                          /* -1 where pidfd_open is missing */
 	int maps_fd, verbs_fd;
 	struct event *ev;                   /* maps_fd readable */
-	struct map_call *head, **tail;
+	struct event *ev_write;             /* maps_fd writable, while calls wait to be sent */
+	struct event *ev_timeout;           /* the oldest call's answer is late */
+	struct map_call *head, **tail;      /* sent ones first */
+	struct map_call *unsent;            /* the first not yet sent, or NULL */
+	atomic_uint refs;                   /* the domain's, each implicit MR's */
 	pthread_mutex_t lock;               /* verbs calls, one at a time */
 	bool ready;                         /* INIT succeeded (under lock) */
 	atomic_bool dead;
+	const char *dead_why;               /* found dead inside a call: said on the next turn */
 	char label[64];
 	struct odpd_job discard;            /* odpd_registrar_discard's reaping */
 };
@@ -107,19 +119,101 @@ static int recv_reply(int fd, struct odpd_reg_reply *rep, int flags)
 
 /* ---------------------------------------------------------------- the loop's side */
 
+static void call_free(struct map_call *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+}
+
+/* Every call still waiting gets -EPIPE (unmaps are dropped: the registrar's
+ * mappings go with it). */
 static void fail_pending(struct odpd_registrar *g, const char *why)
 {
 	struct odpd_err err = { 0 };
 
-	err_set(&err, EPIPE, "the implicit-ODP registrar (pid %d) %s", (int)g->pid, why);
+	err_set(&err, EPIPE, "the implicit-ODP registrar (pid %d) %s (odpd's log says more)", (int)g->pid, why);
+	if (g->ev_write)
+		event_del(g->ev_write);
+	if (g->ev_timeout)
+		evtimer_del(g->ev_timeout);
 	while (g->head) {
 		struct map_call *c = g->head;
 		g->head = c->next;
 		if (c->cb)
 			c->cb(c->arg, -EPIPE, &err);
-		free(c);
+		call_free(c);
 	}
 	g->tail = &g->head;
+	g->unsent = NULL;
+}
+
+/* It exited, misbehaved or hangs: never talk to it again. */
+static void mark_dead(struct odpd_registrar *g, const char *why)
+{
+	if (atomic_exchange(&g->dead, true) && !g->head)
+		return;
+	log_warning("%s: implicit-ODP registrar (pid %d) %s", g->label, (int)g->pid, why);
+	kill(g->pid, SIGKILL);                  /* if it is still there: it may hang */
+	if (g->ev)
+		event_del(g->ev);
+	fail_pending(g, why);
+}
+
+static void arm_timeout(struct odpd_registrar *g)
+{
+	static const struct timeval tv = { MAPS_TIMEOUT_MS / 1000, (MAPS_TIMEOUT_MS % 1000) * 1000 };
+
+	if (g->head && g->head->sent)
+		evtimer_add(g->ev_timeout, &tv);     /* (re)started for the oldest call */
+	else
+		evtimer_del(g->ev_timeout);
+}
+
+/* Send what the socket takes, in order. 0, or -errno (then it is dead). */
+static int flush_calls(struct odpd_registrar *g)
+{
+	while (g->unsent) {
+		struct map_call *c = g->unsent;
+		int rc = send_msg(g->maps_fd, &c->msg, c->fd, MSG_DONTWAIT);
+
+		if (rc == -EAGAIN) {
+			event_add(g->ev_write, NULL);
+			return 0;
+		}
+		if (rc < 0)
+			return rc;
+		if (c->fd >= 0)
+			close(c->fd);
+		c->fd = -1;
+		c->sent = true;
+		g->unsent = c->next;
+		if (c == g->head)
+			arm_timeout(g);
+	}
+	event_del(g->ev_write);
+	return 0;
+}
+
+static void on_maps_writable(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_registrar *g = arg;
+	int rc;
+
+	(void)fd;
+	(void)what;
+	rc = flush_calls(g);
+	if (rc < 0)
+		mark_dead(g, rc == -EPIPE || rc == -ECONNRESET ? "exited" : "cannot be written to");
+}
+
+static void on_maps_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_registrar *g = arg;
+
+	(void)fd;
+	(void)what;
+	mark_dead(g, g->dead_why ? g->dead_why : "did not answer a map in time: killed");
 }
 
 static void on_maps(evutil_socket_t fd, short what, void *arg)
@@ -127,36 +221,37 @@ static void on_maps(evutil_socket_t fd, short what, void *arg)
 	struct odpd_registrar *g = arg;
 	struct odpd_reg_reply rep;
 	struct odpd_err err = { 0 };
-	struct map_call *c;
-	int rc;
 
 	(void)what;
-	rc = recv_reply((int)fd, &rep, MSG_DONTWAIT);
-	if (rc == -EAGAIN || rc == -EINTR)
-		return;
-	c = g->head;
-	if (rc < 0 || !c) {
-		log_warning("%s: implicit-ODP registrar (pid %d) %s", g->label, (int)g->pid,
-			    rc == -EPIPE ? "exited" : rc < 0 ? "sent a malformed answer" : "answered nothing asked");
-		atomic_store(&g->dead, true);
-		event_del(g->ev);
-		fail_pending(g, "exited");
-		return;
+	for (;;) {
+		struct map_call *c = g->head;
+		int rc = recv_reply((int)fd, &rep, MSG_DONTWAIT);
+
+		if (rc == -EAGAIN || rc == -EINTR)
+			return;
+		if (rc < 0 || !c || !c->sent) {
+			mark_dead(g, rc == -EPIPE || rc == -ECONNRESET ? "exited" :
+				  rc < 0 ? "sent a malformed answer" : "answered nothing asked");
+			return;
+		}
+		g->head = c->next;
+		if (!g->head)
+			g->tail = &g->head;
+		arm_timeout(g);
+		if (!c->cb) {
+			if (rep.error)
+				log_warning("%s: registrar: unmapping segment %" PRIu64 ": %s", g->label,
+					    c->msg.id, rep.message);
+		} else if (rep.error) {
+			err_set(&err, rep.error, "%s", rep.message);
+			c->cb(c->arg, -rep.error, &err);
+		} else {
+			c->cb(c->arg, 0, NULL);
+		}
+		call_free(c);
+		if (atomic_load(&g->dead) || !g->ev)  /* a callback stopped it */
+			return;
 	}
-	g->head = c->next;
-	if (!g->head)
-		g->tail = &g->head;
-	if (!c->cb) {
-		if (rep.error)
-			log_warning("%s: registrar: unmapping segment %" PRIu64 ": %s", g->label, c->id,
-				    rep.message);
-	} else if (rep.error) {
-		err_set(&err, rep.error, "%s", rep.message);
-		c->cb(c->arg, -rep.error, &err);
-	} else {
-		c->cb(c->arg, 0, NULL);
-	}
-	free(c);
 }
 
 /* Move @fd to 5 or above, so that the child's dup2 onto 3 and 4 can clobber
@@ -172,17 +267,42 @@ static int fd_high(int fd)
 	return nfd;
 }
 
-static int spawn(struct odpd_registrar *g, int child_maps, int child_verbs, struct odpd_err *err)
+/* What of odpd's environment the registrar needs: where libibverbs and its
+ * providers are, and their own settings. Nothing else (systemd's sockets,
+ * credentials, odpd's own settings) is the client's business. */
+static bool env_passed(const char *e)
+{
+	static const char *const prefixes[] = {
+		"LD_LIBRARY_PATH=", "RDMAV_", "IBV_", "MLX5_", "MLX4_", "RXE_",
+		"ASAN_OPTIONS=", "LSAN_OPTIONS=", "UBSAN_OPTIONS=",
+	};
+
+	for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+		if (strncmp(e, prefixes[i], strlen(prefixes[i])) == 0)
+			return true;
+	return false;
+}
+
+static int spawn(struct odpd_registrar *g, int child_maps, int child_verbs, uid_t uid, gid_t gid,
+		 struct odpd_err *err)
 {
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t all, none;
-	char ppid[16];
-	char *argv[] = { "odpd-registrar", ppid, NULL };
+	char ppid[16], suid[16], sgid[16];
+	char *argv[] = { "odpd-registrar", ppid, suid, sgid, NULL };
+	char *envp[32];
 	const char *path = odpd_registrar_path();
+	unsigned n = 0;
 	int rc;
 
 	snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
+	snprintf(suid, sizeof(suid), "%u", (unsigned)uid);
+	snprintf(sgid, sizeof(sgid), "%u", (unsigned)gid);
+	for (char **e = environ; *e && n < sizeof(envp) / sizeof(envp[0]) - 1; e++)
+		if (env_passed(*e))
+			envp[n++] = *e;
+	envp[n] = NULL;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, child_maps, ODPD_REG_MAPS_FD);
 	posix_spawn_file_actions_adddup2(&fa, child_verbs, ODPD_REG_VERBS_FD);
@@ -195,7 +315,7 @@ static int spawn(struct odpd_registrar *g, int child_maps, int child_verbs, stru
 	posix_spawnattr_setsigdefault(&attr, &all);   /* odpd ignores SIGPIPE */
 	posix_spawnattr_setsigmask(&attr, &none);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-	rc = posix_spawn(&g->pid, path, &fa, &attr, argv, environ);
+	rc = posix_spawn(&g->pid, path, &fa, &attr, argv, envp);
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);
 	if (rc)
@@ -203,8 +323,8 @@ static int spawn(struct odpd_registrar *g, int child_maps, int child_verbs, stru
 	return 0;
 }
 
-int odpd_registrar_spawn(struct event_base *base, const char *label, struct odpd_registrar **ret,
-			 struct odpd_err *err)
+int odpd_registrar_spawn(struct event_base *base, const char *label, uid_t uid, gid_t gid,
+			 struct odpd_registrar **ret, struct odpd_err *err)
 {
 	struct odpd_registrar *g = calloc(1, sizeof(*g));
 	int maps[2] = { -1, -1 }, verbs[2] = { -1, -1 };
@@ -216,6 +336,7 @@ int odpd_registrar_spawn(struct event_base *base, const char *label, struct odpd
 	g->tail = &g->head;
 	pthread_mutex_init(&g->lock, NULL);
 	atomic_init(&g->dead, false);
+	atomic_init(&g->refs, 1);
 	snprintf(g->label, sizeof(g->label), "%s", label);
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, maps) < 0 ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, verbs) < 0) {
@@ -228,7 +349,7 @@ int odpd_registrar_spawn(struct event_base *base, const char *label, struct odpd
 		rc = err_set(err, errno, "fcntl(F_DUPFD_CLOEXEC): %s", strerror(errno));
 		goto fail;
 	}
-	rc = spawn(g, maps[1], verbs[1], err);
+	rc = spawn(g, maps[1], verbs[1], uid, gid, err);
 	if (rc < 0)
 		goto fail;
 	g->pidfd = (int)syscall(SYS_pidfd_open, g->pid, 0);
@@ -237,13 +358,15 @@ int odpd_registrar_spawn(struct event_base *base, const char *label, struct odpd
 	g->maps_fd = maps[0];
 	g->verbs_fd = verbs[0];
 	g->ev = event_new(base, g->maps_fd, EV_READ | EV_PERSIST, on_maps, g);
-	if (!g->ev || event_add(g->ev, NULL) < 0) {
+	g->ev_write = event_new(base, g->maps_fd, EV_WRITE | EV_PERSIST, on_maps_writable, g);
+	g->ev_timeout = evtimer_new(base, on_maps_timeout, g);
+	if (!g->ev || !g->ev_write || !g->ev_timeout || event_add(g->ev, NULL) < 0) {
 		err_set(err, ENOMEM, "out of memory");
 		odpd_registrar_stop(g);
 		odpd_registrar_reap(g);
 		return -ENOMEM;
 	}
-	log_info("%s: implicit-ODP registrar started (pid %d)", label, (int)g->pid);
+	log_info("%s: implicit-ODP registrar started (pid %d, uid %u)", label, (int)g->pid, (unsigned)uid);
 	*ret = g;
 	return 0;
 fail:
@@ -258,6 +381,7 @@ fail:
 	return rc;
 }
 
+/* Queue a call (a dup of @fd goes with it) and send what can be sent. */
 static int map_send(struct odpd_registrar *g, const struct odpd_reg_msg *msg, int fd,
 		    odpd_registrar_cb cb, void *arg)
 {
@@ -269,20 +393,28 @@ static int map_send(struct odpd_registrar *g, const struct odpd_reg_msg *msg, in
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	rc = send_msg(g->maps_fd, msg, fd, MSG_DONTWAIT);
-	if (rc < 0) {
+	c->fd = -1;
+	if (fd >= 0 && (c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+		rc = -errno;
 		free(c);
-		if (rc == -EPIPE || rc == -ECONNRESET || rc == -ECONNREFUSED) {
-			atomic_store(&g->dead, true);    /* on_maps will see the EOF too */
-			return -EPIPE;
-		}
 		return rc;
 	}
+	c->msg = *msg;
 	c->cb = cb;
 	c->arg = arg;
-	c->id = msg->id;
 	*g->tail = c;
 	g->tail = &c->next;
+	if (!g->unsent)
+		g->unsent = c;
+	rc = flush_calls(g);
+	if (rc < 0) {
+		/* @c is on the list: its callback runs with -EPIPE like the rest,
+		 * on the next turn of the loop, never inside this call. */
+		atomic_store(&g->dead, true);
+		g->dead_why = rc == -EPIPE || rc == -ECONNRESET || rc == -ECONNREFUSED ? "exited" :
+			      "cannot be written to";
+		event_active(g->ev_timeout, EV_TIMEOUT, 0);
+	}
 	return 0;
 }
 
@@ -300,10 +432,13 @@ int odpd_registrar_map(struct odpd_registrar *g, uint64_t id, int fd, uint64_t a
 void odpd_registrar_unmap(struct odpd_registrar *g, uint64_t id)
 {
 	struct odpd_reg_msg msg = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_UNMAP, .id = id };
-	int rc = map_send(g, &msg, -1, NULL, NULL);
 
-	if (rc < 0 && rc != -EPIPE)
-		log_errno(LOG_WARNING, -rc, "%s: registrar: unmapping segment %" PRIu64, g->label, id);
+	/* An unmap is never dropped: a registrar that cannot take it goes. */
+	if (map_send(g, &msg, -1, NULL, NULL) == -ENOMEM) {
+		atomic_store(&g->dead, true);
+		g->dead_why = "could not be told to unmap (out of memory): killed";
+		event_active(g->ev_timeout, EV_TIMEOUT, 0);
+	}
 }
 
 void odpd_registrar_stop(struct odpd_registrar *g)
@@ -312,9 +447,19 @@ void odpd_registrar_stop(struct odpd_registrar *g)
 		event_free(g->ev);
 	g->ev = NULL;
 	fail_pending(g, "was stopped");
+	if (g->ev_write)
+		event_free(g->ev_write);
+	if (g->ev_timeout)
+		event_free(g->ev_timeout);
+	g->ev_write = g->ev_timeout = NULL;
 	if (g->maps_fd >= 0)
 		close(g->maps_fd);
 	g->maps_fd = -1;
+}
+
+void odpd_registrar_get(struct odpd_registrar *g)
+{
+	atomic_fetch_add(&g->refs, 1);
 }
 
 /* ---------------------------------------------------------------- the workers' side */
@@ -435,8 +580,10 @@ static void reap_wait(struct odpd_registrar *g)
 		log_info("%s: implicit-ODP registrar (pid %d) ended", g->label, (int)g->pid);
 }
 
-static void registrar_free(struct odpd_registrar *g)
+void odpd_registrar_put(struct odpd_registrar *g)
 {
+	if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
+		return;
 	pthread_mutex_destroy(&g->lock);
 	free(g);
 }
@@ -446,7 +593,7 @@ void odpd_registrar_reap(struct odpd_registrar *g)
 	if (!g)
 		return;
 	reap_wait(g);
-	registrar_free(g);
+	odpd_registrar_put(g);
 }
 
 static void discard_run(struct odpd_job *job)
@@ -456,7 +603,7 @@ static void discard_run(struct odpd_job *job)
 
 static void discard_done(struct odpd_job *job)
 {
-	registrar_free((struct odpd_registrar *)((char *)job - offsetof(struct odpd_registrar, discard)));
+	odpd_registrar_put((struct odpd_registrar *)((char *)job - offsetof(struct odpd_registrar, discard)));
 }
 
 void odpd_registrar_discard(struct odpd_registrar *g, struct odpd_pool *pool)

@@ -30,14 +30,22 @@ struct odpd_registrar;
 /* The binary: $ODPD_REGISTRAR, else the installed one. */
 const char *odpd_registrar_path(void);
 
-/* Loop: start a registrar. 0 or -errno with @err. */
-int odpd_registrar_spawn(struct event_base *base, const char *label, struct odpd_registrar **ret,
-			 struct odpd_err *err);
+/* Loop: start a registrar that runs as @uid/@gid (the client's: an implicit
+ * MR reaches the registrar's own memory too, so it must hold nothing the
+ * client could not). 0 or -errno with @err. One reference, the caller's. */
+int odpd_registrar_spawn(struct event_base *base, const char *label, uid_t uid, gid_t gid,
+			 struct odpd_registrar **ret, struct odpd_err *err);
+/* References: the domain's, and one per implicit MR it registered. The
+ * last put frees the struct (the process is reaped apart: reap, discard). */
+void odpd_registrar_get(struct odpd_registrar *g);
+void odpd_registrar_put(struct odpd_registrar *g);
 
 /* Loop: map @fd's [offset, offset + length) at the client's address @addr in
- * the registrar, as @id. @cb(arg, 0 or -errno, err) runs on the loop when it
- * answers (-EPIPE if it died or was stopped first). Returns 0 (cb will run)
- * or -errno (it will not; -EPIPE: the registrar has exited). */
+ * the registrar, as @id (a dup of @fd waits in odpd's queue until the
+ * socket takes it). @cb(arg, 0 or -errno, err) runs on the loop when it
+ * answers, never inside this call (-EPIPE if it died, hung for 10 s, or was
+ * stopped first). Returns 0 (cb will run) or -errno (it will not; -EPIPE:
+ * the registrar is dead). */
 typedef void (*odpd_registrar_cb)(void *arg, int rc, const struct odpd_err *err);
 int odpd_registrar_map(struct odpd_registrar *g, uint64_t id, int fd, uint64_t addr, uint64_t length,
 		       uint64_t offset, bool writable, odpd_registrar_cb cb, void *arg);
@@ -54,7 +62,8 @@ int odpd_registrar_dereg(struct odpd_registrar *g, uint32_t handle, struct odpd_
 
 /* Loop: stop talking to it: pending maps get -EPIPE, and the maps socket is
  * closed (the registrar exits on EOF). Then, on a worker, reap it: wait
- * for its exit (SIGKILL after a few seconds) and free. */
+ * for its exit (SIGKILL after a few seconds) and drop the domain's
+ * reference. */
 void odpd_registrar_stop(struct odpd_registrar *g);
 void odpd_registrar_reap(struct odpd_registrar *g);
 /* Loop: stop, then reap on a worker of @pool (a registrar that no domain keeps). */

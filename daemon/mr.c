@@ -347,7 +347,8 @@ static void reg_submit(struct odpd_client *c, uint64_t id, struct odpd_reg_req *
 	q->handle = ++c->next_handle;
 	r = odpd_registry_reg(&c->m->registry, &c->holder, q, reg_cb, p, &ref, &err);
 	if (r == 1) {
-		odpd_client_wait(c);
+		if (!waiting)
+			odpd_client_wait(c);
 		return;
 	}
 	free(p);
@@ -384,7 +385,11 @@ static void implicit_mapped(void *arg, int rc, const struct odpd_err *err)
 	}
 	if (--st->pending)
 		return;
-	if (st->rc < 0) {
+	if (c->dead) {
+		/* Gone meanwhile (odpd stopping, or its process exited): nothing
+		 * to register for; the PD and its registrar go with it. */
+		odpd_client_job_done(c);
+	} else if (st->rc < 0) {
 		odpd_registry_drop_registrar(&c->m->registry, st->d);
 		odpd_reply_err(c, st->id, &st->err);
 		odpd_client_job_done(c);
@@ -420,7 +425,7 @@ static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req
 		return;
 	}
 	snprintf(label, sizeof(label), "client %llu, %s", (unsigned long long)c->id, q->dev->name);
-	if (odpd_registry_start_registrar(r, d, label, &err) < 0) {
+	if (odpd_registry_start_registrar(r, d, label, c->cred.uid, c->cred.gid, &err) < 0) {
 		free(st);
 		odpd_reply_err(c, id, &err);
 		return;

@@ -8,7 +8,8 @@
  * segments, at the client's addresses. It links libibverbs and libc only.
  *
  * Exit status: 0 odpd closed a socket; 1 odpd died before PDEATHSIG took
- * hold; 2 bad arguments or fds; 3 a malformed request; 4 a socket error.
+ * hold; 2 bad arguments or fds; 3 a malformed request; 4 a socket error;
+ * 5 it cannot become the client's uid and gid.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <grp.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 #include <linux/capability.h>
@@ -362,16 +364,47 @@ static void drop_privileges(void)
 	}
 }
 
-static void setup(int argc, char **argv)
+/* A decimal id, or -1. */
+static long parse_id(const char *s)
 {
 	char *end;
-	long ppid = argc == 2 ? strtol(argv[1], &end, 10) : 0;
+	long v;
 
-	if (argc != 2 || *end || ppid <= 0) {
-		fprintf(stderr, "usage: odpd-registrar PARENT_PID (started by odpd only)\n");
+	errno = 0;
+	v = strtol(s, &end, 10);
+	return errno || *end || end == s || v < 0 || v > 0x7fffffffL ? -1 : v;
+}
+
+/*
+ * Become the client: an implicit MR reaches this process's own memory (its
+ * stack, heap, libraries) as much as the segments, so a client could take
+ * it over through its key. It must then hold nothing the client could not:
+ * the client's uid and gid, no supplementary groups, no capability.
+ */
+static void become(uid_t uid, gid_t gid)
+{
+	if (getuid() == uid && geteuid() == uid && getgid() == gid && getegid() == gid &&
+	    getgroups(0, NULL) == 0)
+		return;
+	if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) {
+		say("cannot run as the client's uid %u gid %u: %s (odpd needs CAP_SETUID and CAP_SETGID "
+		    "for implicit ODP)", (unsigned)uid, (unsigned)gid, strerror(errno));
+		exit(5);
+	}
+}
+
+static void setup(int argc, char **argv)
+{
+	long ppid = argc == 4 ? parse_id(argv[1]) : -1;
+	long uid = argc == 4 ? parse_id(argv[2]) : -1, gid = argc == 4 ? parse_id(argv[3]) : -1;
+
+	if (ppid <= 0 || uid < 0 || gid < 0) {
+		fprintf(stderr, "usage: odpd-registrar PARENT_PID UID GID (started by odpd only)\n");
 		exit(2);
 	}
-	/* PDEATHSIG first, then check: odpd may have died before it took hold. */
+	become((uid_t)uid, (gid_t)gid);
+	/* PDEATHSIG after the credentials change (which clears it), then check:
+	 * odpd may have died before it took hold. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != (pid_t)ppid)
 		exit(1);

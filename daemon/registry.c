@@ -253,9 +253,9 @@ struct odpd_domain *odpd_registry_holder_domain(struct odpd_registry *r, struct 
 }
 
 int odpd_registry_start_registrar(struct odpd_registry *r, struct odpd_domain *d, const char *label,
-				  struct odpd_err *err)
+				  uid_t uid, gid_t gid, struct odpd_err *err)
 {
-	int rc = odpd_registrar_spawn(r->base, label, &d->registrar, err);
+	int rc = odpd_registrar_spawn(r->base, label, uid, gid, &d->registrar, err);
 
 	if (rc == 0)
 		r->odp.registrars++;
@@ -545,25 +545,20 @@ static void import_drop(struct odpd_import *imp)
 
 /*
  * Worker: an implicit MR is deregistered by the registrar that registered
- * it, then odpd's import of it is dropped. If the registrar is gone, the MR
- * is still in the PD's context (odpd holds that file): odpd destroys it
- * through its import.
+ * it, then odpd's import of it is dropped. If that registrar is gone or
+ * does not answer, the MR stays in the PD's context until the PD closes
+ * (with its client): destroying it by handle from here could hit another
+ * MR, had the registrar destroyed it after all and the client's own made
+ * since taken its handle. It reaches nothing meanwhile: its address space
+ * is gone or going.
  */
 static void implicit_dereg(struct odpd_mr *mr)
 {
 	struct odpd_err err = { 0 };
-	int e;
 
-	if (!mr->dom->registrar)
-		err_set(&err, EPIPE, "its registrar is gone");
-	if (mr->dom->registrar && odpd_registrar_dereg(mr->dom->registrar, mr->mr->handle, &err) == 0) {
-		ibv_unimport_mr(mr->mr);
-	} else {
-		log_warning("implicit ODP MR %" PRIu64 ": %s; destroying it from odpd", mr->id, err.msg);
-		e = ibv_dereg_mr(mr->mr);
-		if (e)
-			log_errno(LOG_ERR, e, "ibv_dereg_mr of implicit ODP MR %" PRIu64, mr->id);
-	}
+	if (odpd_registrar_dereg(mr->registrar, mr->mr->handle, &err) < 0)
+		log_warning("implicit ODP MR %" PRIu64 ": %s; it goes when its PD closes", mr->id, err.msg);
+	ibv_unimport_mr(mr->mr);
 	mr->mr = NULL;
 }
 
@@ -606,6 +601,7 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 	}
 	if (mr->map)
 		odpd_mapping_put(r->segs, mr->map);
+	odpd_registrar_put(mr->registrar);
 	free(mr);
 }
 
@@ -1525,6 +1521,7 @@ static void implicit_run(struct odpd_job *job)
 	struct reg_op *op = (struct reg_op *)job;
 	struct odpd_mr *mr = op->mr;
 	struct odpd_domain *d = mr->dom;
+	struct odpd_registrar *g = mr->registrar;
 	uint32_t handle;
 	int fd;
 
@@ -1533,18 +1530,18 @@ static void implicit_run(struct odpd_job *job)
 	pthread_mutex_unlock(&d->lock);
 	if (op->rc < 0)
 		return;
-	if (!odpd_registrar_ready(d->registrar)) {
+	if (!odpd_registrar_ready(g)) {
 		fd = fcntl(d->ctx->cmd_fd, F_DUPFD_CLOEXEC, 3);
 		if (fd < 0) {
 			op->rc = err_set(&op->err, errno, "duplicating the context's cmd_fd: %s", strerror(errno));
 			return;
 		}
-		op->rc = odpd_registrar_init(d->registrar, fd, d->pd->handle, &op->err);
+		op->rc = odpd_registrar_init(g, fd, d->pd->handle, &op->err);
 		close(fd);                        /* the registrar got its own copy */
 		if (op->rc < 0)
 			return;
 	}
-	op->rc = odpd_registrar_reg(d->registrar, (uint32_t)op->ibv_access, &handle, &op->err);
+	op->rc = odpd_registrar_reg(g, (uint32_t)op->ibv_access, &handle, &op->err);
 	if (op->rc < 0)
 		return;
 	mr->mr = ibv_import_mr(d->pd, handle);
@@ -1552,7 +1549,7 @@ static void implicit_run(struct odpd_job *job)
 		struct odpd_err ignored = { 0 };
 		int e = errno ? errno : EOPNOTSUPP;
 
-		odpd_registrar_dereg(d->registrar, handle, &ignored);
+		odpd_registrar_dereg(g, handle, &ignored);
 		op->rc = err_set(&op->err, e, "ibv_import_mr of the registrar's implicit ODP MR: %s",
 				 strerror(e));
 	}
@@ -1588,6 +1585,8 @@ static int reg_implicit(struct reg_op *op, struct odpd_err *err)
 		return err_set(err, ENOMEM, "out of memory");
 	}
 	mr->iova = 0;
+	mr->registrar = d->registrar;        /* read on the loop, kept by the MR */
+	odpd_registrar_get(mr->registrar);
 	TAILQ_INSERT_TAIL(&r->mrs, mr, link);
 	r->n_mrs++;
 	d->n_mrs++;

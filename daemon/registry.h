@@ -87,6 +87,7 @@ struct odpd_mr {
 	bool pinned;                        /* counts pinned pages */
 	bool implicit;                      /* implicit ODP: no segment, iova 0, length UINT64_MAX;
 					     * registered by the domain's registrar (implicit.h) */
+	struct odpd_registrar *registrar;   /* implicit: that registrar, a reference */
 	struct ibv_mr *mr;
 	enum odpd_mr_state state;
 	uint64_t generation;
@@ -202,7 +203,7 @@ struct odpd_domain *odpd_registry_holder_domain(struct odpd_registry *r, struct 
 /* Implicit ODP: start @d's registrar (implicit.h), or discard it (its
  * segments could not all be mapped). On the loop. */
 int odpd_registry_start_registrar(struct odpd_registry *r, struct odpd_domain *d, const char *label,
-				  struct odpd_err *err);
+				  uid_t uid, gid_t gid, struct odpd_err *err);
 void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d);
 
 /* Join the shared PD @name (policy: the caller checked it). */

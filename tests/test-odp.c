@@ -1507,6 +1507,132 @@ static void test_implicit_registrar(void **state)
 	unlink(path);
 }
 
+struct nobody_implicit {
+	const char *sock;
+	int ready[2], done[2];              /* pipes: child -> parent, parent -> child */
+};
+
+static int nobody_implicit_child(void *arg)
+{
+	struct nobody_implicit *n = arg;
+	struct odpd_conn *c = odpd_connect(n->sock, NULL);
+	char b = 0;
+
+	if (!c || !odpd_alloc(c, 64 * KIB, 0))
+		return 2;
+	if (odpd_reg(c, NULL, SIZE_MAX, LW | ODP) || errno != EOPNOTSUPP)
+		return 3;
+	if (write(n->ready[1], &b, 1) != 1 || read(n->done[0], &b, 1) != 1)
+		return 4;
+	odpd_disconnect(c);
+	return 0;
+}
+
+/* The registrar of an unprivileged client runs as that client (uid, gid,
+ * no groups, no capability): an implicit MR reaches the registrar's own
+ * memory, so it must hold nothing the client could not. Testbed only. */
+static void test_implicit_registrar_runs_as_client(void **state)
+{
+	struct nobody_implicit n;
+	struct test_daemon d = { 0 };
+	char path[128], b = 0;
+	pid_t pids[4], child;
+	int status;
+
+	(void)state;
+	if (!test_profile_testbed()) {
+		skip();
+		return;
+	}
+	setenv("ODPD_TEST_IMPLICIT_ODP", "1", 1);
+	daemon_start_conf(&d, path, sizeof(path), "implicit-uid", "", NULL, NULL);
+	unsetenv("ODPD_TEST_IMPLICIT_ODP");
+	n.sock = d.sock;
+	assert_int_equal(pipe(n.ready), 0);
+	assert_int_equal(pipe(n.done), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0)
+		_exit(run_as(UID_NOBODY, 0, nobody_implicit_child, &n));
+	assert_int_equal(read(n.ready[0], &b, 1), 1);
+	assert_int_equal(registrar_pids(d.pid, pids, 4), 1);
+	assert_string_equal(proc_status(pids[0], "Uid:"), "65534");    /* real; the line has all four */
+	assert_string_equal(proc_status(pids[0], "Gid:"), "65534");
+	assert_string_equal(proc_status(pids[0], "CapEff:"), "0000000000000000");
+	assert_string_equal(proc_status(pids[0], "Groups:"), "");
+	assert_int_equal(write(n.done[1], &b, 1), 1);
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	daemon_stop(&d);
+	unlink(path);
+}
+
+/*
+ * Many segments: the first implicit request maps them all in the registrar
+ * (more than its socket buffer takes at once: odpd queues them). Then
+ * clients that die while their implicit request waits for those maps:
+ * odpd goes on (and the test's daemon_stop wants a clean exit).
+ */
+static void test_implicit_many_segments(void **state)
+{
+	const int nseg = 400;
+	struct odpd_segment *segs[400];
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c;
+	char path[128];
+	pid_t pids[4];
+
+	(void)state;
+	if (!test_profile_testbed()) {
+		skip();
+		return;
+	}
+	setenv("ODPD_TEST_IMPLICIT_ODP", "1", 1);
+	daemon_start_conf(&d, path, sizeof(path), "implicit-many", "", NULL, NULL);
+	unsetenv("ODPD_TEST_IMPLICIT_ODP");
+	c = connect_to(d.sock);
+	for (int i = 0; i < nseg; i++)
+		segs[i] = alloc_or_fail(c, 4 * KIB);
+	assert_null(odpd_reg(c, NULL, SIZE_MAX, LW | ODP));
+	if (errno != EOPNOTSUPP)
+		fail_msg("implicit request over %d segments: %s", nseg, odpd_errmsg());
+	assert_int_equal(registrar_pids(d.pid, pids, 4), 1);
+	for (int i = 0; i < nseg; i += 57)
+		assert_true(maps_cover(pids[0], odpd_segment_addr(segs[i])));
+	assert_true(maps_cover(pids[0], odpd_segment_addr(segs[nseg - 1])));
+	odpd_disconnect(c);
+	for (int round = 0; round < 4; round++) {
+		int go[2];
+		pid_t child;
+		char b;
+
+		assert_int_equal(pipe(go), 0);
+		child = fork();
+		assert_true(child >= 0);
+		if (child == 0) {
+			struct odpd_conn *k = odpd_connect(d.sock, NULL);
+
+			for (int i = 0; k && i < 300; i++)
+				odpd_alloc(k, 4 * KIB, 0);
+			if (write(go[1], "x", 1) != 1)
+				_exit(1);
+			odpd_reg(k, NULL, SIZE_MAX, LW | ODP);
+			_exit(0);
+		}
+		assert_int_equal(read(go[0], &b, 1), 1);
+		usleep((useconds_t)round * 1500);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		close(go[0]);
+		close(go[1]);
+	}
+	c = connect_to(d.sock);                   /* still serving */
+	odpd_disconnect(c);
+	daemon_stop(&d);
+	unlink(path);
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int group_setup(void **state)
@@ -1533,6 +1659,8 @@ int main(void)
 		cmocka_unit_test_setup(test_device_shows_advise_mr, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_odp_refused, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_registrar, harness_test_setup),
+		cmocka_unit_test_setup(test_implicit_registrar_runs_as_client, harness_test_setup),
+		cmocka_unit_test_setup(test_implicit_many_segments, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 

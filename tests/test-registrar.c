@@ -68,7 +68,7 @@ static pid_t spawn_with(int child3, int child4, pid_t ppid)
 {
 	const char *path = getenv("ODPD_TEST_REGISTRAR");
 	char *wrapper = getenv("ODPD_TEST_REGISTRAR_WRAPPER");
-	char *argv[32], ppid_s[16], *words = NULL, *save = NULL;
+	char *argv[32], ppid_s[16], uid_s[16], gid_s[16], *words = NULL, *save = NULL;
 	posix_spawn_file_actions_t fa;
 	unsigned argc = 0;
 	pid_t pid;
@@ -82,8 +82,12 @@ static pid_t spawn_with(int child3, int child4, pid_t ppid)
 			argv[argc++] = w;
 	}
 	snprintf(ppid_s, sizeof(ppid_s), "%d", (int)ppid);
+	snprintf(uid_s, sizeof(uid_s), "%u", (unsigned)getuid());
+	snprintf(gid_s, sizeof(gid_s), "%u", (unsigned)getgid());
 	argv[argc++] = (char *)path;
 	argv[argc++] = ppid_s;
+	argv[argc++] = uid_s;               /* it becomes the client's uid and gid: ours */
+	argv[argc++] = gid_s;
 	argv[argc] = NULL;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, child3, ODPD_REG_MAPS_FD);
