@@ -22,10 +22,12 @@
 
 extern char **environ;
 
-/* A worker waits this long for the registrar's answer to a verb, and the
- * loop for the answer to its oldest map, ms. The registrar runs as the
- * client's uid, which may stop it (SIGSTOP): then it is killed. */
-#define VERBS_TIMEOUT_MS 10000
+/* A worker waits this long for the registrar's answer to a verb (importing
+ * a PD, registering or deregistering an implicit MR pins nothing: fast),
+ * and the loop for the answer to its oldest map, ms. The registrar runs as
+ * the client's uid, which may stop it (SIGSTOP): then it is killed. A
+ * worker waiting is a worker lost to everyone meanwhile: keep it short. */
+#define VERBS_TIMEOUT_MS 2000
 #define MAPS_TIMEOUT_MS 10000
 /* After closing its sockets, how long the registrar may take to exit, ms. */
 #define EXIT_TIMEOUT_MS 3000
