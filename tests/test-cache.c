@@ -444,9 +444,16 @@ static void test_flush_returns_after_unpin(void **state)
 	for (unsigned i = 0; i < 4; i++) {
 		Odpd__MrState st = ODPD__MR_STATE__MR_STATE_RELAXED;
 		uint64_t gen = m[i].generation;
-		for (int k = 0; k < 1000 && listed_mr(admin, m[i].lkey, &st, &gen) &&
+		bool listed = true;
+
+		for (int k = 0; k < 1000 && (listed = listed_mr(admin, m[i].lkey, &st, &gen)) &&
 				st != ODPD__MR_STATE__MR_STATE_INVALIDATING; k++)
 			usleep(1000);
+		/* Gone already: the slow registration ended before we looked (a
+		 * loaded or sanitized run), and the batch ran after it. VmPin
+		 * below still proves the order. Listed: invalidating, anew. */
+		if (!listed)
+			continue;
 		assert_int_equal(st, ODPD__MR_STATE__MR_STATE_INVALIDATING);
 		assert_int_not_equal(gen, m[i].generation);
 	}

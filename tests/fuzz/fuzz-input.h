@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * The input format of fuzz-request, shared with fuzz-seeds: a sequence of
+ * records, each one packet a client sends after its Hello:
+ *   u8 flags (FUZZ_FD_*: the fds that go with it), u16 length (little
+ *   endian), then that many bytes (an odpd.Request, or anything).
+ * A record cut short by the end of the input is sent as far as it goes.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "odpd-wire.h"
+
+#define FUZZ_FD_MEMFD 0x01          /* a sealed 64 KiB memfd */
+#define FUZZ_FD_UNSEALED 0x02       /* a memfd without seals */
+#define FUZZ_FD_PIPE 0x04           /* the read end of a pipe */
+#define FUZZ_FD_DEVNULL 0x08        /* /dev/null */
+
+struct fuzz_reader {
+	const uint8_t *p;
+	size_t left;
+};
+
+struct fuzz_record {
+	uint8_t flags;
+	const uint8_t *data;
+	size_t len;
+};
+
+static inline bool fuzz_next(struct fuzz_reader *r, struct fuzz_record *rec)
+{
+	size_t len;
+
+	if (r->left < 3)
+		return false;
+	rec->flags = r->p[0];
+	len = (size_t)r->p[1] | (size_t)r->p[2] << 8;
+	r->p += 3;
+	r->left -= 3;
+	if (len > r->left)
+		len = r->left;
+	rec->data = r->p;
+	rec->len = len;
+	r->p += len;
+	r->left -= len;
+	return true;
+}
+
+/* Hello, as libodpd sends it. */
+static inline void fuzz_send_hello(int fd)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Hello hello = ODPD__HELLO__INIT;
+
+	hello.has_version = 1;
+	hello.version = ODPD_PROTOCOL_VERSION;
+	hello.client_name = (char *)"fuzz";
+	req.has_id = 1;
+	req.id = 1;
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	odpd_wire_send(fd, &req.base, NULL, 0, 0);
+}

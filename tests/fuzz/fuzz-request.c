@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuzz-request: libFuzzer target for everything a client's packets reach
+ * in odpd without a device: wire decoding (recvmsg framing, fds, protobuf),
+ * request validation and dispatch, segments, refusals, admin requests.
+ *
+ * One real odpd runs in this process (odpd_manager_start: its event loop,
+ * a worker, the registry, a listening socket in /tmp, no RDMA device). Each
+ * input is one connection: Hello, then the input's packets (fuzz-input.h),
+ * each with the fds its flags ask for; the replies are read and dropped;
+ * then the connection closes. Afterwards odpd must hold nothing of it: no
+ * client, segment, mapping or MR (abort() otherwise, which libFuzzer
+ * reports as a crash), and nothing may leak (LeakSanitizer).
+ *
+ * Build and run: tests/fuzz/run (clang, -Dfuzz=true).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "fuzz-input.h"
+#include "log.h"
+#include "manager.h"
+
+static struct odpd_manager m;
+static char sock_path[64];
+
+static void init(void)
+{
+	log_setup(LOG_CRIT);                 /* refusals are the point: no log lines */
+	snprintf(sock_path, sizeof(sock_path), "/tmp/odpd-fuzz.%d.sock", (int)getpid());
+	m.cfg = (struct odpd_config){
+		.socket_path = sock_path,
+		.foreground = true,
+		.workers = 1,
+		.max_segment_size = 16u << 20,
+		.window_size = 1ull << 30,
+		.verify_buffer = 1u << 16,
+		.max_clients = 16,
+		.max_segments = 64,
+		.max_mrs = 256,
+		.log_level = LOG_CRIT,
+		.config_path = "/nonexistent/odpd.conf",
+	};
+	if (odpd_manager_start(&m) < 0)
+		abort();
+}
+
+/* Turn the loop until @done, letting the worker finish; abort if odpd never
+ * gets there (a hang is a finding too). */
+static void pump(bool (*done)(void))
+{
+	for (int i = 0; i < 200000; i++) {
+		event_base_loop(m.base, EVLOOP_NONBLOCK);
+		if (done())
+			return;
+		if (odpd_pool_pending(m.pool))
+			usleep(10);
+	}
+	fprintf(stderr, "fuzz-request: odpd did not settle\n");
+	abort();
+}
+
+static bool one_client(void)
+{
+	return m.n_clients == 1;
+}
+
+static bool idle(void)
+{
+	return odpd_pool_pending(m.pool) == 0;
+}
+
+static bool released(void)
+{
+	return m.n_clients == 0 && odpd_pool_pending(m.pool) == 0 && odpd_registry_idle(&m.registry);
+}
+
+static void drain(int fd)
+{
+	static uint8_t buf[ODPD_MAX_PACKET + 1];
+	struct odpd_packet pkt;
+
+	while (odpd_wire_recv(fd, buf, sizeof(buf), &pkt, MSG_DONTWAIT) >= 0 && !pkt.eof)
+		odpd_packet_close_fds(&pkt);
+}
+
+/* The fds @flags ask for (fuzz-input.h), at most ODPD_MAX_FDS + 1. */
+static unsigned make_fds(uint8_t flags, int *fds)
+{
+	unsigned n = 0;
+
+	if (flags & FUZZ_FD_MEMFD) {
+		int fd = memfd_create("fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		if (fd >= 0 && ftruncate(fd, 64 * 1024) == 0 &&
+		    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0)
+			fds[n++] = fd;
+		else if (fd >= 0)
+			close(fd);
+	}
+	if (flags & FUZZ_FD_UNSEALED) {
+		int fd = memfd_create("fuzz-unsealed", MFD_CLOEXEC);
+		if (fd >= 0 && ftruncate(fd, 4096) == 0)
+			fds[n++] = fd;
+		else if (fd >= 0)
+			close(fd);
+	}
+	if (flags & FUZZ_FD_PIPE) {
+		int p[2];
+		if (pipe2(p, O_CLOEXEC) == 0) {
+			fds[n++] = p[0];
+			close(p[1]);
+		}
+	}
+	if (flags & FUZZ_FD_DEVNULL) {
+		int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (fd >= 0)
+			fds[n++] = fd;
+	}
+	return n;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static bool started;
+	struct fuzz_reader rd = { data, size };
+	struct fuzz_record rec;
+	int fd;
+
+	if (!started) {
+		init();
+		started = true;
+	}
+	fd = odpd_wire_connect(sock_path);
+	if (fd < 0)
+		abort();
+	pump(one_client);
+	fuzz_send_hello(fd);
+	pump(idle);
+	drain(fd);
+	while (fuzz_next(&rd, &rec)) {
+		int fds[8];
+		unsigned n = make_fds(rec.flags, fds);
+
+		odpd_wire_send_buf(fd, rec.data, rec.len, fds, n, MSG_DONTWAIT);
+		while (n)
+			close(fds[--n]);
+		pump(idle);
+		drain(fd);
+	}
+	close(fd);
+	pump(released);
+	if (m.segs.count || m.registry.n_mrs) {
+		fprintf(stderr, "fuzz-request: left behind: %u segment mappings, %u MRs\n",
+			m.segs.count, m.registry.n_mrs);
+		abort();
+	}
+	return 0;
+}
