@@ -1393,6 +1393,15 @@ static bool unmapped(void *arg)
 	return !maps_cover(g->pid, g->addr);
 }
 
+/* An odpd of its own whose implicit ODP requests reach the registrar on rxe
+ * (ODPD_TEST_IMPLICIT_ODP=1); @path gets its config file's name. */
+static void implicit_daemon_start(struct test_daemon *d, char *path, size_t cap, const char *tag)
+{
+	setenv("ODPD_TEST_IMPLICIT_ODP", "1", 1);
+	daemon_start_conf(d, path, cap, tag, "", NULL, NULL);
+	unsetenv("ODPD_TEST_IMPLICIT_ODP");
+}
+
 static void implicit_counts(int admin, uint32_t *implicit_mrs, uint32_t *registrars)
 {
 	Odpd__Reply *r;
@@ -1426,9 +1435,7 @@ static void test_implicit_registrar(void **state)
 	char path[128];
 
 	(void)state;
-	setenv("ODPD_TEST_IMPLICIT_ODP", "1", 1);
-	daemon_start_conf(&d, path, sizeof(path), "implicit", "", NULL, NULL);
-	unsetenv("ODPD_TEST_IMPLICIT_ODP");
+	implicit_daemon_start(&d, path, sizeof(path), "implicit");
 	admin = raw_connect_hello(d.sock);
 	c = connect_to(d.sock);
 	other = connect_to(d.sock);
@@ -1544,9 +1551,7 @@ static void test_implicit_registrar_runs_as_client(void **state)
 		skip();
 		return;
 	}
-	setenv("ODPD_TEST_IMPLICIT_ODP", "1", 1);
-	daemon_start_conf(&d, path, sizeof(path), "implicit-uid", "", NULL, NULL);
-	unsetenv("ODPD_TEST_IMPLICIT_ODP");
+	implicit_daemon_start(&d, path, sizeof(path), "implicit-uid");
 	n.sock = d.sock;
 	assert_int_equal(pipe(n.ready), 0);
 	assert_int_equal(pipe(n.done), 0);
@@ -1588,9 +1593,7 @@ static void test_implicit_many_segments(void **state)
 		skip();
 		return;
 	}
-	setenv("ODPD_TEST_IMPLICIT_ODP", "1", 1);
-	daemon_start_conf(&d, path, sizeof(path), "implicit-many", "", NULL, NULL);
-	unsetenv("ODPD_TEST_IMPLICIT_ODP");
+	implicit_daemon_start(&d, path, sizeof(path), "implicit-many");
 	c = connect_to(d.sock);
 	for (int i = 0; i < nseg; i++)
 		segs[i] = alloc_or_fail(c, 4 * KIB);
