@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -725,6 +726,385 @@ static void test_cache_bad_requests(void **state)
 	snapshot_assert_equal(&before, &after);
 }
 
+/* ---------------------------------------------------------------- the bad-input matrix */
+
+/*
+ * Each case: one hostile or malformed request on a connection that holds a
+ * 1 MiB segment (and, with a device, one pinned MR), with the fds it says;
+ * the errno the reply must carry (with a device / without one, where the
+ * device check comes first); and afterwards odpd's segments, MRs, pinned
+ * bytes, open fds, the kernel's MRs and VmPin exactly as before.
+ */
+enum fdkind { FD_NONE, FD_SEALED, FD_SEALED2, FD_PIPE, FD_FILE, FD_UNSEALED, FD_NOSEALS, FD_DEVZERO,
+	      FD_SOCKET, FD_EVENTFD, FD_DIR, FD_OPATH, FD_HUGE, FD_WSEALED };
+
+struct bad_case {
+	const char *name;
+	void (*build)(Odpd__Request *req, uint64_t base, uint64_t mr);
+	enum fdkind fd;
+	int err_dev, err_nodev;             /* errno with a device, without (0: the same) */
+	const uint8_t *raw;                 /* raw bytes instead of a Request */
+	size_t raw_len;
+};
+
+/* Bodies live here for the duration of one case. */
+static Odpd__AttachSegment b_att;
+static Odpd__DetachSegment b_det;
+static Odpd__RegMr b_reg;
+static Odpd__DeregMr b_dereg;
+static Odpd__Verify b_ver;
+static Odpd__AdviseMr b_adv;
+static Odpd__Sge b_sge, *b_sges[65];
+static Odpd__JoinPd b_join;
+static Odpd__ImportPd b_imp;
+static Odpd__Hello b_hello;
+static Odpd__Status b_status = ODPD__STATUS__INIT;
+
+static void att(Odpd__Request *r, uint64_t addr, uint64_t off, uint64_t len)
+{
+	b_att = (Odpd__AttachSegment)ODPD__ATTACH_SEGMENT__INIT;
+	b_att.has_client_addr = b_att.has_file_offset = b_att.has_length = 1;
+	b_att.client_addr = addr;
+	b_att.file_offset = off;
+	b_att.length = len;
+	r->body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	r->attach_segment = &b_att;
+}
+
+static void reg(Odpd__Request *r, uint64_t addr, uint64_t len, uint32_t access)
+{
+	b_reg = (Odpd__RegMr)ODPD__REG_MR__INIT;
+	b_reg.has_addr = b_reg.has_length = b_reg.has_access = 1;
+	b_reg.addr = addr;
+	b_reg.length = len;
+	b_reg.access = access;
+	r->body_case = ODPD__REQUEST__BODY_REG_MR;
+	r->reg_mr = &b_reg;
+}
+
+static void adv(Odpd__Request *r, uint32_t advice, uint32_t flags, unsigned n, uint64_t addr, uint32_t lkey)
+{
+	b_adv = (Odpd__AdviseMr)ODPD__ADVISE_MR__INIT;
+	b_sge = (Odpd__Sge)ODPD__SGE__INIT;
+	b_sge.has_addr = b_sge.has_length = b_sge.has_lkey = 1;
+	b_sge.addr = addr;
+	b_sge.length = 4096;
+	b_sge.lkey = lkey;
+	for (unsigned i = 0; i < n; i++)
+		b_sges[i] = &b_sge;
+	b_adv.has_advice = b_adv.has_flags = 1;
+	b_adv.advice = advice;
+	b_adv.flags = flags;
+	b_adv.n_sges = n;
+	b_adv.sges = b_sges;
+	r->body_case = ODPD__REQUEST__BODY_ADVISE_MR;
+	r->advise_mr = &b_adv;
+}
+
+#define MIB_ (1ull << 20)
+#define LW_ ODPD__ACCESS__ACCESS_LOCAL_WRITE
+#define RW_ ODPD__ACCESS__ACCESS_REMOTE_WRITE
+#define U_ __attribute__((unused))
+
+static void c_none(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m) { (void)r; }
+static void c_hello(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	b_hello = (Odpd__Hello)ODPD__HELLO__INIT;
+	b_hello.has_version = 1;
+	b_hello.version = ODPD_PROTOCOL_VERSION;
+	r->body_case = ODPD__REQUEST__BODY_HELLO;
+	r->hello = &b_hello;
+}
+static void c_status(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	r->body_case = ODPD__REQUEST__BODY_STATUS;
+	r->status = &b_status;
+}
+static void c_att0(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m) { att(r, 0, 0, 0); }
+static void c_att_unaligned(Odpd__Request *r, uint64_t b, U_ uint64_t m) { att(r, b + 1, 0, 4096); }
+static void c_att_len0(Odpd__Request *r, uint64_t b, U_ uint64_t m) { att(r, b, 0, 0); }
+static void c_att_past(Odpd__Request *r, uint64_t b, U_ uint64_t m) { att(r, b, 0, 8 * MIB_); }
+static void c_att_wrap(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m) { att(r, UINT64_MAX - 4095, 0, 8192); }
+static void c_att_unmapped(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m) { att(r, 0x10000, 0, 4096); }
+static void c_att_off_noaddr(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m) { att(r, 0, 4096, 0); }
+static void c_det(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	b_det = (Odpd__DetachSegment)ODPD__DETACH_SEGMENT__INIT;
+	b_det.has_segment = 1;
+	b_det.segment = 4242;
+	r->body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
+	r->detach_segment = &b_det;
+}
+static void c_det_busy(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	c_det(r, 0, 0);
+	b_det.segment = 1;                   /* the segment, with the MR over it */
+}
+static void c_reg_len0(Odpd__Request *r, uint64_t b, U_ uint64_t m) { reg(r, b, 0, LW_); }
+static void c_reg_wrap(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m) { reg(r, UINT64_MAX - 10, 4096, LW_); }
+static void c_reg_outside(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m) { reg(r, 0x10000, 4096, LW_); }
+static void c_reg_past(Odpd__Request *r, uint64_t b, U_ uint64_t m) { reg(r, b + MIB_ - 4096, 8192, LW_); }
+static void c_reg_access(Odpd__Request *r, uint64_t b, U_ uint64_t m) { reg(r, b, 4096, 0x4000); }
+static void c_reg_rw_nolw(Odpd__Request *r, uint64_t b, U_ uint64_t m) { reg(r, b, 4096, RW_); }
+static void c_reg_flags(Odpd__Request *r, uint64_t b, U_ uint64_t m)
+{
+	reg(r, b, 4096, LW_);
+	b_reg.has_flags = 1;
+	b_reg.flags = 0x80;
+}
+static void c_reg_kind(Odpd__Request *r, uint64_t b, U_ uint64_t m)
+{
+	reg(r, b, 4096, LW_);
+	b_reg.has_kind = 1;
+	b_reg.kind = 99;
+}
+static void c_reg_prefetch_pinned(Odpd__Request *r, uint64_t b, U_ uint64_t m)
+{
+	c_reg_flags(r, b, 0);
+	b_reg.flags = ODPD__REG_FLAGS__REG_PREFETCH;
+}
+static void c_reg_implicit_addr(Odpd__Request *r, uint64_t b, U_ uint64_t m)
+{
+	reg(r, b, UINT64_MAX, LW_);
+	b_reg.has_kind = 1;
+	b_reg.kind = ODPD__MR_KIND__MR_IMPLICIT_ODP;
+}
+static void c_reg_device(Odpd__Request *r, uint64_t b, U_ uint64_t m)
+{
+	reg(r, b, 4096, LW_);
+	b_reg.device = (char *)"no-such-device";
+}
+static void c_reg_client_pd(Odpd__Request *r, uint64_t b, U_ uint64_t m)
+{
+	reg(r, b, 4096, LW_);
+	b_reg.has_client_pd = b_reg.has_client_pd_handle = 1;
+	b_reg.client_pd = 1;
+}
+static void c_reg_write_ro(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m) { (void)r; }
+static void c_dereg(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	b_dereg = (Odpd__DeregMr)ODPD__DEREG_MR__INIT;
+	b_dereg.has_handle = 1;
+	b_dereg.handle = 4242;
+	r->body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	r->dereg_mr = &b_dereg;
+}
+static void c_dereg_relaxed(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	c_dereg(r, 0, 0);
+	b_dereg.has_relaxed = 1;
+	b_dereg.relaxed = 1;
+}
+static void c_dereg_none(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	c_dereg(r, 0, 0);
+	b_dereg.has_handle = 0;
+}
+static void c_verify(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	b_ver = (Odpd__Verify)ODPD__VERIFY__INIT;
+	b_ver.has_handle = 1;
+	b_ver.handle = 4242;
+	r->body_case = ODPD__REQUEST__BODY_VERIFY;
+	r->verify = &b_ver;
+}
+static void c_verify_range(Odpd__Request *r, uint64_t b, uint64_t m)
+{
+	c_verify(r, 0, 0);
+	b_ver.handle = m;
+	b_ver.has_addr = b_ver.has_length = 1;
+	b_ver.addr = b + MIB_;               /* past the MR's end */
+	b_ver.length = 4096;
+}
+static void c_adv_none(Odpd__Request *r, uint64_t b, U_ uint64_t m) { adv(r, 0, 0, 0, b, 1); }
+static void c_adv_advice(Odpd__Request *r, uint64_t b, U_ uint64_t m) { adv(r, 7, 0, 1, b, 1); }
+static void c_adv_flags(Odpd__Request *r, uint64_t b, U_ uint64_t m) { adv(r, 0, 2, 1, b, 1); }
+static void c_adv_many(Odpd__Request *r, uint64_t b, U_ uint64_t m) { adv(r, 0, 0, 65, b, 1); }
+static void c_adv_lkey(Odpd__Request *r, uint64_t b, U_ uint64_t m) { adv(r, 0, 1, 1, b, 0xdead); }
+static void c_join(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	b_join = (Odpd__JoinPd)ODPD__JOIN_PD__INIT;
+	b_join.name = (char *)"bad/name";
+	r->body_case = ODPD__REQUEST__BODY_JOIN_PD;
+	r->join_pd = &b_join;
+}
+static void c_join_late(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	c_join(r, 0, 0);
+	b_join.name = (char *)"odpd-test.late";
+}
+static void c_import(Odpd__Request *r, U_ uint64_t b, U_ uint64_t m)
+{
+	b_imp = (Odpd__ImportPd)ODPD__IMPORT_PD__INIT;
+	b_imp.device = (char *)"no-such-device";
+	r->body_case = ODPD__REQUEST__BODY_IMPORT_PD;
+	r->import_pd = &b_imp;
+}
+
+static const uint8_t garbage[] = { 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02 };
+static const uint8_t truncated[] = { 0x08, 0x96 };           /* a varint cut short */
+
+static const struct bad_case bad_cases[] = {
+	{ "empty packet", NULL, FD_NONE, EBADMSG, 0, garbage, 0 },
+	{ "garbage", NULL, FD_NONE, EBADMSG, 0, garbage, sizeof(garbage) },
+	{ "truncated varint", NULL, FD_NONE, EBADMSG, 0, truncated, sizeof(truncated) },
+	{ "garbage with an fd", NULL, FD_SEALED, EBADMSG, 0, garbage, sizeof(garbage) },
+	{ "no body", c_none, FD_NONE, EOPNOTSUPP, 0, NULL, 0 },
+	{ "second Hello", c_hello, FD_NONE, EALREADY, 0, NULL, 0 },
+	{ "Status with an fd", c_status, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "attach without fd", c_att0, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "attach with two fds", c_att0, FD_SEALED2, EINVAL, 0, NULL, 0 },
+	{ "attach a pipe", c_att0, FD_PIPE, EINVAL, 0, NULL, 0 },
+	{ "attach a regular file", c_att0, FD_FILE, EINVAL, 0, NULL, 0 },
+	{ "attach an unsealable memfd", c_att0, FD_UNSEALED, EINVAL, 0, NULL, 0 },
+	{ "attach a memfd without seals", c_att0, FD_NOSEALS, EINVAL, 0, NULL, 0 },
+	{ "attach /dev/zero", c_att0, FD_DEVZERO, EINVAL, 0, NULL, 0 },
+	{ "attach a socket", c_att0, FD_SOCKET, EINVAL, 0, NULL, 0 },
+	{ "attach an eventfd", c_att0, FD_EVENTFD, EINVAL, 0, NULL, 0 },
+	{ "attach a directory", c_att0, FD_DIR, EINVAL, 0, NULL, 0 },
+	{ "attach an O_PATH fd", c_att0, FD_OPATH, EBADF, 0, NULL, 0 },
+	{ "attach past max-segment-size", c_att0, FD_HUGE, EFBIG, 0, NULL, 0 },
+	{ "attach at an unaligned address", c_att_unaligned, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "attach length 0 at an address", c_att_len0, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "attach past the file's end", c_att_past, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "attach wrapping the address space", c_att_wrap, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "attach where the client mapped nothing", c_att_unmapped, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "attach without address, with an offset", c_att_off_noaddr, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "detach an unknown segment", c_det, FD_NONE, ENOENT, 0, NULL, 0 },
+	{ "detach with an fd", c_det, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "register length 0", c_reg_len0, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "register wrapping", c_reg_wrap, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "register outside every segment", c_reg_outside, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "register past the segment", c_reg_past, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "register unknown access bits", c_reg_access, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "register remote write without local write", c_reg_rw_nolw, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "register unknown flags", c_reg_flags, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "register unknown kind", c_reg_kind, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "register REG_PREFETCH pinned", c_reg_prefetch_pinned, FD_NONE, EINVAL, ENODEV, NULL, 0 },
+	{ "register implicit at an address", c_reg_implicit_addr, FD_NONE, EINVAL, ENODEV, NULL, 0 },
+	{ "register on an unknown device", c_reg_device, FD_NONE, ENODEV, 0, NULL, 0 },
+	{ "register with an fd, not client-PD", c_reg_len0, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "client-PD without fd", c_reg_client_pd, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "client-PD with a pipe", c_reg_client_pd, FD_PIPE, EINVAL, 0, NULL, 0 },
+	{ "client-PD with a memfd", c_reg_client_pd, FD_SEALED, EINVAL, 0, NULL, 0 },
+	{ "register writable on a write-sealed segment", c_reg_write_ro, FD_WSEALED, EACCES, 0, NULL, 0 },
+	{ "deregister an unknown handle", c_dereg, FD_NONE, ENOENT, 0, NULL, 0 },
+	{ "deregister relaxed, unknown handle", c_dereg_relaxed, FD_NONE, ENOENT, 0, NULL, 0 },
+	{ "deregister without a handle", c_dereg_none, FD_NONE, ENOENT, 0, NULL, 0 },
+	{ "verify an unknown handle", c_verify, FD_NONE, ENOENT, 0, NULL, 0 },
+	{ "verify outside the MR", c_verify_range, FD_NONE, EINVAL, ENOENT, NULL, 0 },
+	{ "advise no ranges", c_adv_none, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "advise unknown advice", c_adv_advice, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "advise unknown flags", c_adv_flags, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "advise 65 ranges", c_adv_many, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "advise an unknown lkey", c_adv_lkey, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "join a badly named PD", c_join, FD_NONE, EINVAL, 0, NULL, 0 },
+	{ "join after registering", c_join_late, FD_NONE, EBUSY, 0 /* set below */, NULL, 0 },
+	{ "import on an unknown device", c_import, FD_NONE, ENODEV, 0, NULL, 0 },
+	{ "detach a segment with an MR", c_det_busy, FD_NONE, EBUSY, 0 /* set below */, NULL, 0 },
+};
+
+static int bad_fd(enum fdkind k, int *fds)
+{
+	int p[2], fd;
+
+	switch (k) {
+	case FD_NONE: return 0;
+	case FD_SEALED: fds[0] = sealed_memfd(64 * 1024); return 1;
+	case FD_SEALED2: fds[0] = sealed_memfd(4096); fds[1] = sealed_memfd(4096); return 2;
+	case FD_PIPE:
+		assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+		close(p[1]);
+		fds[0] = p[0];
+		return 1;
+	case FD_FILE: fds[0] = open("/proc/self/exe", O_RDONLY | O_CLOEXEC); return 1;
+	case FD_UNSEALED:
+		fds[0] = memfd_create("bad", MFD_CLOEXEC);
+		assert_int_equal(ftruncate(fds[0], 4096), 0);
+		return 1;
+	case FD_NOSEALS:
+		fds[0] = memfd_create("bad", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		assert_int_equal(ftruncate(fds[0], 4096), 0);
+		return 1;
+	case FD_DEVZERO: fds[0] = open("/dev/zero", O_RDWR | O_CLOEXEC); return 1;
+	case FD_SOCKET: fds[0] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0); return 1;
+	case FD_EVENTFD: fds[0] = eventfd(0, EFD_CLOEXEC); return 1;
+	case FD_DIR: fds[0] = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC); return 1;
+	case FD_OPATH: fds[0] = open("/proc/self/exe", O_PATH | O_CLOEXEC); return 1;
+	case FD_HUGE:
+		fd = memfd_create("huge", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		assert_int_equal(ftruncate(fd, 128ll << 30), 0);        /* sparse */
+		assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+		fds[0] = fd;
+		return 1;
+	case FD_WSEALED: return 0;
+	}
+	return 0;
+}
+
+/*
+ * The matrix. A write-sealed segment is attached first for its case; with
+ * a device one pinned MR is registered over the segment (for "verify
+ * outside", "detach busy" and "join late").
+ */
+static void test_bad_input_matrix(void **state)
+{
+	bool dev = test_require_device();
+	int conn = raw_connect_hello(test_daemon.sock), mfd = sealed_memfd(MIB_), wfd;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	struct snapshot before;
+	uint64_t base, wbase, mr = 0, id = 100;
+	Odpd__Reply *r;
+
+	(void)state;
+	base = raw_attach(conn, 2, mfd);
+	wfd = memfd_create("wsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_int_equal(ftruncate(wfd, 65536), 0);
+	assert_int_equal(fcntl(wfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE), 0);
+	wbase = raw_attach(conn, 3, wfd);
+	if (dev) {
+		reg(&req, base, MIB_, LW_);
+		r = raw_call(conn, 4, &req, NULL, 0);
+		assert_int_equal(r->status, 0);
+		mr = r->mr->handle;
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
+		const struct bad_case *c = &bad_cases[i];
+		int fds[2], n = bad_fd(c->fd, fds), want = dev || !c->err_nodev ? c->err_dev : c->err_nodev;
+
+		if (!dev && (c->build == c_det_busy || c->build == c_join_late))
+			continue;                         /* need the MR */
+		snapshot_take(&test_daemon, test_admin_fd, &before);
+		req = (Odpd__Request)ODPD__REQUEST__INIT;
+		if (c->raw) {
+			odpd_wire_send_buf(conn, c->raw, c->raw_len, fds, (unsigned)n, 0);
+			r = raw_recv(conn);
+		} else {
+			if (c->fd == FD_WSEALED)
+				reg(&req, wbase, 4096, LW_);
+			else
+				c->build(&req, base, mr);
+			req.has_id = 1;
+			req.id = ++id;
+			r = raw_call(conn, id, &req, fds, (unsigned)n);
+		}
+		if (r->status != want)
+			fail_msg("%s: status %d (%s), want %d (%s): %s", c->name, r->status,
+				 strerror(r->status), want, strerror(want), r->message ? r->message : "");
+		if (!r->message || !*r->message)
+			fail_msg("%s: an error without a message", c->name);
+		odpd__reply__free_unpacked(r, NULL);
+		while (n)
+			close(fds[--n]);
+		snapshot_settles_to(&test_daemon, test_admin_fd, &before);   /* asserts equality */
+	}
+	close(conn);
+	close(mfd);
+	close(wfd);
+	wait_idle(test_admin_fd);
+}
+
 /* A configuration file with an error: odpd does not start, and says where. */
 static void test_bad_config_refused(void **state)
 {
@@ -790,6 +1170,7 @@ int main(void)
 		cmocka_unit_test_setup(test_cache_admin_requests_need_admin, harness_test_setup),
 		cmocka_unit_test_setup(test_cache_bad_requests, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_config_refused, harness_test_setup),
+		cmocka_unit_test_setup(test_bad_input_matrix, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
