@@ -1014,17 +1014,20 @@ const struct odpd_rule *odpd_conf_match_rule(const struct odpd_conf *c, uid_t ui
 					     const gid_t *groups, unsigned n_groups,
 					     const char *cgroup)
 {
+	return odpd_conf_match_rule_for(c, ODPD_RULE_KEY_PINNED, uid, gid, groups, n_groups, cgroup);
+}
+
+const struct odpd_rule *odpd_conf_match_rule_for(const struct odpd_conf *c, int key, uid_t uid, gid_t gid,
+						 const gid_t *groups, unsigned n_groups,
+						 const char *cgroup)
+{
 	const struct odpd_rule *group = NULL, *cg = NULL;
 	size_t cg_len = 0;
 
 	for (unsigned i = 0; i < c->n_rules; i++) {
 		const struct odpd_rule *r = &c->rules[i];
 
-		bool any = r->has_max_pinned;
-
-		for (int k = 0; k < ODPD_N_UL; k++)
-			any |= r->has[k];
-		if (!any)
+		if (key == ODPD_RULE_KEY_PINNED ? !r->has_max_pinned : !r->has[key])
 			continue;
 		switch (r->kind) {
 		case ODPD_RULE_USER:

@@ -126,12 +126,20 @@ uint64_t odpd_meminfo_total(void);
  * its primary @gid or any of @groups, then the [cgroup] rule with the longest
  * path that is a prefix of @cgroup at a '/' boundary ("/a" matches "/a" and
  * "/a/b", not "/ab"). Among several matching [group] rules, the first in the
- * file. NULL if none. A rule matches whatever keys it sets; what it leaves
- * out comes from [limits] (default-pinned, default-connections ...).
+ * file. NULL if none. Only rules that set max-pinned take part:
+ * odpd_conf_match_rule_for(..., ODPD_RULE_KEY_PINNED, ...).
  */
 const struct odpd_rule *odpd_conf_match_rule(const struct odpd_conf *c, uid_t uid, gid_t gid,
 					     const gid_t *groups, unsigned n_groups,
 					     const char *cgroup);
+/* The same for one key: ODPD_RULE_KEY_PINNED, or an enum odpd_user_limit.
+ * Each key is decided on its own, among the rules that set it (so a
+ * [user alice] that sets only max-connections leaves her max-pinned to a
+ * [group] rule, as before per-user limits existed); none: [limits]. */
+#define ODPD_RULE_KEY_PINNED (-1)
+const struct odpd_rule *odpd_conf_match_rule_for(const struct odpd_conf *c, int key, uid_t uid, gid_t gid,
+						 const gid_t *groups, unsigned n_groups,
+						 const char *cgroup);
 
 /*
  * May a client (uid, gid, groups) create or join the shared PD @name?

@@ -154,8 +154,8 @@ bool odpd_manager_fd_short(const struct odpd_manager *m, int fd, bool segment)
 /*
  * A client's memory is the client's business: when the host runs out, the
  * OOM killer should pick a client, not odpd (whose death would cost every
- * client its MRs). Lowering it takes CAP_SYS_RESOURCE; under systemd the
- * unit's OOMScoreAdjust= does it.
+ * client its MRs). Lowering it takes CAP_SYS_RESOURCE; under systemd,
+ * OOMScoreAdjust= in the unit can do it instead.
  */
 static void oom_protect(void)
 {

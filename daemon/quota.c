@@ -79,9 +79,9 @@ int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, ui
 	int r;
 
 	read_cgroup(pid, cgroup, sizeof(cgroup));
-	rule = odpd_conf_match_rule(conf, uid, gid, groups, n_groups, cgroup);
 	for (int k = 0; k < ODPD_N_UL; k++) {
-		if (rule && rule->has[k]) {
+		rule = odpd_conf_match_rule_for(conf, k, uid, gid, groups, n_groups, cgroup);
+		if (rule) {
 			ret->max[k] = rule->max[k];
 			snprintf(ret->src[k], sizeof(ret->src[k]), "%s max-%s", rule->label,
 				 odpd_user_limit_names[k]);
@@ -92,7 +92,8 @@ int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, ui
 	}
 	if (ret->max[ODPD_UL_MAPPED] == ODPD_MAPPED_QUARTER_WINDOW)
 		ret->max[ODPD_UL_MAPPED] = window_size / 4;
-	if (rule && rule->has_max_pinned) {
+	rule = odpd_conf_match_rule(conf, uid, gid, groups, n_groups, cgroup);
+	if (rule) {
 		ret->max_pinned = rule->max_pinned;
 		snprintf(ret->rule, sizeof(ret->rule), "%s", rule->label);
 	} else if (!conf->default_pinned_memlock) {

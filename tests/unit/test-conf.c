@@ -620,13 +620,16 @@ static void test_user_limits(void **state)
 	assert_true(c.user_default[ODPD_UL_SEGMENTS] == ODPD_UNLIMITED);
 	assert_int_equal(c.user_default[ODPD_UL_MAPPED], GIB);
 	assert_int_equal(c.user_default[ODPD_UL_MRS], 100);
-	r = odpd_conf_match_rule(&c, 5000, 4242, NULL, 0, NULL);
-	assert_ptr_equal(r, &c.rules[0]);          /* no max-pinned, yet a match */
-	assert_false(r->has_max_pinned);
-	assert_true(r->has[ODPD_UL_CONNECTIONS]);
+	/* each key on its own: uid 5000's connections from its [user] rule, its
+	 * pinned bytes and MRs from its group's, as if the [user] rule said nothing */
+	r = odpd_conf_match_rule_for(&c, ODPD_UL_CONNECTIONS, 5000, 4242, NULL, 0, NULL);
+	assert_ptr_equal(r, &c.rules[0]);
 	assert_int_equal(r->max[ODPD_UL_CONNECTIONS], 2);
-	assert_false(r->has[ODPD_UL_MRS]);
-	r = odpd_conf_match_rule(&c, 6000, 4242, NULL, 0, NULL);
+	assert_ptr_equal(odpd_conf_match_rule(&c, 5000, 4242, NULL, 0, NULL), &c.rules[1]);
+	assert_ptr_equal(odpd_conf_match_rule_for(&c, ODPD_UL_MRS, 5000, 4242, NULL, 0, NULL), &c.rules[1]);
+	assert_null(odpd_conf_match_rule_for(&c, ODPD_UL_CONNECTIONS, 6000, 4242, NULL, 0, NULL));
+	assert_null(odpd_conf_match_rule(&c, 5000, 1, NULL, 0, NULL));
+	r = odpd_conf_match_rule_for(&c, ODPD_UL_MAPPED, 6000, 4242, NULL, 0, NULL);
 	assert_ptr_equal(r, &c.rules[1]);
 	assert_int_equal(r->max[ODPD_UL_MAPPED], 64 * KIB);
 	assert_int_equal(r->max[ODPD_UL_MRS], 9);
