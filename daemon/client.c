@@ -241,6 +241,11 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 		return;
 	}
 	r = client_new(m, fd, &c);
+	if (r == -ESRCH) {                   /* it exited before odpd could look at it */
+		log_debug("a client exited before it was set up");
+		close(fd);
+		return;
+	}
 	if (r < 0) {
 		log_ratelimited(LOG_WARNING, "cannot set up a client: %s", strerror(-r));
 		close(fd);

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-faults (VM): clients killed at random points of their work leave
+ * nothing behind. 1,000 client processes, 50 at a time, each looping
+ * attach / register (pinned or ODP, some with remote access) / verify /
+ * release (some relaxed) / detach until SIGKILLed after a random few ms;
+ * afterwards odpd holds no client, segment or MR, the kernel no MR of odpd,
+ * and odpd's VmPin, fds and mappings are back at their baseline.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "harness.h"
+#include "odpd.h"
+
+#define KIB (1ull << 10)
+#define CLIENTS 1000
+#define AT_ONCE 50
+
+/* Shared with the clients: what they got done before they were killed. */
+static struct progress {
+	unsigned long attached, registered, verified, released;
+} *progress;
+
+static void client_loop(unsigned seed)
+{
+	struct odpd_conn *c;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	srand(seed);
+	c = odpd_connect(test_daemon.sock, NULL);
+	if (!c)
+		_exit(1);
+	for (;;) {
+		size_t len = (size_t)(1 + rand() % 64) * 4 * KIB;
+		struct odpd_segment *s = odpd_alloc(c, len, 0);
+		unsigned access = IBV_ACCESS_LOCAL_WRITE;
+		struct odpd_mr *mr;
+		uint8_t *p;
+		uint32_t crc;
+
+		if (!s)
+			continue;
+		__atomic_fetch_add(&progress->attached, 1, __ATOMIC_RELAXED);
+		p = odpd_segment_addr(s);
+		memset(p, (int)seed, len);
+		if (rand() % 3 == 0)
+			access |= IBV_ACCESS_REMOTE_READ;
+		if (rand() % 4 == 0)
+			access |= IBV_ACCESS_ON_DEMAND;
+		mr = odpd_reg(c, p, len, access);
+		if (mr) {
+			__atomic_fetch_add(&progress->registered, 1, __ATOMIC_RELAXED);
+			if (odpd_verify(mr, NULL, 0, &crc) == 0)
+				__atomic_fetch_add(&progress->verified, 1, __ATOMIC_RELAXED);
+			if ((rand() % 2 ? odpd_dereg_relaxed(mr) : odpd_dereg(mr)) == 0)
+				__atomic_fetch_add(&progress->released, 1, __ATOMIC_RELAXED);
+		}
+		odpd_detach(s);
+	}
+}
+
+static bool idle_of_clients(void *arg)
+{
+	struct snapshot s;
+
+	snapshot_take(&test_daemon, test_admin_fd, &s);
+	(void)arg;
+	return s.clients == 1 && s.segments == 0 && s.mrs == 0;
+}
+
+static void test_clients_killed_anywhere(void **state)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Flush fl = ODPD__FLUSH__INIT;
+	struct snapshot base, now;
+	unsigned started = 0;
+	Odpd__Reply *r;
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	progress = mmap(NULL, sizeof(*progress), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(progress != MAP_FAILED);
+	snapshot_take(&test_daemon, test_admin_fd, &base);
+	srand((unsigned)time(NULL));
+	while (started < CLIENTS) {
+		pid_t pids[AT_ONCE];
+		unsigned n = 0;
+
+		for (; n < AT_ONCE && started < CLIENTS; n++, started++) {
+			pids[n] = fork();
+			assert_true(pids[n] >= 0);
+			if (pids[n] == 0)
+				client_loop(started + 1);
+		}
+		for (unsigned i = 0; i < n; i++) {
+			usleep((useconds_t)(rand() % 20000));    /* anywhere in its work */
+			kill(pids[i], SIGKILL);
+		}
+		for (unsigned i = 0; i < n; i++)
+			waitpid(pids[i], NULL, 0);
+	}
+	/* Relaxed MRs of the dead wait on the invalidation queue: flush them. */
+	fl.has_all = 1;
+	fl.all = 1;
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &fl;
+	r = raw_call(test_admin_fd, 9, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_true(wait_until(idle_of_clients, NULL));
+	snapshot_settles_to(&test_daemon, test_admin_fd, &base);
+	snapshot_take(&test_daemon, test_admin_fd, &now);
+	assert_int_equal(now.kernel_mrs, base.kernel_mrs);
+	assert_int_equal(now.vmpin_kb, base.vmpin_kb);
+	assert_int_equal(now.daemon_fds, base.daemon_fds);
+	print_message("%u clients killed after %lu attaches, %lu registrations, %lu verifies, %lu "
+		      "releases; odpd back at baseline: %d fds, %ld kB pinned, %d kernel MRs\n", started,
+		      progress->attached, progress->registered, progress->verified, progress->released,
+		      now.daemon_fds, now.vmpin_kb, now.kernel_mrs);
+	/* the kills must have caught clients at work, not only before connecting */
+	assert_true(progress->registered > CLIENTS / 4);
+	munmap(progress, sizeof(*progress));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_clients_killed_anywhere, harness_test_setup),
+		cmocka_unit_test(harness_test_daemon_exits_cleanly),
+	};
+
+	if (getenv("ODPD_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, harness_group_setup, harness_group_teardown);
+}
