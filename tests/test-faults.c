@@ -138,10 +138,60 @@ static void test_clients_killed_anywhere(void **state)
 	munmap(progress, sizeof(*progress));
 }
 
+/*
+ * odpd restarted under its clients: a client's next call fails with
+ * ENOTCONN (and says why), nothing of the old instance stays registered in
+ * the kernel, and the client connects to the new one and works. (The new
+ * odpd listens on a socket of its own test directory: the harness makes
+ * one per daemon; an application reconnects to its configured path.)
+ */
+static void test_restart_under_clients(void **state)
+{
+	struct test_daemon d1 = { 0 }, d2 = { 0 };
+	struct odpd_conn *c;
+	struct odpd_segment *s;
+	struct odpd_mr *mr;
+	uint32_t crc;
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	daemon_start(&d1, NULL);
+	c = odpd_connect(d1.sock, NULL);
+	assert_non_null(c);
+	s = odpd_alloc(c, 256 * KIB, 0);
+	assert_non_null(s);
+	mr = odpd_reg(c, odpd_segment_addr(s), 256 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
+	assert_true(kernel_mr_count(d1.pid) >= 1);
+	assert_true(vmpin_kb(d1.pid) >= 256);
+	daemon_stop(&d1);                              /* SIGTERM, clean exit */
+	assert_int_equal(kernel_res_count("mr", 0), 0);  /* nothing of the old instance */
+	assert_null(odpd_reg(c, odpd_segment_addr(s), 4096, IBV_ACCESS_LOCAL_WRITE));
+	assert_int_equal(errno, ENOTCONN);
+	odpd_disconnect(c);                            /* frees the MR, segment and connection */
+	daemon_start(&d2, NULL);
+	c = odpd_connect(d2.sock, NULL);
+	assert_non_null(c);
+	s = odpd_alloc(c, 256 * KIB, 0);
+	assert_non_null(s);
+	memset(odpd_segment_addr(s), 7, 256 * KIB);
+	mr = odpd_reg(c, odpd_segment_addr(s), 256 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
+	assert_int_equal(odpd_verify(mr, NULL, 0, &crc), 0);
+	assert_int_equal(odpd_dereg(mr), 0);
+	assert_int_equal(odpd_detach(s), 0);
+	odpd_disconnect(c);
+	daemon_stop(&d2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_clients_killed_anywhere, harness_test_setup),
+		cmocka_unit_test(test_restart_under_clients),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
