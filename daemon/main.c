@@ -22,7 +22,7 @@ static void usage(FILE *f)
 		"Register RDMA memory for client processes.\n\n"
 		"  --socket PATH             listening socket (default %s)\n"
 		"  --config PATH             configuration file (default %s)\n"
-		"  --foreground              do not daemonize\n"
+		"  --foreground              accepted for compatibility: odpd never daemonizes itself\n"
 		"  --device NAME             use this RDMA device (repeatable; default all)\n"
 		"  --workers N               registration worker threads (default 2)\n"
 		"  --max-segment-size BYTES  largest segment (default 64G)\n"
@@ -186,10 +186,6 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	log_setup(m.cfg.log_level);
 	raise_nofile();
-	if (!m.cfg.foreground && daemon(0, 0) < 0) {
-		log_errno(LOG_ERR, errno, "daemon");
-		return EXIT_FAILURE;
-	}
 	r = odpd_manager_start(&m);
 	if (r == 0) {
 		sd_notifyf(0, "READY=1\nSTATUS=Serving %u device(s)\nMAINPID=%d", m.devices.n, (int)getpid());

@@ -19,6 +19,53 @@
 #define ODPD_OOM_SCORE_ADJ "-900"
 
 /* A socket from systemd (odpd.socket), or one we create and later unlink. */
+/*
+ * Outside systemd nobody made the socket's directory (under systemd,
+ * RuntimeDirectory= or tmpfiles.d does): make it, 0755, and its parents.
+ */
+static int runtime_dir(const char *sock_path)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", sock_path);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = 0;
+	for (char *p = dir + 1; ; p++) {
+		char c = *p;
+
+		if (c != '/' && c != 0)
+			continue;
+		*p = 0;
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+			return log_errno(LOG_ERR, errno, "cannot create %s for the socket", dir);
+		*p = c;
+		if (!c)
+			break;
+	}
+	return 0;
+}
+
+/*
+ * A socket file at the path: a live odpd answers a connect(), and then this
+ * one must not take its path (its clients would lose it); a stale one from
+ * an odpd that died is refused (ECONNREFUSED) and may be replaced.
+ */
+static int socket_in_use(const struct sockaddr_un *sa)
+{
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r = 0;
+
+	if (fd < 0)
+		return log_errno(LOG_ERR, errno, "socket");
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+		r = log_errno(LOG_ERR, EADDRINUSE, "another odpd is serving %s: not taking its socket "
+			      "(stop it first, or give this one --socket)", sa->sun_path);
+	close(fd);
+	return r;
+}
+
 static int listen_socket(struct odpd_manager *m)
 {
 	struct sockaddr_un sa;
@@ -40,10 +87,16 @@ static int listen_socket(struct odpd_manager *m)
 	r = odpd_wire_sockaddr(m->cfg.socket_path, &sa);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "socket path \"%s\"", m->cfg.socket_path);
+	r = runtime_dir(sa.sun_path);
+	if (r < 0)
+		return r;
+	r = socket_in_use(&sa);
+	if (r < 0)
+		return r;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return log_errno(LOG_ERR, errno, "socket");
-	unlink(sa.sun_path);                 /* a stale socket of an earlier odpd */
+	unlink(sa.sun_path);                 /* a stale socket of an earlier odpd (checked above) */
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
 		r = log_errno(LOG_ERR, errno, "cannot listen on %s", sa.sun_path);
 		close(fd);

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -1140,9 +1141,69 @@ static void test_bad_config_refused(void **state)
 	rmdir(dir);
 }
 
+/* Run "odpd --socket @sock" until it exits or is ready; its output in @out.
+ * Returns its exit status, or -1 when it started serving (then it is stopped). */
+static int odpd_on(const char *sock, char *out, size_t cap)
+{
+	char cmd[512];
+	FILE *p;
+	size_t n;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "timeout -s TERM 3 %s --socket %s 2>&1",
+		 getenv("ODPD_TEST_DAEMON"), sock);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	st = pclose(p);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 124)     /* served until timeout stopped it */
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/*
+ * A second odpd on the socket of a live one refuses to start, says why, and
+ * the first goes on serving; a stale socket file (nobody listening) is
+ * replaced; the socket's directory is made when missing. odpd never
+ * daemonizes: it serves in the foreground without --foreground.
+ */
+static void test_socket_in_use(void **state)
+{
+	char dir[] = "/tmp/odpd-sock.XXXXXX", sock[128], out[4096];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	(void)state;
+	assert_int_equal(odpd_on(test_daemon.sock, out, sizeof(out)), 1);
+	if (!strstr(out, "another odpd is serving"))
+		fail_msg("a second odpd on a live socket: %s", out);
+	fd = raw_connect_hello(test_daemon.sock);       /* the first one still serves */
+	close(fd);
+	assert_non_null(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/stale.sock", dir);
+	memcpy(sa.sun_path, sock, strlen(sock) + 1);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);   /* bound, never listening */
+	close(fd);
+	if (odpd_on(sock, out, sizeof(out)) != -1)
+		fail_msg("odpd on a stale socket file did not serve: %s", out);
+	snprintf(sock, sizeof(sock), "%s/run/odpd/odpd.sock", dir);
+	if (odpd_on(sock, out, sizeof(out)) != -1)
+		fail_msg("odpd with a missing socket directory did not serve: %s", out);
+	snprintf(sock, sizeof(sock), "%s/run/odpd", dir);
+	rmdir(sock);
+	snprintf(sock, sizeof(sock), "%s/run", dir);
+	rmdir(sock);
+	snprintf(sock, sizeof(sock), "%s/stale.sock", dir);
+	unlink(sock);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_socket_in_use, harness_test_setup),
 		cmocka_unit_test_setup(test_request_before_hello, harness_test_setup),
 		cmocka_unit_test_setup(test_wrong_version, harness_test_setup),
 		cmocka_unit_test_setup(test_zero_length_packet, harness_test_setup),
