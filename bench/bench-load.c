@@ -11,6 +11,7 @@
  * bench-load --socket PATH --pid ODPD_PID [--clients N] [--cycles M] [--size BYTES]
  * (bench/run-load runs it in the VM.)
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -29,9 +30,10 @@ const char bench_name[] = "bench-load";
 enum { OP_REG, OP_VERIFY, OP_DEREG, N_OPS };
 static const char *const op_names[N_OPS] = { "odpd_reg", "odpd_verify", "odpd_dereg" };
 
+static int go_pipe[2];                     /* the parent closes [1]: all start */
+
 struct shared {
 	unsigned ready;                     /* clients connected and attached */
-	unsigned go;
 	unsigned long failures[N_OPS], connect_failures;
 	double lat[];                       /* [client][cycle][op], µs; < 0: failed */
 };
@@ -50,8 +52,9 @@ static void client(struct shared *sh, const char *sock, unsigned idx, unsigned c
 	else
 		memset(odpd_segment_addr(s), (int)idx, size);
 	__atomic_fetch_add(&sh->ready, 1, __ATOMIC_RELEASE);
-	while (!__atomic_load_n(&sh->go, __ATOMIC_ACQUIRE))
-		usleep(1000);
+	close(go_pipe[1]);
+	while (read(go_pipe[0], &(char){ 0 }, 1) < 0 && errno == EINTR)   /* EOF: go */
+		;
 	for (unsigned i = 0; s && i < cycles; i++) {
 		double t0 = now_us(), t1, t2, t3;
 		struct odpd_mr *mr = odpd_reg(c, odpd_segment_addr(s), size,
@@ -106,16 +109,18 @@ static long status_kb(pid_t pid, const char *field)
 
 static int fds_of(pid_t pid)
 {
-	char cmd[96], buf[32];
-	FILE *p;
-	int n = -1;
+	char path[64];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
 
-	snprintf(cmd, sizeof(cmd), "ls /proc/%d/fd 2>/dev/null | wc -l", (int)pid);
-	p = popen(cmd, "re");
-	if (p && fgets(buf, sizeof(buf), p))
-		n = atoi(buf);
-	if (p)
-		pclose(p);
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
 	return n;
 }
 
@@ -133,6 +138,7 @@ int main(int argc, char **argv)
 	struct shared *sh;
 	double t0, t1, *sorted;
 	int peak_fds = 0, o;
+	unsigned exited = 0;
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -159,6 +165,8 @@ int main(int argc, char **argv)
 	pids = calloc(clients, sizeof(*pids));
 	if (sh == MAP_FAILED || !pids)
 		die("bench-load: out of memory");
+	if (pipe(go_pipe) < 0)
+		die("bench-load: pipe: %s", strerror(errno));
 	for (unsigned i = 0; i < clients; i++) {
 		pids[i] = fork();
 		if (pids[i] < 0)
@@ -166,17 +174,22 @@ int main(int argc, char **argv)
 		if (pids[i] == 0)
 			client(sh, sock, i, cycles, size);
 	}
-	while (__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE) < clients) {
+	/* A client that dies before it is ready (the OOM killer, in a small
+	 * VM) must not hang the run: count those too. */
+	while (__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE) + exited < clients) {
 		int f = fds_of(odpd);
 		if (f > peak_fds)
 			peak_fds = f;
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			exited++;
 		usleep(50000);
 	}
-	printf("%u clients connected, %lu could not connect or attach; odpd: %d fds, VmRSS %ld kB\n",
-	       clients, sh->connect_failures, fds_of(odpd), status_kb(odpd, "VmRSS:"));
+	printf("%u clients ready, %lu could not connect or attach, %u died before they were ready; "
+	       "odpd: %d fds, VmRSS %ld kB\n", sh->ready, sh->connect_failures, exited, fds_of(odpd),
+	       status_kb(odpd, "VmRSS:"));
 	t0 = now_us();
-	__atomic_store_n(&sh->go, 1, __ATOMIC_RELEASE);
-	for (unsigned done = 0; done < clients;) {
+	close(go_pipe[1]);                          /* every client's read() returns 0 */
+	for (unsigned done = exited; done < clients;) {
 		int f = fds_of(odpd);
 
 		if (f > peak_fds)
@@ -211,6 +224,6 @@ int main(int argc, char **argv)
 	       "fds now %d\n", status_kb(odpd, "VmHWM:"), status_kb(odpd, "VmRSS:"), peak_fds, fds_of(odpd));
 	free(sorted);
 	free(pids);
-	return sh->connect_failures || sh->failures[OP_REG] || sh->failures[OP_VERIFY] ||
+	return exited || sh->connect_failures || sh->failures[OP_REG] || sh->failures[OP_VERIFY] ||
 	       sh->failures[OP_DEREG] ? 1 : 0;
 }
