@@ -20,7 +20,8 @@
 
 #define OUTQ_MAX 64                  /* replies queued for a slow reader */
 #define ACCEPT_PAUSE_MS 200          /* accept4 out of fds or memory: stop listening this long */
-#define REFUSED_MS 500               /* a refused connection waits this long for its Hello */
+#define REFUSED_MS 100               /* a refused connection waits this long for its Hello */
+#define REFUSING_MAX 4               /* refused connections of one user waiting for that; beyond: closed */
 #define PACKETS_PER_WAKEUP 16        /* fairness between clients */
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg);
@@ -98,6 +99,11 @@ static void client_release_holder(struct odpd_client *c)
 	if (c->holds_connection)
 		odpd_account_hold(c->holder.acct, ODPD_UL_CONNECTIONS, -1);
 	c->holds_connection = false;
+	if (c->refused && c->counted_refused) {
+		c->holder.acct->refusing--;
+		c->m->n_refused--;
+	}
+	c->counted_refused = false;
 	odpd_holder_release(&c->m->registry, &c->holder);
 	c->has_holder = false;
 }
@@ -143,10 +149,17 @@ static int client_identify(struct odpd_manager *m, struct odpd_client *c)
 		return r;
 	c->has_holder = true;
 	if (odpd_account_may(c->holder.acct, &limit, ODPD_UL_CONNECTIONS, 1, &err) < 0) {
-		/* Answered at Hello, with the reason, then closed. */
+		/* Answered at Hello, with the reason, then closed; a user with
+		 * REFUSING_MAX such answers pending gets none: closed at once.
+		 * Refused connections take no max-clients slot of anyone's. */
+		log_ratelimited(LOG_WARNING, "refusing a connection of pid %d: %s", (int)c->cred.pid, err.msg);
+		if (c->holder.acct->refusing >= REFUSING_MAX)
+			return -EUSERS;
 		c->refused = err.code;
 		snprintf(c->refused_msg, sizeof(c->refused_msg), "%s", err.msg);
-		log_ratelimited(LOG_WARNING, "refusing a connection of pid %d: %s", (int)c->cred.pid, err.msg);
+		c->holder.acct->refusing++;
+		m->n_refused++;
+		c->counted_refused = true;
 	} else {
 		odpd_account_hold(c->holder.acct, ODPD_UL_CONNECTIONS, 1);
 		c->holds_connection = true;
@@ -233,16 +246,18 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 		odpd_manager_pause_listening(m, ACCEPT_PAUSE_MS);
 		return;
 	}
-	if (m->stopping || m->n_clients >= m->cfg.max_clients || odpd_manager_fd_short(m, fd, false)) {
+	if (m->stopping || m->n_clients - m->n_refused >= m->cfg.max_clients ||
+	    odpd_manager_fd_short(m, fd, false)) {
 		log_ratelimited(LOG_WARNING, "refusing a connection: %s", m->stopping ? "shutting down" :
-				m->n_clients >= m->cfg.max_clients ? "max-clients connected" :
+				m->n_clients - m->n_refused >= m->cfg.max_clients ? "max-clients connected" :
 				"odpd is short of file descriptors");
 		close(fd);
 		return;
 	}
 	r = client_new(m, fd, &c);
-	if (r == -ESRCH) {                   /* it exited before odpd could look at it */
-		log_debug("a client exited before it was set up");
+	if (r == -ESRCH || r == -EUSERS) {   /* exited before odpd looked; or refused at once */
+		log_debug("a client %s", r == -ESRCH ? "exited before it was set up" :
+			  "over its user's connection limit was closed without an answer");
 		close(fd);
 		return;
 	}
@@ -251,6 +266,8 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 		close(fd);
 		return;
 	}
+	if (c->refused)                      /* said once, rate-limited, in client_identify */
+		return;
 	log_info("client %llu connected: pid %d uid %u (%s), may pin %llu bytes (%s)",
 		 (unsigned long long)c->id, (int)c->cred.pid, c->cred.uid, c->name,
 		 (unsigned long long)c->holder.limit.max_pinned, c->holder.limit.rule);
@@ -443,7 +460,7 @@ static void client_teardown(struct odpd_client *c)
 	while (!LIST_EMPTY(&c->segs))
 		odpd_cseg_drop(c, LIST_FIRST(&c->segs));
 	client_release_holder(c);
-	log_info("client %llu released", (unsigned long long)c->id);
+	log_msg(c->refused ? LOG_DEBUG : LOG_INFO, "client %llu released", (unsigned long long)c->id);
 	client_free(c);
 	odpd_manager_client_released(m);
 }
@@ -463,7 +480,7 @@ void odpd_client_disconnect(struct odpd_client *c, const char *why)
 {
 	if (c->dead)
 		return;
-	log_info("client %llu disconnected: %s", (unsigned long long)c->id, why);
+	log_msg(c->refused ? LOG_DEBUG : LOG_INFO, "client %llu disconnected: %s", (unsigned long long)c->id, why);
 	c->dead = true;
 	LIST_REMOVE(c, link);
 	event_free(c->ev_read);

@@ -53,6 +53,7 @@ struct odpd_client {
 	struct event *ev_peer;          /* pidfd readable: the peer process exited */
 	bool holds_connection;          /* counted in its user's connections */
 	int refused;                    /* errno: over its user's limit; closed after Hello's answer */
+	bool counted_refused;           /* in its account's refusing and the manager's n_refused */
 	struct event *ev_refused;       /* or after REFUSED_MS without a Hello */
 	char refused_msg[256];
 	gid_t *groups;                  /* supplementary groups (SO_PEERGROUPS) */

@@ -55,11 +55,12 @@ static int runtime_dir(const char *sock_path)
  */
 static int socket_in_use(const struct sockaddr_un *sa)
 {
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r = 0;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), r = 0;
 
 	if (fd < 0)
 		return log_errno(LOG_ERR, errno, "socket");
-	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+	/* EAGAIN: someone listens there with a full backlog: in use too */
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN)
 		r = log_errno(LOG_ERR, EADDRINUSE, "another odpd is serving %s: not taking its socket "
 			      "(stop it first, or give this one --socket)", sa->sun_path);
 	close(fd);
@@ -69,6 +70,7 @@ static int socket_in_use(const struct sockaddr_un *sa)
 static int listen_socket(struct odpd_manager *m)
 {
 	struct sockaddr_un sa;
+	mode_t old_umask;
 	int n = sd_listen_fds(1), fd, r;
 
 	if (n > 1)
@@ -97,13 +99,18 @@ static int listen_socket(struct odpd_manager *m)
 	if (fd < 0)
 		return log_errno(LOG_ERR, errno, "socket");
 	unlink(sa.sun_path);                 /* a stale socket of an earlier odpd (checked above) */
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+	/* Access control is by SO_PEERCRED per request; the socket is open to
+	 * all: mode 0666 from bind itself (never a chmod by path, which a
+	 * symlink put there meanwhile would redirect). Start-up: one thread
+	 * makes files. */
+	old_umask = umask(0111);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old_umask);
+	if (r < 0 || listen(fd, 128) < 0) {
 		r = log_errno(LOG_ERR, errno, "cannot listen on %s", sa.sun_path);
 		close(fd);
 		return r;
 	}
-	/* Access control is by SO_PEERCRED per request; the socket is open to all. */
-	chmod(sa.sun_path, 0666);
 	m->listen_fd = fd;
 	m->unlink_socket = true;
 	log_info("listening on %s", sa.sun_path);

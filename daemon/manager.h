@@ -51,6 +51,7 @@ struct odpd_manager {
 	struct odpd_registry registry;      /* every MR */
 	LIST_HEAD(, odpd_client) clients;   /* connected */
 	unsigned n_clients;                 /* connected or still being torn down */
+	unsigned n_refused;                 /* of those, refused (over their user's limit) */
 	uint64_t next_client_id;
 	struct odpd_stats stats;
 	uint8_t *rbuf;                      /* ODPD_MAX_PACKET + 1: the receive buffer */

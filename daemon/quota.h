@@ -41,6 +41,7 @@ struct odpd_account {
 	unsigned mrs;               /* MRs charged */
 	uint64_t held[ODPD_N_UL];   /* what the user's clients hold: connections, segments,
 				     * mapped bytes, MR references (struct odpd_limit.max) */
+	unsigned refusing;          /* its connections refused, not closed yet */
 	uint64_t limit;             /* of the client that asked last */
 	char rule[80];              /* where that limit came from */
 	LIST_HEAD(, odpd_acct_seg) segs;

@@ -42,6 +42,7 @@
 		_exit(__LINE__ % 250 + 1); } } while (0)
 
 static struct test_daemon d;
+static int raw_connect(const char *sock);
 static char conf_path[128];
 
 static void start(const char *text)
@@ -102,6 +103,67 @@ static void test_user_connections(void **state)
 	assert_non_null(root);
 	odpd_disconnect(root);
 	assert_int_equal(clients_now(admin), 1);     /* only the admin connection is left */
+	close(admin);
+	stop();
+}
+
+struct flood {
+	int ready[2], done[2];
+};
+
+static int nobody_refused_flood(void *arg)
+{
+	struct flood *f = arg;
+	struct odpd_conn *c[3];
+	int raw[40];
+	char b = 0;
+
+	for (int i = 0; i < 3; i++)
+		CHILD_CHECK((c[i] = odpd_connect(d.sock, NULL)) != NULL);
+	for (int i = 0; i < 40; i++)
+		CHILD_CHECK((raw[i] = raw_connect(d.sock)) >= 0);       /* over the limit, no Hello */
+	CHILD_CHECK(write(f->ready[1], &b, 1) == 1);
+	CHILD_CHECK(read(f->done[0], &b, 1) == 1);
+	for (int i = 0; i < 40; i++)
+		close(raw[i]);
+	for (int i = 0; i < 3; i++)
+		odpd_disconnect(c[i]);
+	return 0;
+}
+
+/*
+ * --max-clients 6, default-connections = 3: uid 65534 holds its 3 and keeps
+ * opening connections it never says Hello on. Those take no max-clients
+ * slot (at most 4 wait for a Hello, the rest are closed at once), so root
+ * still connects.
+ */
+static void test_refused_take_no_slots(void **state)
+{
+	struct flood f;
+	struct odpd_conn *root;
+	pid_t child;
+	char b = 0;
+	int st, admin;
+
+	(void)state;
+	memset(&d, 0, sizeof(d));
+	daemon_start_conf(&d, conf_path, sizeof(conf_path), "limits-slots", "[limits]\ndefault-connections = 3\n",
+			  "--max-clients", "6");
+	admin = raw_connect_hello(d.sock);
+	assert_int_equal(pipe(f.ready), 0);
+	assert_int_equal(pipe(f.done), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0)
+		_exit(run_as(UID_NOBODY, 0, nobody_refused_flood, &f));
+	assert_int_equal(read(f.ready[0], &b, 1), 1);
+	root = odpd_connect(d.sock, NULL);
+	if (!root)
+		fail_msg("root could not connect while another user flooded: %s", odpd_errmsg());
+	odpd_disconnect(root);
+	assert_int_equal(write(f.done[1], &b, 1), 1);
+	assert_int_equal(waitpid(child, &st, 0), child);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	close(admin);
 	stop();
 }
@@ -371,6 +433,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_user_connections),
+		cmocka_unit_test(test_refused_take_no_slots),
 		cmocka_unit_test(test_user_segments_and_window),
 		cmocka_unit_test(test_user_mrs),
 		cmocka_unit_test(test_connection_ends_with_its_process),
