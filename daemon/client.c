@@ -25,6 +25,7 @@
 #define PACKETS_PER_WAKEUP 16        /* fairness between clients */
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg);
+static void client_teardown(struct odpd_client *c);
 static void client_on_write(evutil_socket_t fd, short what, void *arg);
 static void outq_push(struct odpd_client *c, struct outq_item *it, Odpd__Reply *reply);
 
@@ -414,12 +415,25 @@ static bool client_read_one(struct odpd_client *c)
 		odpd_client_send_error(c, 0, EMSGSIZE, msg);
 		return !c->dead;
 	}
+	/* A reply that cannot be sent disconnects the client inside the
+	 * handler, and a job may complete there too: neither frees @c under
+	 * us; this function finishes what they started. */
+	c->handling = true;
 	odpd_request_handle(c, m->rbuf, pkt.len, &pkt);  /* consumes pkt's fds */
-	if (c->refused && !c->dead) {        /* Hello was answered with the refusal */
+	c->handling = false;
+	if (c->dead) {
+		if (!c->busy)
+			client_teardown(c);
+		return false;
+	}
+	if (c->refused) {                    /* Hello was answered with the refusal */
 		odpd_client_disconnect(c, c->refused_msg);
 		return false;
 	}
-	return !c->dead && !c->busy;
+	if (c->resume && !c->busy)
+		event_add(c->ev_read, NULL);
+	c->resume = false;
+	return !c->busy;
 }
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg)
@@ -468,6 +482,10 @@ static void client_teardown(struct odpd_client *c)
 void odpd_client_job_done(struct odpd_client *c)
 {
 	c->busy = false;
+	if (c->handling) {                   /* answered inside the request: client_read_one goes on */
+		c->resume = true;
+		return;
+	}
 	if (c->dead) {
 		client_teardown(c);
 		return;
@@ -500,6 +518,6 @@ void odpd_client_disconnect(struct odpd_client *c, const char *why)
 	if (c->pidfd >= 0)
 		close(c->pidfd);
 	c->pidfd = -1;
-	if (!c->busy)
+	if (!c->busy && !c->handling)
 		client_teardown(c);
 }

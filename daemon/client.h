@@ -43,6 +43,8 @@ struct odpd_client {
 	bool hello;
 	bool busy;                      /* a job of this client is queued or running */
 	bool dead;                      /* disconnected; torn down when not busy */
+	bool handling;                  /* inside odpd_request_handle: client_read_one tears down */
+	bool resume;                    /* a job completed meanwhile: read again after it */
 	struct event *ev_read, *ev_write;
 	struct outq_item *outq, **outq_tail;
 	unsigned outq_len;
