@@ -37,7 +37,11 @@ static int peer_pidfd(int fd, pid_t pid)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0)
 		return pidfd;
-	return (int)syscall(SYS_pidfd_open, pid, 0);
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0 && errno == ENOSYS)          /* before Linux 5.3: say so, once */
+		log_ratelimited(LOG_WARNING, "no pidfd in this kernel: a connection whose process "
+				"exited is ended only when its socket closes (a forked child may keep it)");
+	return pidfd;
 }
 
 /* The peer's supplementary groups (SO_PEERGROUPS), sized by the kernel. */
