@@ -416,8 +416,9 @@ static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req
 		reg_submit(c, id, q, false);
 		return;
 	}
-	/* A registrar that died: its MRs are destroyed through odpd's imports
-	 * when they are released; a new one serves from here on. */
+	/* A registrar that died: its MRs reach nothing and stay in the PD's
+	 * context until they are released (odpd drops its imports) and the PD
+	 * closes; a new registrar serves from here on. */
 	odpd_registry_drop_registrar(r, d);
 	st = calloc(1, sizeof(*st));
 	if (!st) {
