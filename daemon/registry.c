@@ -1313,10 +1313,15 @@ static void reg_done(struct odpd_job *job)
 	mr->joiners = NULL;
 	if (op->stat_fd >= 0)
 		close(op->stat_fd);
-	if (op->rc == 0) {
+	/* Checked again here: other requests of the user may have taken its
+	 * last MR references while this one was on a worker. */
+	if (op->rc == 0 &&
+	    odpd_account_may(op->h->acct, &op->h->limit, ODPD_UL_MRS, 1, &op->err) == 0) {
 		ref = ref_new(op->h, mr, &op->q);
 		if (!ref)
 			op->rc = err_set(&op->err, ENOMEM, "out of memory");
+	} else if (op->rc == 0) {
+		op->rc = -op->err.code;
 	}
 	if (op->rc < 0) {
 		/* Registered but no memory for the reference: deregister on a
@@ -1399,6 +1404,9 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 	bool new_charge = false;
 	int rc;
 
+	rc = odpd_account_may(h->acct, &h->limit, ODPD_UL_MRS, 1, err);   /* also for joiners */
+	if (rc < 0)
+		return rc;
 	if (!c) {
 		rc = quota_check(r, h, mr->map, mr->offset, mr->offset + mr->length, mr->pinned, false,
 				 !op->evicted, &evict, err);

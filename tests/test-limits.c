@@ -274,6 +274,65 @@ static void test_user_mrs(void **state)
 	stop();
 }
 
+static int nobody_mrs_concurrent(void *arg)
+{
+	int a = raw_connect_hello(d.sock), b = raw_connect_hello(d.sock);
+	int fa = sealed_memfd(4 << 20), fb = sealed_memfd(4 << 20);
+	uint64_t ba = raw_attach(a, 2, fa), bb = raw_attach(b, 2, fb);
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr m = ODPD__REG_MR__INIT;
+	Odpd__Reply *r;
+	int refused = 0;
+
+	(void)arg;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &m;
+	m.has_addr = m.has_length = m.has_access = 1;
+	m.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	m.length = 4096;
+	m.addr = ba;                              /* the first reference: held 1 of 2 */
+	req.has_id = 1;
+	req.id = 3;
+	raw_send(a, &req, NULL, 0);
+	r = raw_recv(a);
+	CHILD_CHECK(r->status == 0);
+	odpd__reply__free_unpacked(r, NULL);
+	/* two misses at once, 4 MiB of fresh pages each: both pass the check
+	 * at the request; only one may be held when they complete */
+	m.length = 4 << 20;
+	req.id = 4;
+	raw_send(a, &req, NULL, 0);
+	m.addr = bb;
+	raw_send(b, &req, NULL, 0);
+	for (int i = 0; i < 2; i++) {
+		r = raw_recv(i ? b : a);
+		CHILD_CHECK(r->status == 0 || r->status == EDQUOT);
+		refused += r->status == EDQUOT;
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	CHILD_CHECK(refused == 1);
+	close(a);
+	close(b);
+	close(fa);
+	close(fb);
+	return 0;
+}
+
+/* default-mrs = 2, one reference held, then two misses on two connections
+ * at once: exactly one is refused (EDQUOT), even when both passed the check
+ * at the request before either completed. */
+static void test_user_mrs_concurrent(void **state)
+{
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	start("[limits]\ndefault-mrs = 2\n");
+	assert_int_equal(run_as(UID_NOBODY, 64 << 20, nobody_mrs_concurrent, NULL), 0);
+	stop();
+}
+
 /* ---------------------------------------------------------------- a forked child keeps the socket */
 
 static bool clients_are(void *arg)
@@ -436,6 +495,7 @@ int main(void)
 		cmocka_unit_test(test_refused_take_no_slots),
 		cmocka_unit_test(test_user_segments_and_window),
 		cmocka_unit_test(test_user_mrs),
+		cmocka_unit_test(test_user_mrs_concurrent),
 		cmocka_unit_test(test_connection_ends_with_its_process),
 		cmocka_unit_test(test_connection_flood_few_fds),
 	};
