@@ -72,15 +72,6 @@ static void client_loop(unsigned seed)
 	}
 }
 
-static bool idle_of_clients(void *arg)
-{
-	struct snapshot s;
-
-	snapshot_take(&test_daemon, test_admin_fd, &s);
-	(void)arg;
-	return s.clients == 1 && s.segments == 0 && s.mrs == 0;
-}
-
 static void test_clients_killed_anywhere(void **state)
 {
 	Odpd__Request req = ODPD__REQUEST__INIT;
@@ -123,7 +114,7 @@ static void test_clients_killed_anywhere(void **state)
 	r = raw_call(test_admin_fd, 9, &req, NULL, 0);
 	assert_int_equal(r->status, 0);
 	odpd__reply__free_unpacked(r, NULL);
-	assert_true(wait_until(idle_of_clients, NULL));
+	wait_idle(test_admin_fd);
 	snapshot_settles_to(&test_daemon, test_admin_fd, &base);
 	snapshot_take(&test_daemon, test_admin_fd, &now);
 	assert_int_equal(now.kernel_mrs, base.kernel_mrs);

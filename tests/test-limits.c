@@ -21,7 +21,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,7 +41,6 @@
 		_exit(__LINE__ % 250 + 1); } } while (0)
 
 static struct test_daemon d;
-static int raw_connect(const char *sock);
 static char conf_path[128];
 
 static void start(const char *text)
@@ -55,14 +53,6 @@ static void stop(void)
 {
 	daemon_stop(&d);
 	unlink(conf_path);
-}
-
-static unsigned clients_now(int admin)
-{
-	struct snapshot s;
-
-	snapshot_take(&d, admin, &s);
-	return s.clients;
 }
 
 /* ---------------------------------------------------------------- connections */
@@ -102,7 +92,7 @@ static void test_user_connections(void **state)
 	root = odpd_connect(d.sock, NULL);
 	assert_non_null(root);
 	odpd_disconnect(root);
-	assert_int_equal(clients_now(admin), 1);     /* only the admin connection is left */
+	wait_idle(admin);                             /* only the admin connection is left */
 	close(admin);
 	stop();
 }
@@ -121,7 +111,7 @@ static int nobody_refused_flood(void *arg)
 	for (int i = 0; i < 3; i++)
 		CHILD_CHECK((c[i] = odpd_connect(d.sock, NULL)) != NULL);
 	for (int i = 0; i < 40; i++)
-		CHILD_CHECK((raw[i] = raw_connect(d.sock)) >= 0);       /* over the limit, no Hello */
+		CHILD_CHECK((raw[i] = odpd_wire_connect(d.sock)) >= 0);       /* over the limit, no Hello */
 	CHILD_CHECK(write(f->ready[1], &b, 1) == 1);
 	CHILD_CHECK(read(f->done[0], &b, 1) == 1);
 	for (int i = 0; i < 40; i++)
@@ -335,13 +325,6 @@ static void test_user_mrs_concurrent(void **state)
 
 /* ---------------------------------------------------------------- a forked child keeps the socket */
 
-static bool clients_are(void *arg)
-{
-	int *v = arg;               /* [admin fd, wanted] */
-
-	return clients_now(v[0]) == (unsigned)v[1];
-}
-
 /*
  * A process connects (raw protocol: libodpd would not let a child keep its
  * socket), attaches a segment and forks a child that keeps the socket
@@ -350,7 +333,7 @@ static bool clients_are(void *arg)
  */
 static void test_connection_ends_with_its_process(void **state)
 {
-	int admin, pipefd[2], want[2];
+	int admin, pipefd[2];
 	struct snapshot s0;
 	pid_t a, b = 0;
 
@@ -380,9 +363,7 @@ static void test_connection_ends_with_its_process(void **state)
 	assert_int_equal(read(pipefd[0], &b, sizeof(b)), (ssize_t)sizeof(b));
 	close(pipefd[0]);
 	assert_int_equal(waitpid(a, NULL, 0), a);
-	want[0] = admin;
-	want[1] = 1;
-	assert_true(wait_until(clients_are, want));
+	wait_idle(admin);
 	snapshot_settles_to(&d, admin, &s0);
 	kill(b, SIGKILL);
 	close(admin);
@@ -409,21 +390,6 @@ static long cpu_ticks(pid_t pid)
 	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
 	return (long)(ut + st);
-}
-
-static int raw_connect(const char *sock)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	if (strlen(sock) >= sizeof(sa.sun_path))
-		return -1;
-	memcpy(sa.sun_path, sock, strlen(sock) + 1);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
 }
 
 /*
@@ -464,7 +430,7 @@ static void test_connection_flood_few_fds(void **state)
 		fail_msg("odpd_connect with odpd's segment fds at their limit: %s", odpd_errmsg());
 	odpd_disconnect(c);
 	for (int i = 0; i < 200; i++) {
-		int fd = raw_connect(d.sock);
+		int fd = odpd_wire_connect(d.sock);
 		if (fd >= 0)
 			fds[n++] = fd;
 	}
