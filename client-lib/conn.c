@@ -142,14 +142,16 @@ static int call_send(struct odpd_conn *c, const char *what, Odpd__Request *req,
 
 /* Receive and parse one reply. Its first fd, if any, goes to *ret_fd (else
  * -1); the caller closes it. Further fds are closed. */
-static int call_recv(struct odpd_conn *c, const char *what, Odpd__Reply **ret, int *ret_fd)
+static int call_recv(struct odpd_conn *c, const char *what, Odpd__Reply **ret, int *ret_fd, int flags)
 {
 	struct odpd_packet p;
 	Odpd__Reply *reply = NULL;
 	int r;
 
 	*ret_fd = -1;
-	r = odpd_wire_recv(c->sock, c->buf, ODPD_MAX_PACKET + 1, &p, 0);
+	r = odpd_wire_recv(c->sock, c->buf, ODPD_MAX_PACKET + 1, &p, flags);
+	if (r == -EAGAIN && (flags & MSG_DONTWAIT))
+		return r;
 	if (r == -ECONNRESET)
 		return conn_lost(c, what);
 	if (r < 0)
@@ -211,13 +213,52 @@ static int reply_error(const char *what, const Odpd__Reply *reply)
 	return errmsg_set(-status, "%s: %m", what);
 }
 
+/* An event from the daemon (id 0, with a body). */
+static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
+{
+	const Odpd__DeviceEvent *ev = reply->device_event;
+
+	if (reply->id != 0 || reply->body_case != ODPD__REPLY__BODY_DEVICE_EVENT || !ev ||
+	    ev->kind != ODPD__DEVICE_EVENT__KIND__KIND_REMOVED)
+		return;                          /* unknown events are for newer libraries */
+	snprintf(c->lost_device, sizeof(c->lost_device), "%s", ev->device ? ev->device : "");
+	c->lost_mrs += ev->mrs;
+	c->lost_pending = true;
+}
+
+/* Read the events that came while no call was in flight. */
+static int conn_drain(struct odpd_conn *c, const char *what)
+{
+	for (;;) {
+		Odpd__Reply *reply = NULL;
+		int fd = -1;
+		int r = call_recv(c, what, &reply, &fd, MSG_DONTWAIT);
+
+		if (r == -EAGAIN)
+			return 0;
+		if (r < 0)
+			return r;
+		if (fd >= 0)
+			close(fd);
+		conn_event(c, reply);            /* else the late answer to a failed call */
+		odpd__reply__free_unpacked(reply, NULL);
+	}
+}
+
+/* Releases go through after a device loss: they are how the caller cleans up. */
+static bool is_release(const Odpd__Request *req)
+{
+	return req->body_case == ODPD__REQUEST__BODY_DEREG_MR ||
+	       req->body_case == ODPD__REQUEST__BODY_DETACH_SEGMENT;
+}
+
 /* Read until the reply to request @id arrives. */
 static int call_wait(struct odpd_conn *c, const char *what, uint64_t id, Odpd__Reply **ret, int *ret_fd)
 {
 	for (;;) {
 		Odpd__Reply *reply = NULL;
 		enum reply_fate fate;
-		int r = call_recv(c, what, &reply, ret_fd);
+		int r = call_recv(c, what, &reply, ret_fd, 0);
 
 		if (r < 0)
 			return r;
@@ -226,6 +267,7 @@ static int call_wait(struct odpd_conn *c, const char *what, uint64_t id, Odpd__R
 			*ret = reply;
 			return 0;
 		}
+		conn_event(c, reply);
 		if (*ret_fd >= 0)
 			close(*ret_fd);
 		*ret_fd = -1;
@@ -253,6 +295,18 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	r = conn_check(c, what);
 	if (r < 0)
 		return r;
+	r = conn_drain(c, what);
+	if (r < 0)
+		return r;
+	if (c->lost_pending && !is_release(req)) {
+		unsigned mrs = c->lost_mrs;
+
+		c->lost_pending = false;
+		c->lost_mrs = 0;
+		return errmsg_set(-ENODEV, "%s: device %s was removed; the %u MR(s) this connection had "
+				  "on it are gone (release them: odpd_dereg succeeds)", what,
+				  c->lost_device, mrs);
+	}
 	req->has_id = true;
 	req->id = ++c->last_id;
 	r = call_send(c, what, req, fds, nfds);

@@ -112,6 +112,11 @@ struct odpd_conn {
 	struct odpd_device_attr *devices;
 	unsigned n_devices;
 	char device[64];                /* RegMr.device; "": the daemon's first */
+	/* A DeviceEvent came: the next call (other than a release) fails with
+	 * ENODEV, once, naming the device. */
+	bool lost_pending;
+	char lost_device[64];
+	unsigned lost_mrs;
 	uint64_t client_id;
 	struct odpd_link segments;      /* struct odpd_segment */
 	struct odpd_link mrs;           /* struct mr_entry (mr.c) */

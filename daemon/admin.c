@@ -170,7 +170,7 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 		n++;
 	}
 	sr.devices = devs;
-	sr.n_devices = m->devices.n;
+	sr.n_devices = m->devices.n_live;
 	sr.clients = ptrs;
 	sr.n_clients = n;
 	sr.has_mrs = sr.has_pinned_bytes = 1;
@@ -256,8 +256,11 @@ static void mr_info(const struct odpd_mr *mr, Odpd__MrInfo *o, int32_t *pids, ui
 	o->access = mr->access;
 	o->kind = mr->implicit ? ODPD__MR_KIND__MR_IMPLICIT_ODP :
 		  mr->pinned ? ODPD__MR_KIND__MR_PINNED : ODPD__MR_KIND__MR_ODP;
-	o->lkey = mr->mr ? mr->mr->lkey : 0;
-	o->rkey = mr->mr ? mr->mr->rkey : 0;
+	/* Only while no worker registers or deregisters it (mr->mr changes there). */
+	if (mr->state == ODPD_MR_LIVE || mr->state == ODPD_MR_RELAXED) {
+		o->lkey = mr->mr ? mr->mr->lkey : 0;
+		o->rkey = mr->mr ? mr->mr->rkey : 0;
+	}
 	o->holders = mr->refs;
 	o->state = (Odpd__MrState)mr->state;
 	o->generation = mr->generation;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "device.h"
@@ -90,6 +91,7 @@ static int device_probe(struct odpd_device *d, struct ibv_device *ibdev)
 	struct ibv_context *ctx;
 	int r;
 
+	memset(d, 0, sizeof(*d));
 	snprintf(d->name, sizeof(d->name), "%s", ibv_get_device_name(ibdev));
 	d->ibdev = ibdev;
 	d->node_guid = be64toh(ibv_get_device_guid(ibdev));
@@ -114,7 +116,8 @@ static int device_probe(struct odpd_device *d, struct ibv_device *ibdev)
 	d->implicit_odp = (d->odp_general_caps & IBV_ODP_SUPPORT_IMPLICIT) != 0;
 	probe_import(d, ctx);
 	probe_advise(d, ctx);
-	ibv_close_device(ctx);
+	/* The probe's context stays open: its async events watch the device. */
+	d->watch = ctx;
 	log_info("device %s: %s, %u port(s), ODP %s, implicit ODP %s, advise_mr %s, import %s",
 		 d->name, d->transport, d->phys_port_cnt, d->odp ? "yes" : "no",
 		 d->implicit_odp ? "yes" : "no",
@@ -134,28 +137,40 @@ static bool wanted(const char *name, char *const *names, unsigned n_names)
 	return false;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int odpd_devices_open(char *const *names, unsigned n_names, struct odpd_devices *ret)
 {
 	int n = 0;
 
 	memset(ret, 0, sizeof(*ret));
+	ret->names = names;
+	ret->n_names = n_names;
+	ret->scanned_ns = mono_ns();
 	ret->list = ibv_get_device_list(&n);
 	if (!ret->list) {
 		/* No uverbs support in this kernel at all: serve without devices. */
 		log_errno(LOG_WARNING, errno, "ibv_get_device_list");
 		n = 0;
 	}
-	ret->dev = calloc(n > 0 ? (size_t)n : 1, sizeof(*ret->dev));
+	ret->dev = calloc(ODPD_MAX_DEVICES, sizeof(*ret->dev));
 	if (!ret->dev) {
 		odpd_devices_close(ret);
 		return -ENOMEM;
 	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && ret->n < ODPD_MAX_DEVICES; i++) {
 		if (!wanted(ibv_get_device_name(ret->list[i]), names, n_names))
 			continue;
 		if (device_probe(&ret->dev[ret->n], ret->list[i]) == 0)
 			ret->n++;
 	}
+	ret->n_live = ret->n;
 	for (unsigned i = 0; i < n_names; i++)
 		if (!odpd_devices_find(ret, names[i])) {
 			log_error("device %s: not found or not usable", names[i]);
@@ -167,9 +182,95 @@ int odpd_devices_open(char *const *names, unsigned n_names, struct odpd_devices 
 	return 0;
 }
 
+static bool listed(struct ibv_device **list, const char *name)
+{
+	for (unsigned i = 0; list && list[i]; i++)
+		if (strcmp(ibv_get_device_name(list[i]), name) == 0)
+			return true;
+	return false;
+}
+
+unsigned odpd_devices_rescan(struct odpd_devices *d, unsigned *added, unsigned *gone, unsigned *n_gone)
+{
+	struct ibv_device **list, ***old;
+	unsigned n_added = 0;
+	int n = 0;
+
+	*n_gone = 0;
+	d->scanned_ns = mono_ns();
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return 0;
+	for (unsigned i = 0; i < d->n; i++)
+		if (!d->dev[i].removed && !listed(list, d->dev[i].name))
+			gone[(*n_gone)++] = i;
+	for (int i = 0; i < n; i++) {
+		const char *name = ibv_get_device_name(list[i]);
+		struct odpd_device *slot = NULL;
+		unsigned k;
+
+		if (!wanted(name, d->names, d->n_names) || odpd_devices_find(d, name))
+			continue;
+		for (k = 0; k < d->n && !slot; k++)   /* a drained slot of its name, a new one, any drained one */
+			if (d->dev[k].removed && d->dev[k].n_domains == 0 && strcmp(d->dev[k].name, name) == 0)
+				slot = &d->dev[k];
+		if (!slot && d->n < ODPD_MAX_DEVICES)
+			slot = &d->dev[d->n++];
+		for (k = 0; k < d->n && !slot; k++)
+			if (d->dev[k].removed && d->dev[k].n_domains == 0)
+				slot = &d->dev[k];
+		if (!slot) {
+			log_error("device %s: no free device slot (%u devices came and went with MRs "
+				  "still referring to them)", name, ODPD_MAX_DEVICES);
+			continue;
+		}
+		if (device_probe(slot, list[i]) < 0) {
+			memset(slot, 0, sizeof(*slot));
+			slot->removed = true;          /* a drained slot, free again */
+			snprintf(slot->name, sizeof(slot->name), "%s", name);
+			continue;
+		}
+		d->n_live++;
+		added[n_added++] = (unsigned)(slot - d->dev);
+	}
+	/*
+	 * Devices of the earlier list may still be open (a domain closing on a
+	 * worker, a removed slot): keep that list until shutdown. One list per
+	 * scan that found a change; scans are rare and rate-limited.
+	 */
+	if (n_added == 0) {
+		ibv_free_device_list(list);
+		return 0;
+	}
+	old = realloc(d->old, (d->n_old + 1) * sizeof(*d->old));
+	if (!old) {
+		log_error("out of memory keeping a device list: the new devices are not used");
+		for (unsigned i = 0; i < n_added; i++) {
+			struct odpd_device *s = &d->dev[added[i]];
+			ibv_close_device(s->watch);
+			s->watch = NULL;
+			s->removed = true;
+			d->n_live--;
+		}
+		ibv_free_device_list(list);
+		return 0;
+	}
+	d->old = old;
+	d->old[d->n_old++] = d->list;
+	d->list = list;
+	return n_added;
+}
+
 void odpd_devices_close(struct odpd_devices *d)
 {
+	for (unsigned i = 0; d->dev && i < d->n; i++)
+		if (d->dev[i].watch)
+			ibv_close_device(d->dev[i].watch);
 	free(d->dev);
+	for (unsigned i = 0; i < d->n_old; i++)
+		if (d->old[i])
+			ibv_free_device_list(d->old[i]);
+	free(d->old);
 	if (d->list)
 		ibv_free_device_list(d->list);
 	memset(d, 0, sizeof(*d));
@@ -177,14 +278,23 @@ void odpd_devices_close(struct odpd_devices *d)
 
 struct odpd_device *odpd_devices_find(struct odpd_devices *d, const char *name)
 {
-	if (d->n == 0)
-		return NULL;
-	if (!name || !*name)
-		return &d->dev[0];
 	for (unsigned i = 0; i < d->n; i++)
-		if (strcmp(d->dev[i].name, name) == 0)
+		if (!d->dev[i].removed && (!name || !*name || strcmp(d->dev[i].name, name) == 0))
 			return &d->dev[i];
 	return NULL;
+}
+
+struct odpd_device *odpd_devices_find_any(struct odpd_devices *d, const char *name)
+{
+	struct odpd_device *found = NULL;
+
+	for (unsigned i = 0; i < d->n; i++)
+		if (!name || !*name || strcmp(d->dev[i].name, name) == 0) {
+			if (!d->dev[i].removed)
+				return &d->dev[i];
+			found = &d->dev[i];
+		}
+	return found;
 }
 
 void odpd_device_to_proto(const struct odpd_device *d, Odpd__Device *o)

@@ -74,6 +74,8 @@ struct odpd_domain {
 	LIST_ENTRY(odpd_domain) link;
 	unsigned members;
 	unsigned n_mrs;
+	unsigned jobs;                      /* verify, advise, export jobs in flight */
+	bool retired;                       /* its device went away: detached, closes when idle */
 	LIST_HEAD(, odpd_bucket) buckets;
 };
 

@@ -188,8 +188,8 @@ int main(int argc, char **argv)
 	raise_nofile();
 	r = odpd_manager_start(&m);
 	if (r == 0) {
-		sd_notifyf(0, "READY=1\nSTATUS=Serving %u device(s)\nMAINPID=%d", m.devices.n, (int)getpid());
-		log_notice("odpd %s ready: %u device(s)", ODPD_VERSION, m.devices.n);
+		sd_notifyf(0, "READY=1\nSTATUS=Serving %u device(s)\nMAINPID=%d", m.devices.n_live, (int)getpid());
+		log_notice("odpd %s ready: %u device(s)", ODPD_VERSION, m.devices.n_live);
 		event_base_dispatch(m.base);
 	}
 	sd_notify(0, "STOPPING=1");

@@ -12,6 +12,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "client.h"
+#include "hotplug.h"
 #include "log.h"
 #include "odpd-wire.h"
 
@@ -269,6 +270,9 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = odpd_registry_init(&m->registry, m->base, m->pool, &m->segs, &m->conf, &m->devices);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "registry");
+	r = odpd_hotplug_start(m);
+	if (r < 0)
+		return r;
 	r = listen_socket(m);
 	if (r < 0)
 		return r;
@@ -301,6 +305,7 @@ void odpd_manager_finish(struct odpd_manager *m)
 		close(m->listen_fd);
 	if (m->unlink_socket)
 		unlink(m->cfg.socket_path);
+	odpd_hotplug_stop(m);
 	odpd_devices_close(&m->devices);
 	odpd_window_free(m->segs.window);
 	free(m->rbuf);

@@ -10,6 +10,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "hotplug.h"
 #include "implicit.h"
 #include "log.h"
 #include "request.h"
@@ -220,11 +221,11 @@ static int implicit_check(struct odpd_client *c, const Odpd__RegMr *req, bool cl
 			  struct odpd_reg_req *q, struct odpd_err *err)
 {
 	struct odpd_manager *m = c->m;
-	struct odpd_device *dev = odpd_devices_find(&m->devices, req->device);
+	struct odpd_device *dev = odpd_manager_device(m, req->device, err);
 	uint32_t missing;
 
 	if (!dev)
-		return err_set(err, ENODEV, "no such device");
+		return -err->code;
 	if (client_pd)
 		return err_set(err, EOPNOTSUPP, "implicit ODP is not available in client-PD mode");
 	if (req->addr != 0 || req->length != UINT64_MAX)
@@ -301,10 +302,9 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 			return err_set(err, EPERM, "client-PD mode: remote access is granted to root and "
 				       "the admin group only");
 	}
-	q->dev = odpd_devices_find(&m->devices, req->device);
+	q->dev = odpd_manager_device(m, req->device, err);
 	if (!q->dev)
-		return err_set(err, ENODEV, m->devices.n ? "no device named %s" : "odpd has no RDMA device%s",
-			       m->devices.n ? req->device : "");
+		return -err->code;
 	if (q->odp && (r = odp_check(q->dev, access, s, client_pd, err)) < 0)
 		return r;
 	q->map = s->map;
@@ -706,13 +706,12 @@ static void export_cb(void *arg, int rc, const struct odpd_err *err, int fd, uin
 void odpd_import_pd(struct odpd_client *c, uint64_t id, const Odpd__ImportPd *req)
 {
 	struct odpd_manager *m = c->m;
-	struct odpd_device *dev = odpd_devices_find(&m->devices, req->device);
 	struct odpd_err err = { 0 };
+	struct odpd_device *dev = odpd_manager_device(m, req->device, &err);
 	struct pending *p;
 
 	if (!dev) {
-		odpd_client_send_error(c, id, ENODEV, m->devices.n ? "no device of that name" :
-				       "odpd has no RDMA device");
+		odpd_reply_err(c, id, &err);
 		return;
 	}
 	p = pending_new(c, id);

@@ -68,6 +68,7 @@ const char *odpd_mr_state_name(enum odpd_mr_state s)
 	case ODPD_MR_LIVE: return "live";
 	case ODPD_MR_RELAXED: return "relaxed";
 	case ODPD_MR_INVALIDATING: return "invalidating";
+	case ODPD_MR_DEAD: return "dead";
 	}
 	return "?";
 }
@@ -157,6 +158,7 @@ struct close_job {
 	struct odpd_job job;
 	struct odpd_registry *r;
 	struct odpd_domain *d;
+	struct odpd_device *dev;
 };
 
 static void shared_maybe_free(struct odpd_registry *r, struct odpd_shared_pd *spd);
@@ -169,7 +171,7 @@ static void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, b
 	struct odpd_shared_pd *spd = d->spd;
 	struct close_job *j;
 
-	if (d->members || d->n_mrs)
+	if (d->members || d->n_mrs || d->jobs)
 		return;
 	LIST_REMOVE(d, link);
 	if (spd) {
@@ -190,11 +192,13 @@ static void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, b
 	j = calloc(1, sizeof(*j));
 	if (!j) {                              /* never leak a context: close it here */
 		log_error("out of memory: closing a PD on the event loop");
+		d->dev->n_domains--;
 		odpd_domain_close(d);
 		return;
 	}
 	j->r = r;
 	j->d = d;
+	j->dev = d->dev;
 	j->job.run = domain_close_run;
 	j->job.done = domain_close_done;
 	r->pending++;
@@ -210,6 +214,7 @@ static void domain_close_done(struct odpd_job *job)
 {
 	struct close_job *j = (struct close_job *)job;
 
+	j->dev->n_domains--;
 	j->r->pending--;
 	free(j);
 }
@@ -238,6 +243,7 @@ static struct odpd_domain *holder_domain(struct odpd_registry *r, struct odpd_ho
 	d = odpd_domain_new(&r->devices->dev[i], i);
 	if (!d)
 		return NULL;
+	d->dev->n_domains++;
 	d->spd = h->spd;
 	d->owner_id = h->spd ? 0 : h->id;
 	d->members = h->spd ? h->spd->members : 1;
@@ -580,9 +586,15 @@ static void batch_run(struct odpd_job *job)
 	}
 }
 
-/* The MR is gone from the kernel: release what it held, on the loop. */
-static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
+/* The MR is gone from the kernel: release its charges, pins and PD, on the
+ * loop. A dead MR's holders keep the struct until they let go (mr_free). */
+static void mr_strip(struct odpd_registry *r, struct odpd_mr *mr)
 {
+	struct odpd_domain *d = mr->dom;
+
+	if (mr->stripped)
+		return;
+	mr->stripped = true;
 	while (mr->charges)
 		charge_drop(r, mr, mr->charges);
 	global_uncharge(r, mr);
@@ -593,12 +605,18 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 		r->odp.mrs--;
 		r->odp.bytes -= mr->length;
 	}
+	if (d) {
+		mr->dom = NULL;
+		d->n_mrs--;
+		domain_maybe_close(r, d, false);
+	}
+}
+
+static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	mr_strip(r, mr);
 	TAILQ_REMOVE(&r->mrs, mr, link);
 	r->n_mrs--;
-	if (mr->dom) {
-		mr->dom->n_mrs--;
-		domain_maybe_close(r, mr->dom, false);
-	}
 	if (mr->map)
 		odpd_mapping_put(r->segs, mr->map);
 	odpd_registrar_put(mr->registrar);
@@ -626,7 +644,12 @@ static void batch_done(struct odpd_job *job)
 	while (b->mrs) {
 		struct odpd_mr *mr = b->mrs;
 		b->mrs = mr->batch_next;
-		mr_free(r, mr);
+		if (mr->state == ODPD_MR_DEAD && mr->refs > 0) {
+			mr->dead_stage = 3;             /* held: freed with its last reference */
+			mr_strip(r, mr);
+		} else {
+			mr_free(r, mr);
+		}
 	}
 	r->stats.deregistrations += b->n_dereg;
 	if (b->flush) {
@@ -759,6 +782,13 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 		charge_drop(r, mr, c);
 	if (mr->refs > 0)
 		return;
+	if (mr->state == ODPD_MR_DEAD) {
+		/* deregistered already: free it; in a batch or waiting for a
+		 * verify: that frees it */
+		if (mr->dead_stage == 3)
+			mr_free(r, mr);
+		return;
+	}
 	if (relaxed && mr->bucket && mr->state == ODPD_MR_LIVE) {
 		/* c (refs 0) stays: the relaxed MR is still charged to its last holder */
 		mr->state = ODPD_MR_RELAXED;
@@ -807,13 +837,14 @@ int odpd_holder_init(struct odpd_registry *r, struct odpd_holder *h, uint64_t id
 	h->limit = *limit;
 	LIST_INIT(&h->refs);
 	LIST_INIT(&h->cctxs);
-	h->domains = calloc(r->devices->n ? r->devices->n : 1, sizeof(*h->domains));
+	h->domains = calloc(ODPD_MAX_DEVICES, sizeof(*h->domains));
 	h->acct = odpd_account_get(&r->quota, uid);
 	if (!h->domains || !h->acct) {
 		free(h->domains);
 		odpd_account_put(&r->quota, h->acct);
 		return -ENOMEM;
 	}
+	LIST_INSERT_HEAD(&r->holders, h, rlink);
 	return 0;
 }
 
@@ -966,6 +997,7 @@ void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
 	h->domains = NULL;
 	odpd_account_put(&r->quota, h->acct);
 	h->acct = NULL;
+	LIST_REMOVE(h, rlink);
 }
 
 struct odpd_shared_pd *odpd_registry_find_shared(struct odpd_registry *r, const char *name)
@@ -992,7 +1024,7 @@ int odpd_registry_join(struct odpd_registry *r, struct odpd_holder *h, const cha
 	if (!spd) {
 		spd = calloc(1, sizeof(*spd));
 		if (spd)
-			spd->doms = calloc(r->devices->n ? r->devices->n : 1, sizeof(*spd->doms));
+			spd->doms = calloc(ODPD_MAX_DEVICES, sizeof(*spd->doms));
 		if (!spd || !spd->doms) {
 			free(spd);
 			return err_set(err, ENOMEM, "out of memory");
@@ -1313,6 +1345,14 @@ static void reg_done(struct odpd_job *job)
 	mr->joiners = NULL;
 	if (op->stat_fd >= 0)
 		close(op->stat_fd);
+	/* The device went away meanwhile: whatever the verb said, it is gone. */
+	if (op->q.dev->removed) {
+		char was[sizeof(op->err.msg)];
+
+		snprintf(was, sizeof(was), "%s", op->rc < 0 ? op->err.msg : "");
+		op->rc = err_set(&op->err, ENODEV, "device %s was removed%s%s", op->q.dev->name,
+				 *was ? ": " : "", was);
+	}
 	/* Checked again here: other requests of the user may have taken its
 	 * last MR references while this one was on a worker. */
 	if (op->rc == 0 &&
@@ -1617,6 +1657,8 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 	struct odpd_mr *mr;
 	struct lookup l = { .r = r, .h = op->h, .s = s, .e = e, .access = q->access, .odp = q->odp };
 
+	if (q->dev->removed)
+		return err_set(err, ENODEV, "device %s was removed", q->dev->name);
 	if (q->implicit)
 		return reg_implicit(op, err);
 	if (e > q->map->size)
@@ -1709,6 +1751,7 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 
 struct verify_op {
 	struct odpd_job job;
+	struct odpd_registry *r;
 	struct odpd_mr *mr;
 	uint64_t iova, length;
 	bool probe;                         /* READ with rkey, not the MR's */
@@ -1744,11 +1787,26 @@ static void verify_run(struct odpd_job *job)
 	pthread_mutex_unlock(&d->lock);
 }
 
+static void mr_kill_now(struct odpd_registry *r, struct odpd_mr *mr);
+
 static void verify_done(struct odpd_job *job)
 {
 	struct verify_op *op = (struct verify_op *)job;
+	struct odpd_mr *mr = op->mr;
+	struct odpd_domain *d = mr->dom;     /* kept while busy */
 
+	if (d->dev->removed && op->rc < 0) {
+		char was[sizeof(op->err.msg)];
+
+		snprintf(was, sizeof(was), "%s", op->err.msg);
+		op->rc = err_set(&op->err, ENODEV, "device %s was removed: %s", d->dev->name, was);
+	}
 	op->cb(op->arg, op->rc, &op->err, op->crc, op->length, op->method);
+	d->jobs--;
+	if (--mr->busy == 0 && mr->state == ODPD_MR_DEAD && mr->dead_stage == 1)
+		mr_kill_now(op->r, mr);
+	else
+		domain_maybe_close(op->r, d, false);
 	free(op);
 }
 
@@ -1758,6 +1816,8 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 {
 	struct verify_op *op;
 
+	if (ref->mr->state == ODPD_MR_DEAD)
+		return err_set(err, ENODEV, "the MR's device was removed");
 	if (!ref->mr->dom)
 		return err_set(err, EOPNOTSUPP, "verify reads daemon-PD MRs only; this MR lives in your "
 			       "own PD (client-PD mode)");
@@ -1777,7 +1837,10 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 	op = calloc(1, sizeof(*op));
 	if (!op)
 		return err_set(err, ENOMEM, "out of memory");
+	op->r = r;
 	op->mr = ref->mr;
+	op->mr->busy++;
+	op->mr->dom->jobs++;
 	op->probe = probe_rkey != NULL;
 	op->rkey = probe_rkey ? *probe_rkey : 0;
 	op->iova = iova;
@@ -1808,6 +1871,7 @@ static void prefetch_count(struct odpd_registry *r, const struct odpd_device *de
 struct advise_op {
 	struct odpd_job job;
 	struct odpd_registry *r;
+	struct odpd_domain *d;
 	const struct odpd_device *dev;
 	struct ibv_pd *pd;
 	uint32_t advice, flags;
@@ -1832,11 +1896,16 @@ static void advise_done(struct odpd_job *job)
 	struct odpd_err err = { 0 };
 
 	prefetch_count(op->r, op->dev, op->rc, op->bytes);
+	if (op->rc && op->dev->removed)
+		op->rc = ENODEV;
 	if (op->rc)
-		err_set(&err, op->rc, "ibv_advise_mr on %s: %s%s", op->dev->name, strerror(op->rc),
+		err_set(&err, op->rc, "ibv_advise_mr on %s: %s%s", op->dev->name,
+			op->dev->removed ? "the device was removed" : strerror(op->rc),
 			op->rc == EOPNOTSUPP ? " (the provider has no advise_mr: rdma-core's rxe has it "
 			"from v58)" : "");
 	op->cb(op->arg, op->rc ? -op->rc : 0, &err, op->bytes);
+	op->d->jobs--;
+	domain_maybe_close(op->r, op->d, false);
 	free(op);
 }
 
@@ -1846,7 +1915,7 @@ static struct odpd_mr *holder_mr_by_lkey(const struct odpd_holder *h, uint32_t l
 	const struct odpd_ref *ref;
 
 	LIST_FOREACH(ref, &h->refs, hlink)
-		if (ref->mr->mr && ref->mr->mr->lkey == lkey)
+		if (ref->mr->state != ODPD_MR_DEAD && ref->mr->mr && ref->mr->mr->lkey == lkey)
 			return ref->mr;
 	return NULL;
 }
@@ -1863,6 +1932,8 @@ static int advise_check_sge(const struct odpd_holder *h, uint32_t advice, const 
 			       "advised (advising a pinned MR has oopsed rxe)", i, g->lkey);
 	if (mr->dom == NULL)
 		return err_set(err, EINVAL, "sge %u: not an MR of odpd's PD", i);
+	if (mr->dom->retired)
+		return err_set(err, ENODEV, "sge %u: the MR's device was removed", i);
 	if (g->length == 0 || g->addr < mr->iova || g->addr + g->length < g->addr ||
 	    g->addr + g->length > mr->iova + mr->length)
 		return err_set(err, EINVAL, "sge %u: [%#" PRIx64 ", +%u) is not inside its MR [%#" PRIx64
@@ -1909,6 +1980,8 @@ int odpd_registry_advise(struct odpd_registry *r, struct odpd_holder *h, uint32_
 	if (!op)
 		return err_set(err, ENOMEM, "out of memory");
 	op->r = r;
+	op->d = d;
+	d->jobs++;                           /* the PD stays open until it is done */
 	op->dev = d->dev;
 	op->pd = d->pd;                      /* open: it has registered MRs */
 	op->advice = advice;
@@ -1930,6 +2003,7 @@ int odpd_registry_advise(struct odpd_registry *r, struct odpd_holder *h, uint32_
 
 struct export_op {
 	struct odpd_job job;
+	struct odpd_registry *r;
 	struct odpd_domain *d;
 	odpd_export_cb cb;
 	void *arg;
@@ -1962,8 +2036,17 @@ static void export_run(struct odpd_job *job)
 static void export_done(struct odpd_job *job)
 {
 	struct export_op *op = (struct export_op *)job;
+	struct odpd_domain *d = op->d;
 
+	if (d->retired) {                    /* its device went away meanwhile */
+		if (op->fd >= 0)
+			close(op->fd);
+		op->fd = -1;
+		op->rc = err_set(&op->err, ENODEV, "device %s was removed", d->dev->name);
+	}
 	op->cb(op->arg, op->rc, &op->err, op->fd, op->pd_handle);
+	d->jobs--;
+	domain_maybe_close(op->r, d, false);
 	free(op);
 }
 
@@ -1973,6 +2056,8 @@ int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, stru
 	struct export_op *op;
 	struct odpd_domain *d;
 
+	if (dev->removed)
+		return err_set(err, ENODEV, "device %s was removed", dev->name);
 	if (dev->import != ODPD__SUPPORT__SUPPORT_YES)
 		return err_set(err, EOPNOTSUPP, "device %s: its provider cannot import (ibv_import_device: "
 			       "%s), so odpd cannot hand its PD over; import needs a provider that "
@@ -1985,7 +2070,9 @@ int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, stru
 		return err_set(err, ENOMEM, "out of memory");
 	}
 	h->registered = true;                /* bound to this PD: too late to join another */
+	op->r = r;
 	op->d = d;
+	d->jobs++;
 	op->cb = cb;
 	op->arg = arg;
 	op->fd = -1;
@@ -1993,6 +2080,114 @@ int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, stru
 	op->job.done = export_done;
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
+}
+
+/* ---------------------------------------------------------------- device removal */
+
+/* A dead MR no job uses any more: deregister it on a worker. */
+static void mr_kill_now(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	mr->dead_stage = 2;
+	mr->batch_next = NULL;
+	start_batch(r, mr, false, NULL);
+}
+
+static bool cctx_on(struct odpd_client_ctx *c, const struct odpd_device *dev)
+{
+	bool on;
+
+	if (!c)
+		return false;
+	pthread_mutex_lock(&c->lock);         /* a worker may be importing it */
+	on = c->ctx && strcmp(ibv_get_device_name(c->ctx->device), dev->name) == 0;
+	pthread_mutex_unlock(&c->lock);
+	return on;
+}
+
+static bool mr_on(const struct odpd_mr *mr, const struct odpd_device *dev)
+{
+	if (mr->state == ODPD_MR_REGISTERING)
+		return mr->dom && mr->dom->dev == dev;
+	return mr->dom ? mr->dom->dev == dev : cctx_on(mr->imp.cctx, dev);
+}
+
+void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *dev,
+				  void (*notify)(struct odpd_holder *h, unsigned mrs, void *arg), void *arg)
+{
+	struct odpd_mr *list = NULL, *mr, *next;
+	struct odpd_domain *d, *dn;
+	struct odpd_holder *h;
+	unsigned i = (unsigned)(dev - r->devices->dev), killed = 0;
+
+	r->stats.device_removals++;
+	LIST_FOREACH(h, &r->holders, rlink) {
+		struct odpd_client_ctx *c;
+		const struct odpd_ref *ref;
+		unsigned mrs = 0;
+		bool uses = h->domains[i] || (h->spd && h->spd->doms[i]);
+
+		LIST_FOREACH(ref, &h->refs, hlink)
+			mrs += ref->mr->state != ODPD_MR_DEAD && mr_on(ref->mr, dev);
+		LIST_FOREACH(c, &h->cctxs, link)
+			uses |= cctx_on(c, dev);
+		if (uses || mrs)
+			notify(h, mrs, arg);
+	}
+	/* Its MRs: registrations in flight fail when they complete (reg_done). */
+	for (mr = TAILQ_FIRST(&r->mrs); mr; mr = next) {
+		next = TAILQ_NEXT(mr, link);
+		if (!mr_on(mr, dev))
+			continue;
+		if (mr->state == ODPD_MR_RELAXED) {
+			mr_invalidate(r, mr, &list);
+			killed++;
+		} else if (mr->state == ODPD_MR_LIVE) {
+			mr_unindex(mr);
+			mr->state = ODPD_MR_DEAD;
+			mr->generation = ++r->generation;
+			killed++;
+			if (mr->busy) {
+				mr->dead_stage = 1;      /* verify_done deregisters it */
+				continue;
+			}
+			mr->dead_stage = 2;
+			mr->batch_next = list;
+			list = mr;
+		}
+	}
+	r->stats.killed += killed;
+	if (list)
+		start_batch(r, list, false, NULL);
+	/* Its PDs: detached, so that nothing new goes in; closed (on a worker)
+	 * once their MRs are deregistered and their jobs done. */
+	for (d = LIST_FIRST(&r->domains); d; d = dn) {
+		dn = LIST_NEXT(d, link);
+		if (d->dev != dev || d->retired)
+			continue;
+		d->retired = true;
+		if (d->spd) {
+			d->spd->doms[i] = NULL;
+			d->spd = NULL;
+		}
+		LIST_FOREACH(h, &r->holders, rlink)
+			if (h->domains[i] == d)
+				h->domains[i] = NULL;
+		d->members = 0;
+		domain_maybe_close(r, d, true);
+	}
+	/* Client-PD mode: odpd's copies of the clients' contexts on it; MRs and
+	 * registrations in flight drop their references when they are done. */
+	LIST_FOREACH(h, &r->holders, rlink) {
+		struct odpd_client_ctx *c, *cn;
+
+		for (c = LIST_FIRST(&h->cctxs); c; c = cn) {
+			cn = LIST_NEXT(c, link);
+			if (cctx_on(c, dev))
+				holder_unlink_client_ctx(r, h, c);
+		}
+	}
+	relaxed_arm(r);
+	log_notice("device %s removed: %u MR(s) went with it", dev->name, killed);
 }
 
 /* ---------------------------------------------------------------- life */
@@ -2011,6 +2206,7 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 	TAILQ_INIT(&r->mrs);
 	TAILQ_INIT(&r->relaxed);
 	LIST_INIT(&r->domains);
+	LIST_INIT(&r->holders);
 	LIST_INIT(&r->shared);
 	LIST_INIT(&r->batches);
 	LIST_INIT(&r->waiters);

@@ -39,6 +39,8 @@ enum odpd_mr_state {
 	ODPD_MR_LIVE,               /* held */
 	ODPD_MR_RELAXED,            /* no holder, on the invalidation queue: a hit */
 	ODPD_MR_INVALIDATING,       /* in a batch: never a hit again */
+	ODPD_MR_DEAD,               /* its device went away: deregistered (or about to be) while
+				     * clients still hold it; their releases only drop references */
 };
 
 struct odpd_holder;
@@ -104,6 +106,11 @@ struct odpd_mr {
 	uint64_t relaxed_by;                /* and its holder (client) id */
 	struct reg_op *joiners;             /* REGISTERING: requests it will serve */
 	int prefetch_errno;                 /* REG_PREFETCH when registered: ibv_advise_mr's errno */
+	unsigned busy;                      /* verify jobs using mr->mr */
+	/* DEAD: 1 waits for busy jobs, 2 in a batch, 3 deregistered and
+	 * released (charges, pins, its domain); freed with its last reference. */
+	unsigned char dead_stage;
+	bool stripped;                      /* charges, pins and domain released */
 };
 
 /* A named shared PD: one domain per device, made on first use. */
@@ -121,6 +128,7 @@ struct odpd_shared_pd {
 
 /* Who asks. Embedded in the connection's state. */
 struct odpd_holder {
+	LIST_ENTRY(odpd_holder) rlink;      /* in registry->holders */
 	uint64_t id;
 	pid_t pid;
 	uid_t uid;
@@ -139,6 +147,8 @@ struct odpd_cache_stats {
 	uint64_t lookups, hits, misses, evictions;
 	uint64_t registrations, deregistrations;
 	uint64_t flushes, invalidated, replaced;
+	uint64_t device_removals;           /* devices that went away while odpd ran */
+	uint64_t killed;                    /* MRs that went with them */
 };
 
 /* On-demand paging: ODP MRs count here, never as pinned bytes. */
@@ -168,6 +178,7 @@ struct odpd_registry {
 	uint64_t relaxed_bytes;
 	struct event *relaxed_timer;
 	LIST_HEAD(, odpd_domain) domains;
+	LIST_HEAD(, odpd_holder) holders;
 	LIST_HEAD(, odpd_shared_pd) shared;
 	unsigned n_shared;
 	LIST_HEAD(, odpd_batch) batches;    /* in flight */
@@ -308,5 +319,17 @@ typedef void (*odpd_verify_cb)(void *arg, int rc, const struct odpd_err *err, ui
 int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t iova, uint64_t length,
 			 const uint32_t *probe_rkey, size_t buf_size, odpd_verify_cb cb, void *arg,
 			 struct odpd_err *err);
+
+/*
+ * Device @dev went away (hotplug.c): its MRs are dead. Relaxed ones are
+ * invalidated, held ones deregistered (the kernel already destroyed them;
+ * the verbs only free odpd's side) and released — pins, charges — while
+ * their holders keep the references until they release them. Its PDs are
+ * detached from their holders and shared PDs and closed once nothing runs
+ * in them, as are client contexts on it. @notify runs first for each
+ * holder with anything on the device, with its number of MRs there.
+ */
+void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *dev,
+				  void (*notify)(struct odpd_holder *h, unsigned mrs, void *arg), void *arg);
 
 const char *odpd_mr_state_name(enum odpd_mr_state s);

@@ -17,20 +17,23 @@ void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *e
 /* One allocation: the pointer array, then the messages. free() releases both. */
 int odpd_devices_to_proto(struct odpd_manager *m, Odpd__Device ***ret)
 {
-	unsigned n = m->devices.n;
+	unsigned n = m->devices.n_live, k = 0;
 	Odpd__Device **ptrs = calloc(1, (n + 1) * sizeof(*ptrs) + n * sizeof(Odpd__Device));
 	Odpd__Device *devs;
 
 	if (!ptrs)
 		return -ENOMEM;
 	devs = (Odpd__Device *)(ptrs + n + 1);
-	for (unsigned i = 0; i < n; i++) {
-		odpd__device__init(&devs[i]);
-		odpd_device_to_proto(&m->devices.dev[i], &devs[i]);
-		ptrs[i] = &devs[i];
+	for (unsigned i = 0; i < m->devices.n && k < n; i++) {
+		if (m->devices.dev[i].removed)
+			continue;
+		odpd__device__init(&devs[k]);
+		odpd_device_to_proto(&m->devices.dev[i], &devs[k]);
+		ptrs[k] = &devs[k];
+		k++;
 	}
 	*ret = ptrs;
-	return 0;
+	return (int)k;
 }
 
 /*
@@ -72,7 +75,7 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 		c->hello = true;
 		hr.version = req->version;
 		hr.devices = devs;
-		hr.n_devices = c->m->devices.n;
+		hr.n_devices = c->m->devices.n_live;
 		hr.has_max_packet = 1;
 		hr.max_packet = ODPD_MAX_PACKET;
 		hr.has_client_id = 1;

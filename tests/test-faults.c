@@ -5,7 +5,8 @@
  * attach / register (pinned or ODP, some with remote access) / verify /
  * release (some relaxed) / detach until SIGKILLed after a random few ms;
  * afterwards odpd holds no client, segment or MR, the kernel no MR of odpd,
- * and odpd's VmPin, fds and mappings are back at their baseline.
+ * and odpd's VmPin, fds and mappings are back at their baseline. Also: odpd
+ * restarted under its clients, and the device removed and added back.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -178,11 +179,176 @@ static void test_restart_under_clients(void **state)
 	daemon_stop(&d2);
 }
 
+/* Run @cmd (sh -c) and wait up to @timeout_s for it: its exit status, or -1
+ * if it did not end (then it is killed). */
+static int run_cmd(const char *cmd, int timeout_s)
+{
+	pid_t pid = fork();
+	int st;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < timeout_s * 10; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		usleep(100000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+/* The first rxe link and its netdev, from `rdma link show`. */
+static void rdma_link(char *dev, char *netdev)
+{
+	FILE *p = popen("rdma link show", "r");
+	char line[512];
+	bool found = false;
+
+	assert_non_null(p);
+	while (!found && fgets(line, sizeof(line), p)) {
+		const char *nd = strstr(line, " netdev ");
+		found = sscanf(line, "link %63[^/]/", dev) == 1 && nd && sscanf(nd, " netdev %63s", netdev) == 1;
+	}
+	pclose(p);
+	assert_true(found);
+}
+
+static unsigned status_devices(int admin_fd, uint64_t *pinned, unsigned *mrs)
+{
+	Odpd__Reply *reply = NULL;
+	Odpd__StatusReply *st = status_get(admin_fd, &reply);
+	unsigned n = (unsigned)st->n_devices;
+
+	*pinned = st->pinned_bytes;
+	*mrs = st->mrs;
+	odpd__reply__free_unpacked(reply, NULL);
+	return n;
+}
+
+/*
+ * `rdma link delete` while clients hold MRs: odpd closes every context it
+ * has on the device (the kernel waits for that: the command returns), the
+ * MRs are dead (nothing pinned, none served from the cache), the clients
+ * that had anything there get ENODEV once, their releases succeed, others
+ * are untouched; `rdma link add` makes the device usable again, on the
+ * same connections, without restarting odpd.
+ */
+static void test_device_removal(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct odpd_conn *a, *b, *idle, *c;
+	struct odpd_segment *sa, *sb, *si, *sc;
+	struct odpd_mr *mra, *mrb, *mro, *mrc;
+	char dev[64], netdev[64], cmd[256];
+	uint32_t crc1, crc2;
+	uint64_t pinned;
+	unsigned mrs;
+	int admin, i;
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	rdma_link(dev, netdev);
+	daemon_start(&d, NULL);
+	admin = raw_connect_hello(d.sock);
+	a = odpd_connect(d.sock, NULL);
+	b = odpd_connect(d.sock, NULL);
+	idle = odpd_connect(d.sock, NULL);
+	assert_true(a && b && idle);
+	sa = odpd_alloc(a, 1024 * KIB, 0);
+	sb = odpd_alloc(b, 256 * KIB, 0);
+	si = odpd_alloc(idle, 64 * KIB, 0);
+	assert_true(sa && sb && si);
+	memset(odpd_segment_addr(sa), 0x5a, 1024 * KIB);
+	mra = odpd_reg(a, odpd_segment_addr(sa), 512 * KIB, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	assert_non_null(mra);
+	assert_int_equal(odpd_verify(mra, NULL, 0, &crc1), 0);
+	/* an ODP MR too, where the device has ODP (rxe does) */
+	mro = odpd_reg(a, (char *)odpd_segment_addr(sa) + 512 * KIB, 64 * KIB,
+		       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+	/* b leaves a relaxed MR in the cache */
+	mrb = odpd_reg(b, odpd_segment_addr(sb), 256 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mrb);
+	assert_int_equal(odpd_dereg_relaxed(mrb), 0);
+	assert_true(kernel_mr_count(d.pid) >= 2);
+	assert_int_equal(status_devices(admin, &pinned, &mrs), 1);
+	assert_true(pinned >= 768 * KIB);
+
+	snprintf(cmd, sizeof(cmd), "rdma link delete %s", dev);
+	/* Returns only once every context of the device is closed: odpd's too. */
+	assert_int_equal(run_cmd(cmd, 60), 0);
+	assert_int_equal(status_devices(admin, &pinned, &mrs), 0);
+	assert_int_equal(pinned, 0);                    /* dead MRs pin nothing */
+	assert_int_equal(mrs, mro ? 2 : 1);             /* a's, until it releases them */
+
+	/* a and b had MRs there: their next call says so, once */
+	errno = 0;
+	assert_null(odpd_reg(a, odpd_segment_addr(sa), 4096, IBV_ACCESS_LOCAL_WRITE));
+	assert_int_equal(errno, ENODEV);
+	assert_non_null(strstr(odpd_errmsg(), "was removed"));
+	assert_non_null(strstr(odpd_errmsg(), dev));
+	errno = 0;
+	assert_int_equal(odpd_verify(mra, NULL, 0, &crc2), -1);
+	assert_int_equal(errno, ENODEV);                /* the daemon: the MR is dead */
+	assert_int_equal(odpd_dereg(mra), 0);
+	if (mro)
+		assert_int_equal(odpd_dereg(mro), 0);
+	errno = 0;
+	assert_null(odpd_reg(b, odpd_segment_addr(sb), 4096, IBV_ACCESS_LOCAL_WRITE));
+	assert_int_equal(errno, ENODEV);
+	/* idle had nothing there: no event; attach and detach still work */
+	assert_int_equal(odpd_detach(si), 0);
+	si = odpd_alloc(idle, 64 * KIB, 0);
+	assert_non_null(si);
+	assert_int_equal(status_devices(admin, &pinned, &mrs), 0);
+	assert_int_equal(mrs, 0);
+
+	snprintf(cmd, sizeof(cmd), "rdma link add %s type rxe netdev %s", dev, netdev);
+	assert_int_equal(run_cmd(cmd, 60), 0);
+	/* Found by a rescan, which a request for a missing device makes at most
+	 * once a second: the first tries may still say ENODEV. */
+	mra = NULL;
+	for (i = 0; i < 50 && !mra; i++) {
+		mra = odpd_reg(a, odpd_segment_addr(sa), 512 * KIB, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+		if (!mra) {
+			assert_int_equal(errno, ENODEV);
+			usleep(100000);
+		}
+	}
+	assert_non_null(mra);
+	assert_int_equal(odpd_verify(mra, NULL, 0, &crc2), 0);
+	assert_int_equal(crc2, crc1);                   /* the same bytes, read by the new device */
+	assert_int_equal(status_devices(admin, &pinned, &mrs), 1);
+	c = odpd_connect(d.sock, NULL);                 /* a new client sees it too */
+	assert_non_null(c);
+	sc = odpd_alloc(c, 64 * KIB, 0);
+	assert_non_null(sc);
+	mrc = odpd_reg(c, odpd_segment_addr(sc), 64 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mrc);
+	assert_int_equal(odpd_dereg(mrc), 0);
+	assert_int_equal(odpd_dereg(mra), 0);
+	odpd_disconnect(c);
+	odpd_disconnect(idle);
+	odpd_disconnect(b);
+	odpd_disconnect(a);
+	wait_idle(admin);
+	assert_int_equal(kernel_mr_count(d.pid), 0);
+	close(admin);
+	daemon_stop(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_clients_killed_anywhere, harness_test_setup),
 		cmocka_unit_test(test_restart_under_clients),
+		cmocka_unit_test(test_device_removal),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 

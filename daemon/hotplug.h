@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * Devices that come and go while odpd runs. odpd keeps one context open per
+ * present device (its probe's, odpd_device.watch) and reads its async
+ * events on the loop: IBV_EVENT_DEVICE_FATAL, which the kernel sends to
+ * every context of a device being unregistered (`rdma link delete`, a
+ * driver unbind, a fatal hardware error), makes that device's MRs dead
+ * (registry.h), closes every context odpd has on it (the kernel waits for
+ * that before the device can go) and tells the clients that had anything
+ * on it (DeviceEvent). A device that appears (again) is found by a rescan:
+ * when a request names a device odpd does not have, or asks for the first
+ * one and none is left, at most once a second.
+ */
+
+#include "error.h"
+
+struct odpd_manager;
+struct odpd_device;
+
+/* Watch every present device. */
+int odpd_hotplug_start(struct odpd_manager *m);
+void odpd_hotplug_stop(struct odpd_manager *m);
+
+/* The present device @name ("" or NULL: the first present one), rescanning
+ * for it if need be; NULL with ENODEV in @err. */
+struct odpd_device *odpd_manager_device(struct odpd_manager *m, const char *name, struct odpd_err *err);
