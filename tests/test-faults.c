@@ -278,7 +278,7 @@ static void test_device_removal(void **state)
 	assert_int_equal(odpd_dereg_relaxed(mrb), 0);
 	assert_true(kernel_mr_count(d.pid) >= 2);
 	assert_int_equal(status_devices(admin, &pinned, &mrs), 1);
-	assert_true(pinned >= 768 * KIB);
+	assert_true(pinned >= 512 * KIB);               /* b's relaxed MR may be invalidated by now */
 
 	snprintf(cmd, sizeof(cmd), "rdma link delete %s", dev);
 	/* Returns only once every context of the device is closed: odpd's too. */
