@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
 
+#include "bus.h"
 #include "config.h"
 #include "log.h"
 #include "manager.h"
@@ -31,6 +32,8 @@ static void usage(FILE *f)
 		"  --max-clients N           (default 1024)\n"
 		"  --admin-group GROUP       group allowed admin requests besides root\n"
 		"  --log-level LEVEL         err, warning, notice, info, debug (default info)\n"
+		"  --no-bus                  no D-Bus (org.odpd1), even where there is a system bus\n"
+		"  --bus-introspect          print the D-Bus introspection XML and exit\n"
 		"  --help, --version\n",
 		ODPD_SOCKET_DEFAULT, ODPD_CONF_DEFAULT);
 }
@@ -74,7 +77,7 @@ static int parse_uint(const char *s, unsigned min, unsigned *ret)
 
 enum { OPT_SOCKET = 256, OPT_FOREGROUND, OPT_DEVICE, OPT_WORKERS, OPT_MAX_SEGMENT,
        OPT_WINDOW, OPT_VERIFY_BUFFER, OPT_MAX_CLIENTS, OPT_ADMIN_GROUP, OPT_LOG_LEVEL,
-       OPT_HELP, OPT_VERSION, OPT_CONFIG };
+       OPT_HELP, OPT_VERSION, OPT_CONFIG, OPT_NO_BUS, OPT_BUS_INTROSPECT };
 
 static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 {
@@ -92,6 +95,8 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ "config", required_argument, NULL, OPT_CONFIG },
+		{ "no-bus", no_argument, NULL, OPT_NO_BUS },
+		{ "bus-introspect", no_argument, NULL, OPT_BUS_INTROSPECT },
 		{ 0 }
 	};
 	int c, r = 0;
@@ -101,6 +106,12 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		case OPT_SOCKET: cfg->socket_path = optarg; break;
 		case OPT_CONFIG: cfg->config_path = optarg; cfg->config_given = true; break;
 		case OPT_FOREGROUND: cfg->foreground = true; break;
+		case OPT_NO_BUS: cfg->no_bus = true; break;
+		case OPT_BUS_INTROSPECT:
+			r = odpd_bus_introspect(stdout);
+			if (r < 0)
+				fprintf(stderr, "odpd: --bus-introspect: %s\n", strerror(-r));
+			exit(r < 0 ? EXIT_FAILURE : EXIT_SUCCESS);
 		case OPT_DEVICE: cfg->devices[cfg->n_devices++] = optarg; break;
 		case OPT_WORKERS: r = parse_uint(optarg, 1, &cfg->workers); break;
 		case OPT_MAX_SEGMENT: r = parse_size(optarg, &cfg->max_segment_size); break;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
 
+#include "bus.h"
 #include "client.h"
 #include "hotplug.h"
 #include "log.h"
@@ -161,6 +163,98 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	maybe_stop(m);
 }
 
+/* ---------------------------------------------------------------- watchdog */
+
+static void wd_ping_run(struct odpd_job *job)
+{
+	(void)job;
+}
+
+static void wd_ping_done(struct odpd_job *job)
+{
+	struct odpd_manager *m = (struct odpd_manager *)((char *)job - offsetof(struct odpd_manager, wd_ping));
+
+	m->wd_ping_pending = false;
+}
+
+/*
+ * Every half of WatchdogSec: WATCHDOG=1 if the loop runs (this timer fires)
+ * and the workers make progress: the previous tick's no-op job completed,
+ * or, behind longer jobs, some job completed since. Workers all stuck
+ * (a hung verb) stop the pings, and systemd restarts odpd.
+ */
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_manager *m = arg;
+	unsigned long done = odpd_pool_completed(m->pool);
+	bool progress = !m->wd_ping_pending || done != m->wd_completed;
+
+	(void)fd;
+	(void)what;
+	m->wd_completed = done;
+	if (!m->wd_ping_pending) {
+		m->wd_ping_pending = true;
+		odpd_pool_submit(m->pool, &m->wd_ping);
+	}
+	if (progress)
+		sd_notify(0, "WATCHDOG=1");
+	else
+		log_ratelimited(LOG_ERR, "watchdog: no worker finished a job since the last tick (%u "
+				"queued or running): not telling systemd that odpd is alive",
+				odpd_pool_pending(m->pool));
+}
+
+/* ODPD_TEST_WEDGE=1, for the watchdog's test: SIGUSR1 makes every worker
+ * block for good. */
+static void wedge_run(struct odpd_job *job)
+{
+	(void)job;
+	for (;;)
+		pause();
+}
+
+static void on_wedge(evutil_socket_t sig, short what, void *arg)
+{
+	static struct odpd_job jobs[64];
+	struct odpd_manager *m = arg;
+
+	(void)sig;
+	(void)what;
+	log_warning("ODPD_TEST_WEDGE: SIGUSR1: blocking every worker for good");
+	for (unsigned i = 0; i < m->cfg.workers && i < 64; i++) {
+		jobs[i].run = wedge_run;
+		jobs[i].done = NULL;
+		odpd_pool_submit(m->pool, &jobs[i]);
+	}
+}
+
+static int watchdog_start(struct odpd_manager *m)
+{
+	uint64_t usec = 0;
+	struct timeval tv;
+	const char *wedge = getenv("ODPD_TEST_WEDGE");
+
+	if (wedge && strcmp(wedge, "1") == 0) {
+		m->ev_wedge = evsignal_new(m->base, SIGUSR1, on_wedge, m);
+		if (!m->ev_wedge || event_add(m->ev_wedge, NULL) < 0)
+			return log_errno(LOG_ERR, ENOMEM, "signal event");
+		log_warning("ODPD_TEST_WEDGE=1: SIGUSR1 blocks every worker (for the watchdog's test)");
+	}
+	if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
+		return 0;
+	m->wd_ping.run = wd_ping_run;
+	m->wd_ping.done = wd_ping_done;
+	usec /= 2;
+	tv.tv_sec = (time_t)(usec / 1000000u);
+	tv.tv_usec = (suseconds_t)(usec % 1000000u);
+	m->ev_watchdog = event_new(m->base, -1, EV_PERSIST, on_watchdog, m);
+	if (!m->ev_watchdog || event_add(m->ev_watchdog, &tv) < 0)
+		return log_errno(LOG_ERR, ENOMEM, "watchdog timer");
+	log_info("watchdog: WATCHDOG=1 every %llu ms while the workers make progress",
+		 (unsigned long long)(usec / 1000u));
+	return 0;
+}
+
 void odpd_manager_client_released(struct odpd_manager *m)
 {
 	m->n_clients--;
@@ -276,6 +370,12 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = listen_socket(m);
 	if (r < 0)
 		return r;
+	r = m->cfg.no_bus ? 0 : odpd_bus_start(m);
+	if (r < 0)
+		return r;
+	r = watchdog_start(m);
+	if (r < 0)
+		return r;
 	m->ev_listen = event_new(m->base, m->listen_fd, EV_READ | EV_PERSIST, odpd_client_accept, m);
 	if (!m->ev_listen || event_add(m->ev_listen, NULL) < 0)
 		return log_errno(LOG_ERR, ENOMEM, "listen event");
@@ -289,7 +389,12 @@ int odpd_manager_start(struct odpd_manager *m)
 
 void odpd_manager_finish(struct odpd_manager *m)
 {
+	if (m->ev_watchdog)
+		event_free(m->ev_watchdog);
+	if (m->ev_wedge)
+		event_free(m->ev_wedge);
 	odpd_pool_free(m->pool);              /* runs what is left (start-up failures) */
+	odpd_bus_stop(m);                     /* after the last Flush() was answered */
 	odpd_registry_finish(&m->registry);
 	odpd_conf_free(&m->conf);
 	if (m->ev_stop)

@@ -14,6 +14,7 @@
 #include "segment.h"
 
 struct odpd_client;
+struct odpd_bus;
 
 struct odpd_config {
 	const char *socket_path;
@@ -32,6 +33,7 @@ struct odpd_config {
 	int log_level;
 	const char *config_path;        /* --config, or ODPD_CONF_DEFAULT */
 	bool config_given;              /* --config: the file must exist */
+	bool no_bus;                    /* --no-bus: no D-Bus even where there is a system bus */
 };
 
 struct odpd_stats {
@@ -67,6 +69,13 @@ struct odpd_manager {
 	bool implicit_without_cap;
 	uint64_t nofile;                    /* RLIMIT_NOFILE soft limit, after raising it */
 	struct event *ev_listen_resume;     /* accept4 failed: listening paused until then */
+	struct odpd_bus *bus;               /* D-Bus (bus.h), or NULL */
+	/* systemd's watchdog: WATCHDOG=1 only while the workers make progress. */
+	struct event *ev_watchdog;
+	struct odpd_job wd_ping;            /* a no-op job per tick: done proves a worker runs */
+	bool wd_ping_pending;
+	unsigned long wd_completed;         /* the pool's count at the last tick */
+	struct event *ev_wedge;             /* ODPD_TEST_WEDGE=1: SIGUSR1 blocks every worker */
 };
 
 int odpd_manager_start(struct odpd_manager *m);

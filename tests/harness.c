@@ -74,6 +74,9 @@ void daemon_start(struct test_daemon *d, const char *const *args)
 	argv[n++] = d->sock;
 	argv[n++] = "--log-level";
 	argv[n++] = "debug";
+	/* On the system bus only where a test set up a bus of its own (test-bus) */
+	if (!getenv("DBUS_SYSTEM_BUS_ADDRESS"))
+		argv[n++] = "--no-bus";
 	for (char *w = more ? strtok_r(more, " ", &save) : NULL; w && n < 40; w = strtok_r(NULL, " ", &save))
 		argv[n++] = w;
 	for (; args && *args && n < 47; args++)

@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-bus (host, and VM where a device makes the MR counters move): odpd
+ * on a real dbus-daemon, driven with busctl. The bus runs with a small
+ * system-bus configuration of the test's own that includes odpd's real
+ * policy file (systemd/org.odpd1.conf), plus one test rule: uid 1 may send
+ * Flush(), so that odpd's own check of the caller is reached.
+ *   - odpd owns org.odpd1; its properties equal the Status reply's numbers;
+ *   - per-client and per-device objects;
+ *   - Flush(): root may; uid 65534 is stopped by the policy; uid 1 by odpd
+ *     (and allowed with --admin-group of its group);
+ *   - the bus going away leaves odpd serving; no bus at all too;
+ *   - odpd --bus-introspect prints the interfaces busctl sees.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "harness.h"
+#include "odpd.h"
+
+#define KIB (1ull << 10)
+
+static char bus_dir[64], bus_addr[160];
+static pid_t bus_pid;
+
+static void bus_start(void)
+{
+	const char *policy = getenv("ODPD_TEST_BUS_POLICY");
+	char conf[128], sock[128];
+	FILE *f;
+
+	assert_non_null(policy);
+	snprintf(bus_dir, sizeof(bus_dir), "/tmp/odpd-bus.XXXXXX");
+	assert_non_null(mkdtemp(bus_dir));
+	chmod(bus_dir, 0755);
+	snprintf(conf, sizeof(conf), "%s/bus.conf", bus_dir);
+	snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
+	f = fopen(conf, "w");
+	assert_non_null(f);
+	/* A system bus's usual default policy, in short: nobody owns names or
+	 * calls methods unless a rule says so; replies and the bus driver pass. */
+	fprintf(f,
+		"<busconfig>\n"
+		" <type>system</type>\n"
+		" <listen>unix:path=%s</listen>\n"
+		" <auth>EXTERNAL</auth>\n"
+		" <policy context=\"default\">\n"
+		"  <allow user=\"*\"/>\n"
+		"  <deny own=\"*\"/>\n"
+		"  <deny send_type=\"method_call\"/>\n"
+		"  <allow send_type=\"signal\"/>\n"
+		"  <allow send_requested_reply=\"true\" send_type=\"method_return\"/>\n"
+		"  <allow send_requested_reply=\"true\" send_type=\"error\"/>\n"
+		"  <allow receive_type=\"method_call\"/>\n"
+		"  <allow receive_type=\"method_return\"/>\n"
+		"  <allow receive_type=\"error\"/>\n"
+		"  <allow receive_type=\"signal\"/>\n"
+		"  <allow send_destination=\"org.freedesktop.DBus\"/>\n"
+		" </policy>\n"
+		" <policy user=\"daemon\">\n"
+		"  <allow send_destination=\"org.odpd1\" send_interface=\"org.odpd1.Manager\" send_member=\"Flush\"/>\n"
+		" </policy>\n"
+		" <include>%s</include>\n"
+		"</busconfig>\n", sock, policy);
+	fclose(f);
+	bus_pid = fork();
+	assert_true(bus_pid >= 0);
+	if (bus_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execlp("dbus-daemon", "dbus-daemon", "--nofork", "--nopidfile", "--config-file", conf,
+		       (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 200 && access(sock, F_OK) != 0; i++)
+		usleep(50000);
+	assert_int_equal(access(sock, F_OK), 0);
+	snprintf(bus_addr, sizeof(bus_addr), "unix:path=%s", sock);
+	/* odpd (daemon_start) connects there instead of the system bus */
+	setenv("DBUS_SYSTEM_BUS_ADDRESS", bus_addr, 1);
+}
+
+static void bus_stop(void)
+{
+	char path[160];
+
+	unsetenv("DBUS_SYSTEM_BUS_ADDRESS");
+	if (bus_pid > 0) {
+		kill(bus_pid, SIGTERM);
+		waitpid(bus_pid, NULL, 0);
+	}
+	bus_pid = 0;
+	snprintf(path, sizeof(path), "%s/bus.conf", bus_dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/bus", bus_dir);
+	unlink(path);
+	rmdir(bus_dir);
+}
+
+/* Run @argv as @uid (0: as we are); its stdout and stderr in @out. Returns
+ * its exit status. */
+static int run_tool(uid_t uid, char *out, size_t cap, const char *const *argv)
+{
+	int pfd[2], st;
+	size_t len = 0;
+	ssize_t k;
+	pid_t pid;
+
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		if (uid && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 ||
+			    setresuid(uid, uid, uid) < 0))
+			_exit(126);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (len + 1 < cap && (k = read(pfd[0], out + len, cap - 1 - len)) > 0)
+		len += (size_t)k;
+	out[len] = 0;
+	close(pfd[0]);
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* busctl --address=BUS ARGS... (NULL-terminated) as @uid. */
+static int busctl(uid_t uid, char *out, size_t cap, ...)
+{
+	const char *argv[16];
+	char addr[192];
+	va_list ap;
+	int n = 0;
+
+	snprintf(addr, sizeof(addr), "--address=%s", bus_addr);
+	argv[n++] = "busctl";
+	argv[n++] = addr;
+	argv[n++] = "--no-pager";
+	va_start(ap, cap);
+	for (const char *a; n < 15 && (a = va_arg(ap, const char *)); )
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	return run_tool(uid, out, cap, argv);
+}
+
+/* Flush() through dbus-send as @uid: unlike busctl, it prints the error's
+ * own message, which tells the bus's refusal from odpd's. */
+static int dbus_send_flush(uid_t uid, char *out, size_t cap)
+{
+	char addr[192];
+	const char *argv[] = { "dbus-send", addr, "--print-reply", "--dest=org.odpd1", "/org/odpd1",
+			       "org.odpd1.Manager.Flush", NULL };
+
+	snprintf(addr, sizeof(addr), "--bus=%s", bus_addr);
+	return run_tool(uid, out, cap, argv);
+}
+
+/* A Manager property as busctl prints it ("t 42"): its number. */
+static uint64_t bus_counter(const char *name)
+{
+	char out[256];
+	unsigned long long v;
+
+	assert_int_equal(busctl(0, out, sizeof(out), "get-property", "org.odpd1", "/org/odpd1",
+				"org.odpd1.Manager", name, NULL), 0);
+	assert_int_equal(sscanf(out, "t %llu", &v), 1);
+	return v;
+}
+
+/* odpd requests its name asynchronously: wait until it owns it. */
+static void wait_for_name(void)
+{
+	char out[512];
+
+	for (int i = 0; i < 200; i++) {
+		if (busctl(0, out, sizeof(out), "get-property", "org.odpd1", "/org/odpd1",
+			   "org.odpd1.Manager", "Version", NULL) == 0)
+			return;
+		usleep(50000);
+	}
+	fail_msg("odpd did not take org.odpd1: %s", out);
+}
+
+/* The relaxed MRs these tests leave stay queued until flushed. */
+#define CONF "[limits]\nrelaxed-window-ms = 600000\n"
+
+static void test_properties_equal_status(void **state)
+{
+	struct test_daemon d = { 0 };
+	char conf[128];
+	Odpd__Reply *reply = NULL;
+	Odpd__StatusReply *st;
+	struct odpd_conn *c;
+	struct odpd_segment *s;
+	struct odpd_mr *mr;
+	char out[8192], tree[8192], path[128];
+	int admin, n_paths, with_segment = 0;
+
+	(void)state;
+	bus_start();
+	daemon_start_conf(&d, conf, sizeof(conf), "bus", CONF, NULL, NULL);
+	wait_for_name();
+	admin = raw_connect_hello(d.sock);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	s = odpd_alloc(c, 256 * KIB, 0);
+	assert_non_null(s);
+	mr = odpd_reg(c, odpd_segment_addr(s), 64 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	/* no device on the host: an error reply, counted */
+	if (mr)
+		assert_int_equal(odpd_dereg_relaxed(mr), 0);
+	st = status_get(admin, &reply);
+	assert_int_equal(bus_counter("Segments"), st->segments);
+	assert_int_equal(bus_counter("SegmentBytes"), st->segment_bytes);
+	assert_int_equal(bus_counter("MRs"), st->mrs);
+	assert_int_equal(bus_counter("PinnedBytes"), st->pinned_bytes);
+	assert_int_equal(bus_counter("Registrations"), st->registrations);
+	assert_int_equal(bus_counter("Deregistrations"), st->deregistrations);
+	assert_int_equal(bus_counter("Errors"), st->errors);
+	assert_int_equal(bus_counter("Devices"), st->n_devices);
+	assert_int_equal(bus_counter("CacheMisses"), st->cache->misses);
+	assert_int_equal(bus_counter("RelaxedPending"), st->cache->relaxed_pending);
+	assert_int_equal(bus_counter("OdpMRs"), st->odp->mrs);
+	assert_int_equal(bus_counter("Segments"), 1);
+	assert_int_equal(bus_counter("SegmentBytes"), 256 * KIB);
+	assert_true(bus_counter("Errors") >= (mr ? 0 : 1));
+	if (mr) {                                        /* VM: a device */
+		assert_int_equal(bus_counter("Registrations"), 1);
+		assert_int_equal(bus_counter("RelaxedPending"), 1);
+	}
+	odpd__reply__free_unpacked(reply, NULL);
+
+	/* the clients' objects (c and the admin connection), with their own
+	 * numbers: exactly one has the segment, and it is ours */
+	assert_int_equal(busctl(0, tree, sizeof(tree), "tree", "org.odpd1", NULL), 0);
+	n_paths = 0;
+	for (char *p = strstr(tree, "/org/odpd1/client/"); p; p = strstr(p + 1, "/org/odpd1/client/")) {
+		sscanf(p, "%127s", path);
+		assert_int_equal(busctl(0, out, sizeof(out), "get-property", "org.odpd1", path,
+					"org.odpd1.Client", "Segments", NULL), 0);
+		if (strcmp(out, "t 1\n") == 0) {
+			with_segment++;
+			assert_int_equal(busctl(0, out, sizeof(out), "get-property", "org.odpd1", path,
+						"org.odpd1.Client", "Pid", NULL), 0);
+			assert_int_equal(strtoull(out + 2, NULL, 10), (unsigned long long)getpid());
+		}
+		n_paths++;
+	}
+	assert_int_equal(n_paths, 2);
+	assert_int_equal(with_segment, 1);
+	/* a client that is gone has no object */
+	assert_int_not_equal(busctl(0, out, sizeof(out), "get-property", "org.odpd1",
+				    "/org/odpd1/client/999999", "org.odpd1.Client", "Pid", NULL), 0);
+	/* devices: one object per present device, none on the host */
+	assert_int_equal(busctl(0, out, sizeof(out), "tree", "org.odpd1", NULL), 0);
+	if (mr) {
+		char *dev = strstr(out, "/org/odpd1/device/");
+		char dpath[128];
+		assert_non_null(dev);
+		sscanf(dev, "%127s", dpath);
+		assert_int_equal(busctl(0, out, sizeof(out), "get-property", "org.odpd1", dpath,
+					"org.odpd1.Device", "MRs", NULL), 0);
+		assert_string_equal(out, "t 1\n");              /* the relaxed one */
+	} else {
+		assert_null(strstr(out, "/org/odpd1/device/"));
+	}
+	/* anyone may read: uid 65534 too */
+	assert_int_equal(busctl(65534, out, sizeof(out), "get-property", "org.odpd1", "/org/odpd1",
+				"org.odpd1.Manager", "Segments", NULL), 0);
+	assert_string_equal(out, "t 1\n");
+
+	assert_int_equal(odpd_detach(s), 0);
+	odpd_disconnect(c);
+	close(admin);
+	daemon_stop(&d);
+	unlink(conf);
+	bus_stop();
+}
+
+static void test_flush_who_may(void **state)
+{
+	const char *args[] = { "--admin-group", "daemon", NULL };
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c;
+	struct odpd_segment *s;
+	struct odpd_mr *mr;
+	char out[1024], conf[128];
+
+	(void)state;
+	bus_start();
+	daemon_start_conf(&d, conf, sizeof(conf), "bus", CONF, NULL, NULL);
+	wait_for_name();
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	s = odpd_alloc(c, 64 * KIB, 0);
+	assert_non_null(s);
+	mr = odpd_reg(c, odpd_segment_addr(s), 64 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	if (mr)                                          /* VM: something to flush */
+		assert_int_equal(odpd_dereg_relaxed(mr), 0);
+	/* root: flushed; the answer counts what went */
+	assert_int_equal(busctl(0, out, sizeof(out), "call", "org.odpd1", "/org/odpd1", "org.odpd1.Manager",
+				"Flush", NULL), 0);
+	assert_string_equal(out, mr ? "ut 1 65536\n" : "ut 0 0\n");
+	assert_int_equal(bus_counter("RelaxedPending"), 0);
+	/* uid 65534: the policy file stops it at the bus */
+	assert_int_not_equal(dbus_send_flush(65534, out, sizeof(out)), 0);
+	if (!strstr(out, "AccessDenied") || !strstr(out, "Rejected send message"))
+		fail_msg("uid 65534's Flush: %s", out);
+	/* uid 1: the test policy lets it through, odpd refuses it itself */
+	assert_int_not_equal(dbus_send_flush(1, out, sizeof(out)), 0);
+	if (!strstr(out, "AccessDenied") || !strstr(out, "root and odpd's admin group only"))
+		fail_msg("uid 1's Flush: %s", out);
+	odpd_disconnect(c);
+	daemon_stop(&d);
+	unlink(conf);
+
+	/* with --admin-group daemon, uid 1 (group daemon) may */
+	daemon_start(&d, args);
+	wait_for_name();
+	assert_int_equal(busctl(1, out, sizeof(out), "call", "org.odpd1", "/org/odpd1", "org.odpd1.Manager",
+				"Flush", NULL), 0);
+	assert_string_equal(out, "ut 0 0\n");
+	daemon_stop(&d);
+	bus_stop();
+}
+
+static void test_bus_goes_away(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c;
+	int admin;
+
+	(void)state;
+	bus_start();
+	daemon_start(&d, NULL);
+	wait_for_name();
+	kill(bus_pid, SIGKILL);
+	waitpid(bus_pid, NULL, 0);
+	bus_pid = 0;
+	/* odpd serves on: a client and an admin request */
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	assert_non_null(odpd_alloc(c, 64 * KIB, 0));
+	admin = raw_connect_hello(d.sock);
+	close(admin);
+	odpd_disconnect(c);
+	daemon_stop(&d);                                 /* exit status 0 */
+	bus_stop();
+
+	/* and without any bus at all */
+	setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/odpd-test-bus", 1);
+	daemon_start(&d, NULL);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	odpd_disconnect(c);
+	daemon_stop(&d);
+	unsetenv("DBUS_SYSTEM_BUS_ADDRESS");
+}
+
+static void test_bus_introspect(void **state)
+{
+	struct test_daemon d = { 0 };
+	static char out[65536];
+	const char *bin = getenv("ODPD_TEST_DAEMON");
+	char cmd[512];
+	size_t n = 0, k;
+	FILE *p;
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "%s --bus-introspect", bin);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	while (n + 1 < sizeof(out) && (k = fread(out + n, 1, sizeof(out) - 1 - n, p)) > 0)
+		n += k;
+	out[n] = 0;
+	assert_int_equal(pclose(p), 0);
+	assert_non_null(strstr(out, "<interface name=\"org.odpd1.Manager\">"));
+	assert_non_null(strstr(out, "<interface name=\"org.odpd1.Client\">"));
+	assert_non_null(strstr(out, "<interface name=\"org.odpd1.Device\">"));
+	assert_non_null(strstr(out, "<method name=\"Flush\">"));
+	/* what the running daemon publishes says the same */
+	bus_start();
+	daemon_start(&d, NULL);
+	wait_for_name();
+	assert_int_equal(busctl(0, out, sizeof(out), "introspect", "--xml-interface", "org.odpd1",
+				"/org/odpd1", NULL), 0);
+	assert_non_null(strstr(out, "<interface name=\"org.odpd1.Manager\">"));
+	assert_non_null(strstr(out, "<property name=\"PinnedBytes\" type=\"t\" access=\"read\">"));
+	daemon_stop(&d);
+	bus_stop();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_properties_equal_status),
+		cmocka_unit_test(test_flush_who_may),
+		cmocka_unit_test(test_bus_goes_away),
+		cmocka_unit_test(test_bus_introspect),
+	};
+
+	if (getenv("ODPD_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
