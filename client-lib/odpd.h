@@ -275,7 +275,9 @@ struct odpd_mr {
  * without the RC ODP caps the access needs; implicit ODP - @addr NULL,
  * @length SIZE_MAX - on a device without IBV_ODP_SUPPORT_IMPLICIT, and in
  * this version on every device, see odpd_reg(3)), ENODEV (the daemon has no
- * device), EDQUOT (over the user's pinning quota even after odpd
+ * device, the device was removed, or - once - the first call after the
+ * daemon said a device this connection used went away: its MRs there are
+ * dead, odpd_dereg() them), EDQUOT (over the user's pinning quota even after odpd
  * deregistered that user's relaxed MRs to make room, or the daemon's limit
  * of 65536 MRs per connection), ENOMEM (out of memory here or in the
  * daemon; over the daemon's own limit of pinned bytes or of MRs -
