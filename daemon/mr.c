@@ -455,7 +455,12 @@ void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int
 	struct odpd_reg_req q = { .cmd_fd = -1 };
 	struct odpd_err err = { 0 };
 
-	if (reg_check(c, req, fd, &q, &err) < 0) {
+	/* Client-PD mode: odpd may keep this fd (a copy of the client's
+	 * context) as long as its MRs: within the reserve, like a segment's. */
+	if (fd >= 0 && odpd_manager_fd_short(c->m, fd, true))
+		err_set(&err, EMFILE, "odpd is short of file descriptors: it keeps no more "
+			"client contexts now");
+	if (err.code || reg_check(c, req, fd, &q, &err) < 0) {
 		if (fd >= 0)
 			close(fd);
 		odpd_reply_err(c, id, &err);
@@ -683,7 +688,12 @@ static void export_cb(void *arg, int rc, const struct odpd_err *err, int fd, uin
 	Odpd__ImportPdReply ir = ODPD__IMPORT_PD_REPLY__INIT;
 	const struct odpd_device *dev = p->dev;
 
-	if (rc < 0) {
+	if (rc == 0 && odpd_manager_fd_short(c->m, fd, false)) {
+		/* the reply would hold it until the client reads it */
+		close(fd);
+		odpd_client_send_error(c, p->id, EMFILE, "odpd is short of file descriptors: "
+				       "try again later");
+	} else if (rc < 0) {
 		odpd_reply_err(c, p->id, err);
 	} else {
 		ir.has_pd_handle = 1;

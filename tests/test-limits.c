@@ -429,6 +429,24 @@ static void test_connection_flood_few_fds(void **state)
 	if (!c)
 		fail_msg("odpd_connect with odpd's segment fds at their limit: %s", odpd_errmsg());
 	odpd_disconnect(c);
+	{
+		/* client-PD mode's cmd_fd, which odpd would keep too: refused
+		 * for the budget before anything else is looked at */
+		Odpd__Request req;
+		Odpd__RegMr m;
+		int raw = raw_connect_hello(d.sock), nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+		Odpd__Reply *r;
+
+		assert_true(raw >= 0 && nul >= 0);
+		raw_client_pd_req(&req, &m, 0x10000, 1);
+		r = raw_call(raw, 7, &req, &nul, 1);
+		assert_int_equal(r->status, EMFILE);
+		if (!strstr(r->message, "short of file descriptors"))
+			fail_msg("client-PD cmd_fd: %s", r->message);
+		odpd__reply__free_unpacked(r, NULL);
+		close(nul);
+		close(raw);
+	}
 	for (int i = 0; i < 200; i++) {
 		int fd = odpd_wire_connect(d.sock);
 		if (fd >= 0)
