@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hotplug.h"
@@ -399,6 +400,50 @@ static void implicit_mapped(void *arg, int rc, const struct odpd_err *err)
 	free(st);
 }
 
+/*
+ * A registrar runs as its client's user, who can kill it or stop it: each
+ * stopped one holds a worker until its call times out (2 s). So a user
+ * whose registrars died REGISTRAR_DEATHS times within REGISTRAR_WINDOW_S
+ * seconds gets no new one until that window ends (EAGAIN): its stalls cost
+ * the other users a bounded share of the workers. @died: this domain's
+ * registrar is found dead now.
+ */
+#define REGISTRAR_DEATHS 3u
+#define REGISTRAR_WINDOW_S 60u
+
+/* The latest registrar deaths, whoever's: a user's count survives its
+ * connections (reconnecting resets nothing). */
+static struct { uid_t uid; uint64_t ns; } deaths[256];
+static unsigned deaths_next;
+
+static int registrar_deaths_over(struct odpd_client *c, bool died, struct odpd_err *err)
+{
+	const uint64_t window = REGISTRAR_WINDOW_S * 1000000000ull;
+	uint64_t now, oldest = UINT64_MAX;
+	struct timespec ts;
+	unsigned n = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + window;  /* never 0 */
+	if (died) {
+		deaths[deaths_next].uid = c->cred.uid;
+		deaths[deaths_next].ns = now;
+		deaths_next = (deaths_next + 1) % (sizeof(deaths) / sizeof(deaths[0]));
+	}
+	for (unsigned i = 0; i < sizeof(deaths) / sizeof(deaths[0]); i++)
+		if (deaths[i].ns && deaths[i].uid == c->cred.uid && now - deaths[i].ns < window) {
+			n++;
+			if (deaths[i].ns < oldest)
+				oldest = deaths[i].ns;
+		}
+	if (n < REGISTRAR_DEATHS)
+		return 0;
+	return err_set(err, EAGAIN, "implicit ODP is paused for your user for up to %llu s: %u of "
+		       "its registrar processes died or stopped answering within %u s",
+		       (unsigned long long)((oldest + window - now) / 1000000000u) + 1, n,
+		       REGISTRAR_WINDOW_S);
+}
+
 static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req *q)
 {
 	struct odpd_registry *r = &c->m->registry;
@@ -418,7 +463,12 @@ static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req
 	}
 	/* A registrar that died: its MRs reach nothing and stay in the PD's
 	 * context until they are released (odpd drops its imports) and the PD
-	 * closes; a new registrar serves from here on. */
+	 * closes; a new registrar serves from here on, unless too many died. */
+	if (registrar_deaths_over(c, d->registrar != NULL, &err) < 0) {
+		odpd_registry_drop_registrar(r, d);
+		odpd_reply_err(c, id, &err);
+		return;
+	}
 	odpd_registry_drop_registrar(r, d);
 	st = calloc(1, sizeof(*st));
 	if (!st) {

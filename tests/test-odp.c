@@ -1514,6 +1514,59 @@ static void test_implicit_registrar(void **state)
 	unlink(path);
 }
 
+/*
+ * Testbed: a user whose registrars keep dying (killed here; a stopped one
+ * whose call times out counts the same) gets EAGAIN once three died within
+ * a minute, and no new registrar, instead of holding odpd's workers; on a
+ * new connection too. Its other requests go on.
+ */
+static void test_implicit_registrar_deaths(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c, *c2;
+	struct odpd_segment *s;
+	struct odpd_mr *mr;
+	struct gone_arg ga = { 0, NULL };
+	pid_t pids[4];
+	char path[128];
+
+	(void)state;
+	if (!test_profile_testbed()) {
+		skip();
+		return;
+	}
+	implicit_daemon_start(&d, path, sizeof(path), "deaths");
+	ga.pid = d.pid;
+	c = connect_to(d.sock);
+	s = alloc_or_fail(c, 64 * KIB);
+	for (int i = 0; i < 3; i++) {
+		assert_null(odpd_reg(c, NULL, SIZE_MAX, LW | ODP));
+		assert_int_equal(errno, EOPNOTSUPP);        /* the kernel's, in a new registrar */
+		assert_int_equal(registrar_pids(d.pid, pids, 4), 1);
+		kill(pids[0], SIGKILL);
+		assert_true(wait_until(registrar_gone, &ga));
+	}
+	/* requests 2 and 3 found deaths 1 and 2; this one the third */
+	for (int i = 0; i < 2; i++) {
+		assert_null(odpd_reg(c, NULL, SIZE_MAX, LW | ODP));
+		assert_int_equal(errno, EAGAIN);
+		if (!strstr(odpd_errmsg(), "paused"))
+			fail_msg("not paused: %s", odpd_errmsg());
+		assert_int_equal(registrar_pids(d.pid, pids, 4), 0);
+	}
+	c2 = connect_to(d.sock);
+	alloc_or_fail(c2, 64 * KIB);
+	assert_null(odpd_reg(c2, NULL, SIZE_MAX, LW | ODP));
+	assert_int_equal(errno, EAGAIN);
+	mr = odpd_reg(c, odpd_segment_addr(s), 64 * KIB, LW);    /* pinned: unaffected */
+	assert_non_null(mr);
+	assert_int_equal(odpd_dereg(mr), 0);
+	odpd_disconnect(c2);
+	odpd_disconnect(c);
+	daemon_stop(&d);
+	unlink(path);
+}
+
 struct nobody_implicit {
 	const char *sock;
 	int ready[2], done[2];              /* pipes: child -> parent, parent -> child */
@@ -1662,6 +1715,7 @@ int main(void)
 		cmocka_unit_test_setup(test_device_shows_advise_mr, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_odp_refused, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_registrar, harness_test_setup),
+		cmocka_unit_test_setup(test_implicit_registrar_deaths, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_registrar_runs_as_client, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_many_segments, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
