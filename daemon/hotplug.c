@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <time.h>
+#include <unistd.h>
 #include <event2/event.h>
 #include <systemd/sd-daemon.h>
 
@@ -14,6 +16,16 @@
 
 /* A rescan at most this often: each is a walk of sysfs, and a probe per new device. */
 #define RESCAN_NS 1000000000ull
+/* After a node appears in /dev/infiniband: let the device finish registering. */
+#define SETTLE_MS 200
+
+/* The manager's hotplug state beyond the devices' own. */
+static struct {
+	int ifd;                            /* inotify */
+	int wd_dir;                         /* /dev/infiniband, or -1 */
+	int wd_dev;                         /* /dev, until /dev/infiniband exists */
+	struct event *ev_inotify, *ev_settle;
+} hp = { -1, -1, -1, NULL, NULL };
 
 static void on_async(evutil_socket_t fd, short what, void *arg);
 
@@ -170,11 +182,74 @@ struct odpd_device *odpd_manager_device(struct odpd_manager *m, const char *name
 	return NULL;
 }
 
+static void on_settle(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	rescan(arg);
+}
+
+static void watch_dir(void)
+{
+	hp.wd_dir = inotify_add_watch(hp.ifd, "/dev/infiniband", IN_CREATE | IN_ONLYDIR);
+	if (hp.wd_dir >= 0 && hp.wd_dev >= 0) {
+		inotify_rm_watch(hp.ifd, hp.wd_dev);
+		hp.wd_dev = -1;
+	}
+}
+
+/* Something was created in /dev/infiniband (a uverbs node: a device came),
+ * or /dev/infiniband itself: rescan once things settle. */
+static void on_inotify(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_manager *m = arg;
+	const struct timeval settle = { 0, SETTLE_MS * 1000 };
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	bool uverbs = false;
+	ssize_t n;
+
+	(void)what;
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		for (char *p = buf; p < buf + n; p += sizeof(struct inotify_event) +
+		     ((struct inotify_event *)p)->len) {
+			const struct inotify_event *e = (const struct inotify_event *)p;
+
+			if (e->wd == hp.wd_dev && e->len && strcmp(e->name, "infiniband") == 0)
+				watch_dir();
+			if (e->wd == hp.wd_dir && e->len && strncmp(e->name, "uverbs", 6) == 0)
+				uverbs = true;
+		}
+	if (uverbs)
+		evtimer_add(hp.ev_settle, &settle);
+	(void)m;
+}
+
+/* Watch /dev/infiniband for new device nodes; where it cannot, requests
+ * still find new devices (odpd_manager_device). */
+static void inotify_start(struct odpd_manager *m)
+{
+	hp.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (hp.ifd < 0) {
+		log_errno(LOG_INFO, errno, "inotify: devices that appear are found by requests only");
+		return;
+	}
+	watch_dir();
+	if (hp.wd_dir < 0)
+		hp.wd_dev = inotify_add_watch(hp.ifd, "/dev", IN_CREATE | IN_ONLYDIR);
+	if (hp.wd_dir < 0 && hp.wd_dev < 0)
+		log_errno(LOG_INFO, errno, "inotify on /dev: devices that appear are found by requests only");
+	hp.ev_inotify = event_new(m->base, hp.ifd, EV_READ | EV_PERSIST, on_inotify, m);
+	hp.ev_settle = evtimer_new(m->base, on_settle, m);
+	if (!hp.ev_inotify || !hp.ev_settle || event_add(hp.ev_inotify, NULL) < 0)
+		log_error("out of memory: devices that appear are found by requests only");
+}
+
 int odpd_hotplug_start(struct odpd_manager *m)
 {
 	for (unsigned i = 0; i < m->devices.n; i++)
 		if (m->devices.dev[i].watch && watch_start(m, &m->devices.dev[i]) < 0)
 			return -ENOMEM;
+	inotify_start(m);
 	return 0;
 }
 
@@ -182,4 +257,12 @@ void odpd_hotplug_stop(struct odpd_manager *m)
 {
 	for (unsigned i = 0; i < m->devices.n; i++)
 		watch_stop(&m->devices.dev[i]);
+	if (hp.ev_inotify)
+		event_free(hp.ev_inotify);
+	if (hp.ev_settle)
+		event_free(hp.ev_settle);
+	if (hp.ifd >= 0)
+		close(hp.ifd);
+	hp.ev_inotify = hp.ev_settle = NULL;
+	hp.ifd = hp.wd_dir = hp.wd_dev = -1;
 }

@@ -10,8 +10,9 @@
  * (registry.h), closes every context odpd has on it (the kernel waits for
  * that before the device can go) and tells the clients that had anything
  * on it (DeviceEvent). A device that appears (again) is found by a rescan:
- * when a request names a device odpd does not have, or asks for the first
- * one and none is left, at most once a second.
+ * 200 ms after a uverbs node appears in /dev/infiniband (inotify), and when
+ * a request names a device odpd does not have, or asks for the first one
+ * and none is left (at most once a second).
  */
 
 #include "error.h"

@@ -229,6 +229,14 @@ static unsigned status_devices(int admin_fd, uint64_t *pinned, unsigned *mrs)
 	return n;
 }
 
+static bool one_device(void *arg)
+{
+	uint64_t pinned;
+	unsigned mrs;
+
+	return status_devices(*(int *)arg, &pinned, &mrs) == 1;
+}
+
 /*
  * `rdma link delete` while clients hold MRs: odpd closes every context it
  * has on the device (the kernel waits for that: the command returns), the
@@ -247,7 +255,7 @@ static void test_device_removal(void **state)
 	uint32_t crc1, crc2;
 	uint64_t pinned;
 	unsigned mrs;
-	int admin, i;
+	int admin;
 
 	(void)state;
 	if (!test_require_device()) {
@@ -311,16 +319,10 @@ static void test_device_removal(void **state)
 
 	snprintf(cmd, sizeof(cmd), "rdma link add %s type rxe netdev %s", dev, netdev);
 	assert_int_equal(run_cmd(cmd, 60), 0);
-	/* Found by a rescan, which a request for a missing device makes at most
-	 * once a second: the first tries may still say ENODEV. */
-	mra = NULL;
-	for (i = 0; i < 50 && !mra; i++) {
-		mra = odpd_reg(a, odpd_segment_addr(sa), 512 * KIB, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-		if (!mra) {
-			assert_int_equal(errno, ENODEV);
-			usleep(100000);
-		}
-	}
+	/* Found by a rescan once its uverbs node appears (inotify), with no
+	 * request asking for it */
+	assert_true(wait_until(one_device, &admin));
+	mra = odpd_reg(a, odpd_segment_addr(sa), 512 * KIB, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	assert_non_null(mra);
 	assert_int_equal(odpd_verify(mra, NULL, 0, &crc2), 0);
 	assert_int_equal(crc2, crc1);                   /* the same bytes, read by the new device */
