@@ -15,6 +15,9 @@ struct odpd_pool {
 	pthread_cond_t cond;
 	struct odpd_job *todo, **todo_tail;  /* FIFO */
 	struct odpd_job *finished;           /* LIFO, reversed when drained */
+	bool notified;                       /* the eventfd was written since the loop drained */
+	unsigned idle;                       /* workers waiting for a job */
+	unsigned big_running, big_max;       /* big jobs on workers, and how many may be */
 	bool stopping;
 	unsigned pending;                    /* loop thread only */
 	unsigned long completed;             /* loop thread only */
@@ -24,20 +27,39 @@ struct odpd_pool {
 	pthread_t threads[];
 };
 
+/* The first job this worker may take, unlinked: the oldest small one, or
+ * the oldest big one while fewer than big_max run. Under the lock. */
+static struct odpd_job *take(struct odpd_pool *p)
+{
+	struct odpd_job **pp, *job;
+
+	for (pp = &p->todo; (job = *pp); pp = &job->next)
+		if (!job->big || p->big_running < p->big_max)
+			break;
+	if (!job)
+		return NULL;
+	*pp = job->next;
+	if (p->todo_tail == &job->next)
+		p->todo_tail = pp;
+	if (job->big)
+		p->big_running++;
+	return job;
+}
+
 static void *worker_main(void *arg)
 {
 	struct odpd_pool *p = arg;
+	struct odpd_job *job;
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		while (!p->todo && !p->stopping)
+		while (!(job = take(p)) && !p->stopping) {
+			p->idle++;
 			pthread_cond_wait(&p->cond, &p->lock);
-		struct odpd_job *job = p->todo;
+			p->idle--;
+		}
 		if (!job)
 			break;
-		p->todo = job->next;
-		if (!p->todo)
-			p->todo_tail = &p->todo;
 		pthread_mutex_unlock(&p->lock);
 
 		job->run(job);
@@ -45,9 +67,16 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		job->next = p->finished;
 		p->finished = job;
-		uint64_t one = 1;
-		if (write(p->efd, &one, sizeof(one)) < 0)
-			log_error("pool: eventfd write failed");
+		if (job->big && p->big_running-- == p->big_max && p->todo && p->idle)
+			pthread_cond_signal(&p->cond);  /* a big job may have been waiting */
+		/* One wake-up of the loop for all that completes before it drains. */
+		if (!p->notified) {
+			uint64_t one = 1;
+
+			p->notified = true;
+			if (write(p->efd, &one, sizeof(one)) < 0)
+				log_error("pool: eventfd write failed");
+		}
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
@@ -58,6 +87,7 @@ static void run_finished(struct odpd_pool *p)
 	pthread_mutex_lock(&p->lock);
 	struct odpd_job *list = p->finished, *rev = NULL;
 	p->finished = NULL;
+	p->notified = false;
 	pthread_mutex_unlock(&p->lock);
 
 	while (list) {                       /* oldest first */
@@ -95,6 +125,8 @@ int odpd_pool_new(struct event_base *base, unsigned nthreads, struct odpd_pool *
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
 	p->todo_tail = &p->todo;
+	/* Big jobs leave a worker to the others (one of one, else all but one). */
+	p->big_max = nthreads > 1 ? nthreads - 1 : 1;
 	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (p->efd < 0) {
 		r = -errno;
@@ -119,13 +151,20 @@ int odpd_pool_new(struct event_base *base, unsigned nthreads, struct odpd_pool *
 
 void odpd_pool_submit(struct odpd_pool *p, struct odpd_job *job)
 {
+	bool wake;
+
 	job->next = NULL;
 	p->pending++;
 	pthread_mutex_lock(&p->lock);
 	*p->todo_tail = job;
 	p->todo_tail = &job->next;
-	pthread_cond_signal(&p->cond);
+	/* Only an idle worker needs waking: a busy one takes the job when it
+	 * is done with its own. Signalled after the unlock, so that the woken
+	 * worker does not block on the lock at once. */
+	wake = p->idle > 0;
 	pthread_mutex_unlock(&p->lock);
+	if (wake)
+		pthread_cond_signal(&p->cond);
 }
 
 unsigned odpd_pool_pending(const struct odpd_pool *p)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
+#include <stdbool.h>
 #include <event2/event.h>
 
 /*
@@ -13,6 +14,8 @@ struct odpd_job {
 	void (*run)(struct odpd_job *job);   /* on a worker thread */
 	void (*done)(struct odpd_job *job);  /* on the event loop, after run */
 	struct odpd_job *next;               /* owned by the pool while queued */
+	bool big;                            /* long (a large registration): at most all
+					      * workers but one run big jobs at a time */
 };
 
 struct odpd_pool;

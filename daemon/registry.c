@@ -1554,6 +1554,8 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	op->ibv_access = access_to_ibv(op->q.access) | (op->q.odp ? IBV_ACCESS_ON_DEMAND : 0);
 	op->job.run = reg_run;
 	op->job.done = reg_done;
+	/* Pinning 16 MiB and more takes long: it leaves a worker to others. */
+	op->job.big = mr->pinned && mr->length >= (16u << 20);
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
 }

@@ -305,6 +305,49 @@ static void test_free_idle(void **state)
 	check_threads(f, 1);
 }
 
+/* A big job that runs until the test opens the gate (f->met). */
+static void gate_run(struct odpd_job *job)
+{
+	struct tjob *j = (struct tjob *)job;
+	struct fixture *f = j->f;
+
+	j->run_thread = pthread_self();
+	j->runs++;
+	pthread_mutex_lock(&f->lock);
+	while (!f->met)
+		pthread_cond_wait(&f->cond, &f->lock);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* Two workers, two big jobs that block, then a small one: the small one
+ * runs meanwhile (big jobs leave a worker to the others), the second big
+ * one waits for the first. */
+static void test_big_jobs_leave_a_worker(void **state)
+{
+	struct fixture *f = *state;
+
+	assert_int_equal(odpd_pool_new(f->base, 2, &f->pool), 0);
+	for (int i = 0; i < 3; i++) {
+		init_job(f, i, 0);
+		if (i < 2) {
+			f->jobs[i].job.run = gate_run;
+			f->jobs[i].job.big = true;
+		}
+		odpd_pool_submit(f->pool, &f->jobs[i].job);
+	}
+	loop_until(f, 1);
+	assert_int_equal(f->done_order[0], 2);
+	usleep(100 * 1000);
+	assert_int_equal(f->jobs[1].runs, 0);          /* not while the first big one runs */
+	pthread_mutex_lock(&f->lock);
+	f->met = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	loop_until(f, 3);
+	assert_int_equal(f->done_order[1], 0);
+	assert_int_equal(f->done_order[2], 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -314,6 +357,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_done_submits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_drains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_idle, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_big_jobs_leave_a_worker, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
