@@ -164,11 +164,16 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 		goto out;
 	}
 	LIST_FOREACH(k, &m->clients, link) {
+		if (k->monitor) {
+			sr.monitors++;
+			continue;
+		}
 		odpd__client_info__init(&infos[n]);
 		client_info(k, &infos[n]);
 		ptrs[n] = &infos[n];
 		n++;
 	}
+	sr.has_monitors = 1;
 	sr.devices = devs;
 	sr.n_devices = m->devices.n_live;
 	sr.clients = ptrs;
@@ -187,7 +192,7 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 	sr.daemon_pid = (int32_t)getpid();
 	/* disconnected clients, and PDs, batches and mappings still being released */
 	sr.has_releasing = 1;
-	sr.releasing = m->n_clients - n + r->pending + m->segs.unmapping;
+	sr.releasing = m->n_clients - n - sr.monitors + r->pending + m->segs.unmapping;
 	cache_stats(r, &cs);
 	sr.cache = &cs;
 	odp_stats(r, &os);
@@ -219,6 +224,30 @@ out:
 	free(qi);
 	free(pp);
 	free(pi);
+}
+
+/* ---------------------------------------------------------------- reload */
+
+void odpd_admin_reload(struct odpd_client *c, uint64_t id)
+{
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__ReloadReply rr = ODPD__RELOAD_REPLY__INIT;
+	char msg[640];
+	int r;
+
+	if (!admin_only(c, id, "reload"))
+		return;
+	r = odpd_manager_reload(c->m, msg, sizeof(msg));
+	if (r < 0) {
+		odpd_client_send_error(c, id, -r, msg);
+		return;
+	}
+	rr.summary = msg;
+	reply.has_id = reply.has_status = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_RELOAD;
+	reply.reload = &rr;
+	odpd_client_send(c, &reply);
 }
 
 /* ---------------------------------------------------------------- list_mrs */

@@ -57,7 +57,7 @@ static uint64_t n_clients(struct odpd_manager *m)
 	uint64_t n = 0;
 
 	LIST_FOREACH(c, &m->clients, link)
-		n += c->hello && !c->dead;
+		n += c->hello && !c->dead && !c->monitor;
 	return n;
 }
 
@@ -151,7 +151,7 @@ static struct odpd_client *client_by_path(struct odpd_manager *m, const char *pa
 	}
 	free(label);
 	LIST_FOREACH(c, &m->clients, link)
-		if (c->id == id && c->hello && !c->dead)
+		if (c->id == id && c->hello && !c->dead && !c->monitor)
 			return c;
 	return NULL;
 }
@@ -205,7 +205,7 @@ static int client_enum(sd_bus *bus, const char *path, void *userdata, char ***no
 	if (!userdata)
 		return 0;
 	LIST_FOREACH(c, &manager_of(userdata)->clients, link) {
-		if (!c->hello || c->dead)
+		if (!c->hello || c->dead || c->monitor)
 			continue;
 		snprintf(label, sizeof(label), "%" PRIu64, c->id);
 		if (paths_add(&v, &n, CLIENT_PREFIX, label) < 0) {

@@ -41,6 +41,7 @@ struct odpd_client {
 	bool admin;
 	char name[64];
 	bool hello;
+	bool monitor;                   /* Hello.monitor: an admin tool, not listed as a client */
 	bool busy;                      /* a job of this client is queued or running */
 	bool dead;                      /* disconnected; torn down when not busy */
 	bool handling;                  /* inside odpd_request_handle: client_read_one tears down */

@@ -278,6 +278,53 @@ static int load_config(struct odpd_manager *m)
 	return 0;
 }
 
+int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len)
+{
+	uint64_t mem = odpd_meminfo_total();
+	struct odpd_conf c;
+	struct odpd_client *k;
+	char err[512];
+	int r;
+
+	odpd_conf_defaults(&c, mem);
+	r = odpd_conf_load(&c, m->cfg.config_path, m->cfg.config_given, mem, err, sizeof(err));
+	if (r < 0) {
+		odpd_conf_free(&c);
+		snprintf(msg, len, "%s; the configuration in use stays", err);
+		log_error("reload: %s", msg);
+		return r;
+	}
+	odpd_conf_free(&m->conf);
+	m->conf = c;
+	/* What each connected client may hold, worked out again from the new
+	 * rules: refusals from its next request on; nothing is taken away. */
+	LIST_FOREACH(k, &m->clients, link) {
+		struct odpd_limit limit;
+
+		if (k->has_holder && odpd_limit_for_client(&m->conf, k->cred.pid, k->pidfd, k->cred.uid,
+							    k->cred.gid, k->groups, k->n_groups,
+							    m->cfg.window_size, &limit) == 0)
+			k->holder.limit = limit;
+	}
+	snprintf(msg, len, "%s: max-pinned %llu bytes, max-mrs %llu, %u rule(s), %u [pd] section(s)",
+		 m->conf.path ? m->conf.path : "no file (defaults)", (unsigned long long)m->conf.max_pinned,
+		 (unsigned long long)m->conf.max_mrs, m->conf.n_rules, m->conf.n_pds);
+	log_notice("reload: %s", msg);
+	return 0;
+}
+
+static void on_hup(evutil_socket_t sig, short what, void *arg)
+{
+	struct odpd_manager *m = arg;
+	char msg[640];
+
+	(void)sig;
+	(void)what;
+	sd_notify(0, "RELOADING=1");
+	odpd_manager_reload(m, msg, sizeof(msg));
+	sd_notifyf(0, "READY=1\nSTATUS=Serving %u device(s)", m->devices.n_live);
+}
+
 static void on_listen_resume(evutil_socket_t fd, short what, void *arg)
 {
 	struct odpd_manager *m = arg;
@@ -376,6 +423,9 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = watchdog_start(m);
 	if (r < 0)
 		return r;
+	m->ev_hup = evsignal_new(m->base, SIGHUP, on_hup, m);
+	if (!m->ev_hup || event_add(m->ev_hup, NULL) < 0)
+		return log_errno(LOG_ERR, ENOMEM, "signal event");
 	m->ev_listen = event_new(m->base, m->listen_fd, EV_READ | EV_PERSIST, odpd_client_accept, m);
 	if (!m->ev_listen || event_add(m->ev_listen, NULL) < 0)
 		return log_errno(LOG_ERR, ENOMEM, "listen event");
@@ -393,6 +443,8 @@ void odpd_manager_finish(struct odpd_manager *m)
 		event_free(m->ev_watchdog);
 	if (m->ev_wedge)
 		event_free(m->ev_wedge);
+	if (m->ev_hup)
+		event_free(m->ev_hup);
 	odpd_pool_free(m->pool);              /* runs what is left (start-up failures) */
 	odpd_bus_stop(m);                     /* after the last Flush() was answered */
 	odpd_registry_finish(&m->registry);

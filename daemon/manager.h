@@ -76,6 +76,7 @@ struct odpd_manager {
 	bool wd_ping_pending;
 	unsigned long wd_completed;         /* the pool's count at the last tick */
 	struct event *ev_wedge;             /* ODPD_TEST_WEDGE=1: SIGUSR1 blocks every worker */
+	struct event *ev_hup;               /* SIGHUP: reload the configuration */
 };
 
 int odpd_manager_start(struct odpd_manager *m);
@@ -86,5 +87,9 @@ void odpd_manager_pause_listening(struct odpd_manager *m, int ms);
  * @segment: a segment's fd, which odpd would keep (a larger reserve). */
 bool odpd_manager_fd_short(const struct odpd_manager *m, int fd, bool segment);
 void odpd_manager_finish(struct odpd_manager *m);
+/* Read the configuration file again; in use from the next request on, for
+ * every connection. On an error the configuration in use stays and @msg
+ * (and the log) says why. 0 or -errno. */
+int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len);
 /* A client is gone for good: stop the loop if we are shutting down and it was the last. */
 void odpd_manager_client_released(struct odpd_manager *m);

@@ -83,6 +83,7 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 		hr.daemon_version = (char *)ODPD_VERSION;
 		if (req->client_name && *req->client_name)
 			snprintf(c->name, sizeof(c->name), "%s", req->client_name);
+		c->monitor = req->has_monitor && req->monitor;
 	}
 	odpd_client_send(c, &reply);
 	free(devs);
@@ -141,6 +142,9 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 		break;
 	case ODPD__REQUEST__BODY_ADVISE_MR:
 		odpd_advise_mr(c, id, req->advise_mr);
+		break;
+	case ODPD__REQUEST__BODY_RELOAD:
+		odpd_admin_reload(c, id);
 		break;
 	default:
 		odpd_client_send_error(c, id, EOPNOTSUPP, "unknown request type (a newer client?)");

@@ -314,6 +314,18 @@ int odpd_client_mapping_check(pid_t pid, int pidfd, uintptr_t addr, uint64_t len
 
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	f = fopen(path, "re");
+	if (!f && errno == EACCES) {
+		/*
+		 * odpd runs as a user of its own without CAP_SYS_PTRACE (the
+		 * hardened unit): another user's memory map is closed to it.
+		 * The check only protects the client from itself (an MR whose
+		 * iova is not where the segment is mapped, or a MAP_PRIVATE
+		 * mapping the HCA never sees): go on without it.
+		 */
+		log_ratelimited(LOG_INFO, "cannot read pid %d's memory map (%s): its attach at "
+				"%#" PRIxPTR " is not checked against it", (int)pid, strerror(errno), addr);
+		return odpd_pidfd_alive(pidfd) ? 0 : err_set(err, ESRCH, "client process is gone");
+	}
 	if (!f)
 		return err_set(err, ESRCH, "cannot read your process's memory map: %s", strerror(errno));
 	r = odpd_maps_check(f, addr, length, offset, dev, ino, err);

@@ -28,6 +28,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include <json.h>
+
 #include "harness.h"
 #include "odpd.h"
 
@@ -406,6 +408,167 @@ static void test_bus_introspect(void **state)
 	bus_stop();
 }
 
+/* odpctl ARGS... (NULL-terminated) as @uid: its exit status, output in @out. */
+static int odpctl(uid_t uid, const char *sock, char *out, size_t cap, ...)
+{
+	const char *argv[16];
+	va_list ap;
+	int n = 0;
+
+	argv[n++] = getenv("ODPD_TEST_ODPCTL");
+	argv[n++] = "--socket";
+	argv[n++] = sock;
+	va_start(ap, cap);
+	for (const char *a; n < 15 && (a = va_arg(ap, const char *)); )
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	assert_non_null(argv[0]);
+	return run_tool(uid, out, cap, argv);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* "cache_hits" -> "CacheHits", "odp_mrs" -> "OdpMRs" (the D-Bus names). */
+static void camel(const char *key, char *out)
+{
+	char *start = out, *p;
+	bool up = true;
+
+	for (; *key; key++) {
+		if (*key == '_') {
+			up = true;
+			continue;
+		}
+		*out++ = up ? (char)(*key - 'a' + 'A') : *key;
+		up = false;
+	}
+	*out = 0;
+	p = strstr(start, "Mrs");             /* MR is written in capitals there */
+	if (p)
+		memcpy(p, "MRs", 3);
+}
+
+/*
+ * odpctl: stats --json (every counter a string) equals the D-Bus
+ * properties; stats --prometheus parses with the Prometheus client
+ * library's parser and says the same; odpctl is not listed among the
+ * clients, and counted as a monitor; clients --json; exit statuses:
+ * 2 for usage, 4 for a non-admin, 3 with no daemon; reload.
+ */
+static void test_odpctl(void **state)
+{
+	static char out[65536];
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c;
+	json_object *root, *v;
+	char conf[128], name[64], cmd[512];
+	struct odpd_segment *s2;
+	int n = 0;
+
+	(void)state;
+	bus_start();
+	daemon_start_conf(&d, conf, sizeof(conf), "odpctl", CONF, NULL, NULL);
+	wait_for_name();
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	assert_non_null(odpd_alloc(c, 64 * KIB, 0));
+
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "stats", "--json", NULL), 0);
+	root = json_tokener_parse(out);
+	assert_non_null(root);
+	json_object_object_foreach(root, key, val) {
+		assert_true(json_object_is_type(val, json_type_string));
+		camel(key, name);
+		if (bus_counter(name) != strtoull(json_object_get_string(val), NULL, 10))
+			fail_msg("%s: odpctl %s, D-Bus %s %llu", key, json_object_get_string(val), name,
+				 (unsigned long long)bus_counter(name));
+		n++;
+	}
+	assert_true(n >= 25);
+	assert_true(json_object_object_get_ex(root, "clients", &v));
+	assert_string_equal(json_object_get_string(v), "1");     /* c; not odpctl itself */
+	json_object_put(root);
+
+	/* Prometheus: the client library's own parser reads it */
+	snprintf(cmd, sizeof(cmd), "%s --socket %s stats --prometheus | /usr/bin/python3 -c '"
+		 "import sys\n"
+		 "from prometheus_client.parser import text_string_to_metric_families as p\n"
+		 "m = {s.name: s.value for f in p(sys.stdin.read()) for s in f.samples}\n"
+		 "assert m[\"odpd_segments\"] == 1, m\n"
+		 "assert m[\"odpd_segment_bytes\"] == 65536, m\n"
+		 "assert \"odpd_registrations_total\" in m, m\n"
+		 "print(len(m))'", getenv("ODPD_TEST_ODPCTL"), d.sock);
+	{
+		FILE *p = popen(cmd, "r");
+		size_t k = fread(out, 1, sizeof(out) - 1, p);
+
+		out[k] = 0;
+		if (pclose(p) != 0)
+			fail_msg("the Prometheus parser refused odpctl's output: %s", out);
+		assert_true(atoi(out) >= 25);
+	}
+
+	/* clients: c only, its segment; status counts odpctl as a monitor */
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "clients", "--json", NULL), 0);
+	root = json_tokener_parse(out);
+	assert_non_null(root);
+	assert_int_equal(json_object_array_length(root), 1);
+	v = json_object_array_get_idx(root, 0);
+	assert_string_equal(json_object_get_string(json_object_object_get(v, "segment_bytes")), "65536");
+	json_object_put(root);
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "status", "--json", NULL), 0);
+	root = json_tokener_parse(out);
+	assert_non_null(root);
+	assert_int_equal(json_object_array_length(json_object_object_get(root, "clients")), 1);
+	assert_int_equal(json_object_get_int(json_object_object_get(json_object_object_get(root, "totals"),
+								    "monitors")), 1);
+	json_object_put(root);
+
+	/* exit statuses */
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "frobnicate", NULL), 2);
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "status", "--prometheus", NULL), 2);
+	assert_int_equal(odpctl(65534, d.sock, out, sizeof(out), "stats", NULL), 4);
+	assert_non_null(strstr(out, "Operation not permitted"));
+	assert_int_equal(odpctl(0, "/nonexistent/odpd.sock", out, sizeof(out), "status", NULL), 3);
+
+	/* reload: the same file again; non-admins may not */
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "reload", NULL), 0);
+	assert_non_null(strstr(out, "reloaded"));
+	assert_int_equal(odpctl(65534, d.sock, out, sizeof(out), "reload", NULL), 4);
+	/* SIGHUP applies a new limit to the connected client: one segment */
+	write_file(conf, CONF "default-segments = 1\n");
+	kill(d.pid, SIGHUP);
+	for (int i = 0; i < 100 && (s2 = odpd_alloc(c, 64 * KIB, 0)); i++) {
+		assert_int_equal(odpd_detach(s2), 0);         /* not yet reloaded */
+		usleep(20000);
+	}
+	assert_null(odpd_alloc(c, 64 * KIB, 0));
+	assert_int_equal(errno, EMFILE);
+	/* a broken file: refused with file:line, the limit in use stays */
+	write_file(conf, CONF "default-segments = lots\n");
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "reload", NULL), 1);
+	if (!strstr(out, conf) || !strstr(out, ":3") || !strstr(out, "in use stays"))
+		fail_msg("broken config: %s", out);
+	assert_null(odpd_alloc(c, 64 * KIB, 0));
+	/* back: the client (still connected) may attach again */
+	write_file(conf, CONF);
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "reload", NULL), 0);
+	assert_non_null(s2 = odpd_alloc(c, 64 * KIB, 0));
+
+	odpd_disconnect(c);
+	daemon_stop(&d);
+	unlink(conf);
+	bus_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -413,6 +576,7 @@ int main(void)
 		cmocka_unit_test(test_flush_who_may),
 		cmocka_unit_test(test_bus_goes_away),
 		cmocka_unit_test(test_bus_introspect),
+		cmocka_unit_test(test_odpctl),
 	};
 
 	if (getenv("ODPD_TEST_FILTER"))

@@ -36,7 +36,14 @@
  * deregistered. */
 #define FLUSH_TIMEOUT_SEC 120
 
-#define EXIT_USAGE 2
+/* Exit statuses (odpctl(8), EXIT STATUS). */
+#define EXIT_REFUSED 1          /* odpd answered with an error, or another failure */
+#define EXIT_USAGE 2            /* bad command line */
+#define EXIT_NOT_RUNNING 3      /* no odpd at the socket (ENOENT, ECONNREFUSED), or it went away */
+#define EXIT_DENIED 4           /* not allowed: the socket (EACCES) or odpd (EPERM, EACCES) */
+
+/* What fail() saw last: the exit status of a failed run. */
+static int fail_status = EXIT_REFUSED;
 
 /* Longest shared PD name (JoinPd.name: 1..63 bytes of [A-Za-z0-9._:@-]). */
 #define PD_NAME_MAX 63
@@ -49,6 +56,7 @@ struct options {
 	bool has_pid;                /* --pid */
 	int32_t pid;
 	const char *pd;              /* --pd, NULL if not given */
+	bool prometheus;             /* stats --prometheus */
 	const struct command *cmd;
 };
 
@@ -62,6 +70,9 @@ static void oom(void)
 __attribute__((format(printf, 3, 4)))
 static void fail(const char *what, int err, const char *fmt, ...)
 {
+	fail_status = err == EPERM || err == EACCES ? EXIT_DENIED :
+		      err == ENOENT || err == ECONNREFUSED || err == ECONNRESET || err == EPIPE ||
+		      err == ENOTCONN ? EXIT_NOT_RUNNING : EXIT_REFUSED;
 	fprintf(stderr, "odpctl: %s: %s", what, strerror(err));
 	if (fmt && *fmt) {
 		va_list ap;
@@ -613,13 +624,22 @@ static void put_u64(json_object *o, const char *key, uint64_t v)
 }
 
 /* A uint64 as a decimal string: JSON readers (jq, JavaScript) round integers
- * above 2^53. The rule for every uint64 field of mrs, flush, and status's
- * cache, odp, quotas and totals.max_pinned; the older status fields stay numbers. */
+ * above 2^53. The rule for every 64-bit field (odpctl(8), JSON OUTPUT). */
 static void put_u64_str(json_object *o, const char *key, uint64_t v)
 {
 	char buf[24];
 
 	snprintf(buf, sizeof(buf), "%" PRIu64, v);
+	json_object_object_add(o, key, json_object_new_string(buf));
+}
+
+/* A GUID as ibv_devinfo prints it: xxxx:xxxx:xxxx:xxxx. */
+static void put_guid(json_object *o, const char *key, uint64_t g)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%04x:%04x:%04x:%04x", (unsigned)(g >> 48) & 0xffff,
+		 (unsigned)(g >> 32) & 0xffff, (unsigned)(g >> 16) & 0xffff, (unsigned)g & 0xffff);
 	json_object_object_add(o, key, json_object_new_string(buf));
 }
 
@@ -643,12 +663,12 @@ static json_object *json_device(const Odpd__Device *d)
 	json_object *o = json_object_new_object();
 
 	put_str(o, "name", d->name);
-	put_u64(o, "node_guid", d->node_guid);
+	put_guid(o, "node_guid", d->node_guid);
 	put_str(o, "transport", d->transport);
 	put_str(o, "fw_ver", d->fw_ver);
 	put_u64(o, "phys_port_cnt", d->phys_port_cnt);
-	put_u64(o, "max_mr_size", d->max_mr_size);
-	put_u64(o, "odp_general_caps", d->odp_general_caps);
+	put_u64_str(o, "max_mr_size", d->max_mr_size);
+	put_u64_str(o, "odp_general_caps", d->odp_general_caps);
 	put_u64(o, "odp_rc_caps", d->odp_rc_caps);
 	put_u64(o, "odp_uc_caps", d->odp_uc_caps);
 	put_u64(o, "odp_ud_caps", d->odp_ud_caps);
@@ -665,15 +685,15 @@ static json_object *json_client(const Odpd__ClientInfo *c)
 {
 	json_object *o = json_object_new_object();
 
-	put_u64(o, "id", c->id);
+	put_u64_str(o, "id", c->id);
 	put_i64(o, "pid", c->pid);
 	put_u64(o, "uid", c->uid);
 	put_u64(o, "gid", c->gid);
 	put_str(o, "name", c->name);
 	put_u64(o, "segments", c->segments);
-	put_u64(o, "segment_bytes", c->segment_bytes);
+	put_u64_str(o, "segment_bytes", c->segment_bytes);
 	put_u64(o, "mrs", c->mrs);
-	put_u64(o, "pinned_bytes", c->pinned_bytes);
+	put_u64_str(o, "pinned_bytes", c->pinned_bytes);
 	put_str(o, "pd", c->pd);
 	put_u64(o, "relaxed", c->relaxed);
 	return o;
@@ -808,12 +828,13 @@ static void print_json(const Odpd__StatusReply *st)
 	for (size_t i = 0; i < st->n_quotas; i++)
 		json_object_array_add(quotas, json_quota(st->quotas[i]));
 	put_u64(totals, "segments", st->segments);
-	put_u64(totals, "segment_bytes", st->segment_bytes);
+	put_u64_str(totals, "segment_bytes", st->segment_bytes);
 	put_u64(totals, "mrs", st->mrs);
-	put_u64(totals, "pinned_bytes", st->pinned_bytes);
-	put_u64(totals, "registrations", st->registrations);
-	put_u64(totals, "deregistrations", st->deregistrations);
-	put_u64(totals, "errors", st->errors);
+	put_u64_str(totals, "pinned_bytes", st->pinned_bytes);
+	put_u64_str(totals, "registrations", st->registrations);
+	put_u64_str(totals, "deregistrations", st->deregistrations);
+	put_u64_str(totals, "errors", st->errors);
+	put_u64(totals, "monitors", st->monitors);
 	put_u64(totals, "releasing", st->releasing);
 	put_u64_str(totals, "max_pinned", st->max_pinned);
 	put_u64(totals, "max_mrs", st->max_mrs);
@@ -975,6 +996,8 @@ static int hello(int sock)
 	body.has_version = true;
 	body.version = ODPD_PROTOCOL_VERSION;
 	body.client_name = (char *)"odpctl";
+	body.has_monitor = true;             /* not listed as a client */
+	body.monitor = true;
 	req.has_id = true;
 	req.id = 1;
 	req.body_case = ODPD__REQUEST__BODY_HELLO;
@@ -1146,6 +1169,175 @@ static int cmd_flush(int sock, const struct options *o)
 	return EXIT_SUCCESS;
 }
 
+/* Reload: odpd reads its configuration file again. */
+static int cmd_reload(int sock, const struct options *o)
+{
+	Odpd__Reload body = ODPD__RELOAD__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reply *rep;
+
+	req.has_id = true;
+	req.id = 2;
+	req.body_case = ODPD__REQUEST__BODY_RELOAD;
+	req.reload = &body;
+	rep = call(sock, &req, "reload", ODPD__REPLY__BODY_RELOAD);
+	if (!rep)
+		return EXIT_FAILURE;
+	if (o->json) {
+		json_object *root = json_object_new_object();
+
+		if (!root)
+			oom();
+		put_str(root, "summary", rep->reload->summary);
+		json_print(root);
+	} else {
+		printf("reloaded %s\n", rep->reload->summary ? rep->reload->summary : "");
+	}
+	odpd__reply__free_unpacked(rep, NULL);
+	return EXIT_SUCCESS;
+}
+
+/* Status, for the commands that show a part of it. */
+static Odpd__Reply *status_call(int sock)
+{
+	Odpd__Status body = ODPD__STATUS__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+
+	req.has_id = true;
+	req.id = 2;
+	req.body_case = ODPD__REQUEST__BODY_STATUS;
+	req.status = &body;
+	return call(sock, &req, "status", ODPD__REPLY__BODY_STATUS_REPLY);
+}
+
+static int cmd_clients(int sock, const struct options *o)
+{
+	Odpd__Reply *rep = status_call(sock);
+	const Odpd__StatusReply *st;
+
+	if (!rep)
+		return EXIT_FAILURE;
+	st = rep->status_reply;
+	if (o->json) {
+		json_object *list = json_object_new_array();
+
+		if (!list)
+			oom();
+		for (size_t i = 0; i < st->n_clients; i++)
+			json_object_array_add(list, json_client(st->clients[i]));
+		json_print(list);
+	} else {
+		print_clients(st);
+	}
+	odpd__reply__free_unpacked(rep, NULL);
+	return EXIT_SUCCESS;
+}
+
+/*
+ * The daemon-wide counters, one flat set: the same numbers as odpd's D-Bus
+ * properties (org.odpd1.Manager; the name there is the CamelCase of the
+ * key). counter: only grows (Prometheus _total); else a gauge.
+ */
+struct stat_def {
+	const char *key;
+	const char *help;
+	bool counter;
+};
+
+static const struct stat_def stat_defs[] = {
+	{ "devices", "RDMA devices odpd serves", false },
+	{ "clients", "connected clients (admin tools not counted)", false },
+	{ "segments", "segments mapped (distinct files)", false },
+	{ "segment_bytes", "bytes of the segments mapped", false },
+	{ "mrs", "MRs in the registration cache (held, relaxed, in flight)", false },
+	{ "pinned_bytes", "distinct bytes pinned by pinned MRs", false },
+	{ "registrations", "ibv_reg_mr calls that succeeded", true },
+	{ "deregistrations", "ibv_dereg_mr calls", true },
+	{ "errors", "error replies to clients", true },
+	{ "cache_lookups", "registrations the cache could serve", true },
+	{ "cache_hits", "registrations served from the cache", true },
+	{ "cache_misses", "registrations that needed a new MR", true },
+	{ "evictions", "relaxed MRs invalidated to make room", true },
+	{ "relaxed_pending", "relaxed MRs waiting for invalidation", false },
+	{ "relaxed_bytes", "bytes of the relaxed MRs waiting", false },
+	{ "flushes", "invalidation batches", true },
+	{ "invalidated", "MRs deregistered by invalidation batches", true },
+	{ "odp_mrs", "on-demand-paging MRs", false },
+	{ "odp_bytes", "bytes of explicit ODP MRs", false },
+	{ "odp_registrations", "ODP MRs registered", true },
+	{ "prefetches", "ibv_advise_mr calls that succeeded", true },
+	{ "prefetch_bytes", "bytes prefetched", true },
+	{ "prefetch_errors", "ibv_advise_mr calls that failed", true },
+	{ "implicit_mrs", "implicit ODP MRs", false },
+	{ "registrars", "implicit-ODP registrar processes", false },
+};
+#define N_STATS (sizeof(stat_defs) / sizeof(stat_defs[0]))
+
+static void stat_values(const Odpd__StatusReply *st, uint64_t *v)
+{
+	const Odpd__CacheStats *c = st->cache;
+	const Odpd__OdpStats *d = st->odp;
+	const uint64_t vals[N_STATS] = {
+		st->n_devices, st->n_clients, st->segments, st->segment_bytes, st->mrs, st->pinned_bytes,
+		st->registrations, st->deregistrations, st->errors,
+		c ? c->lookups : 0, c ? c->hits : 0, c ? c->misses : 0, c ? c->evictions : 0,
+		c ? c->relaxed_pending : 0, c ? c->relaxed_bytes : 0, c ? c->flushes : 0,
+		c ? c->invalidated : 0,
+		d ? d->mrs : 0, d ? d->bytes : 0, d ? d->registrations : 0, d ? d->prefetches : 0,
+		d ? d->prefetch_bytes : 0, d ? d->prefetch_errors : 0, d ? d->implicit_mrs : 0,
+		d ? d->registrars : 0,
+	};
+
+	memcpy(v, vals, sizeof(vals));
+}
+
+/* The Prometheus text exposition format (node_exporter's textfile collector
+ * reads it): odpd_KEY, with _total for counters. */
+static void print_prometheus(const uint64_t *v)
+{
+	for (size_t i = 0; i < N_STATS; i++) {
+		const struct stat_def *s = &stat_defs[i];
+		const char *suffix = s->counter ? "_total" : "";
+
+		printf("# HELP odpd_%s%s %s.\n", s->key, suffix, s->help);
+		printf("# TYPE odpd_%s%s %s\n", s->key, suffix, s->counter ? "counter" : "gauge");
+		printf("odpd_%s%s %" PRIu64 "\n", s->key, suffix, v[i]);
+	}
+}
+
+static int cmd_stats(int sock, const struct options *o)
+{
+	Odpd__Reply *rep = status_call(sock);
+	uint64_t v[N_STATS];
+
+	if (!rep)
+		return EXIT_FAILURE;
+	stat_values(rep->status_reply, v);
+	if (o->prometheus) {
+		print_prometheus(v);
+	} else if (o->json) {
+		json_object *root = json_object_new_object();
+
+		if (!root)
+			oom();
+		for (size_t i = 0; i < N_STATS; i++)
+			put_u64_str(root, stat_defs[i].key, v[i]);
+		json_print(root);
+	} else {
+		struct table t = { .ncols = 2 };
+
+		table_add(&t, "COUNTER");
+		table_add(&t, "VALUE");
+		for (size_t i = 0; i < N_STATS; i++) {
+			table_add(&t, "%s", stat_defs[i].key);
+			table_add(&t, "%" PRIu64, v[i]);
+		}
+		table_print(&t, "Statistics");
+	}
+	odpd__reply__free_unpacked(rep, NULL);
+	return EXIT_SUCCESS;
+}
+
 /* -------------------------------------------------------------------- main */
 
 struct command {
@@ -1158,6 +1350,9 @@ static const struct command commands[] = {
 	{ "status", cmd_status, false },
 	{ "mrs", cmd_mrs, true },
 	{ "flush", cmd_flush, true },
+	{ "clients", cmd_clients, false },
+	{ "stats", cmd_stats, false },
+	{ "reload", cmd_reload, false },
 };
 
 static void usage(FILE *f)
@@ -1173,16 +1368,22 @@ static void usage(FILE *f)
 		"  mrs               the MRs of the registration cache\n"
 		"  flush             deregister relaxed MRs now and wait until they are;\n"
 		"                    prints the MRs and bytes released\n"
+		"  clients           the connected clients\n"
+		"  stats             the daemon's counters (also on D-Bus: org.odpd1)\n"
+		"  reload            re-read odpd's configuration file (as SIGHUP does)\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH odpd's socket (default: $%s, else %s)\n"
 		"  -j, --json        print one JSON object instead of tables\n"
 		"      --pid PID     mrs, flush: only the MRs of process PID\n"
 		"      --pd NAME     mrs, flush: only the MRs of the shared PD NAME\n"
+		"      --prometheus  stats: the Prometheus text format (node_exporter's\n"
+		"                    textfile collector)\n"
 		"  -h, --help        show this help\n"
 		"  -V, --version     show the version\n"
 		"\n"
-		"See odpctl(8).\n",
+		"Exit status: 0 done, 1 refused by odpd (or another failure), 2 usage,\n"
+		"3 odpd not running, 4 access denied. See odpctl(8).\n",
 		ODPD_SOCKET_ENV, ODPD_SOCKET_DEFAULT);
 }
 
@@ -1218,12 +1419,13 @@ static int check_pd_name(const char *s)
 /* Returns -1 to exit with EXIT_USAGE, 1 to exit with 0, 0 to go on. */
 static int parse_args(int argc, char **argv, struct options *o)
 {
-	enum { OPT_PID = 0x100, OPT_PD };
+	enum { OPT_PID = 0x100, OPT_PD, OPT_PROMETHEUS };
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "pid", required_argument, NULL, OPT_PID },
 		{ "pd", required_argument, NULL, OPT_PD },
+		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -1247,6 +1449,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 			if (check_pd_name(optarg) < 0)
 				return -1;
 			o->pd = optarg;
+			break;
+		case OPT_PROMETHEUS:
+			o->prometheus = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -1272,6 +1477,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 	if (optind + 1 < argc) {
 		fprintf(stderr, "odpctl: %s: unexpected argument '%s'\n", o->cmd->name,
 			argv[optind + 1]);
+		return -1;
+	}
+	if (o->prometheus && (o->cmd->run != cmd_stats || o->json)) {
+		fprintf(stderr, "odpctl: %s: --prometheus applies only to stats, without --json\n",
+			o->cmd->name);
 		return -1;
 	}
 	if (!o->cmd->filters && (o->has_pid || o->pd)) {
@@ -1302,9 +1512,11 @@ int main(int argc, char **argv)
 
 	sock = connect_daemon(o.socket);
 	if (sock < 0)
-		return EXIT_FAILURE;
+		return fail_status;
 	r = hello(sock) < 0 ? EXIT_FAILURE : o.cmd->run(sock, &o);
 	close(sock);
+	if (r != EXIT_SUCCESS)
+		r = fail_status;
 
 	errno = 0;
 	if (fflush(stdout) != 0 || ferror(stdout)) {
