@@ -1017,18 +1017,23 @@ static int hello(int sock)
 	return 0;
 }
 
-static int cmd_status(int sock, const struct options *o)
+/* Status, for the commands that show a part of it. */
+static Odpd__Reply *status_call(int sock)
 {
 	Odpd__Status body = ODPD__STATUS__INIT;
 	Odpd__Request req = ODPD__REQUEST__INIT;
-	Odpd__Reply *rep;
 
 	req.has_id = true;
 	req.id = 2;
 	req.body_case = ODPD__REQUEST__BODY_STATUS;
 	req.status = &body;
+	return call(sock, &req, "status", ODPD__REPLY__BODY_STATUS_REPLY);
+}
 
-	rep = call(sock, &req, "status", ODPD__REPLY__BODY_STATUS_REPLY);
+static int cmd_status(int sock, const struct options *o)
+{
+	Odpd__Reply *rep = status_call(sock);
+
 	if (!rep)
 		return EXIT_FAILURE;
 	if (o->json)
@@ -1195,19 +1200,6 @@ static int cmd_reload(int sock, const struct options *o)
 	}
 	odpd__reply__free_unpacked(rep, NULL);
 	return EXIT_SUCCESS;
-}
-
-/* Status, for the commands that show a part of it. */
-static Odpd__Reply *status_call(int sock)
-{
-	Odpd__Status body = ODPD__STATUS__INIT;
-	Odpd__Request req = ODPD__REQUEST__INIT;
-
-	req.has_id = true;
-	req.id = 2;
-	req.body_case = ODPD__REQUEST__BODY_STATUS;
-	req.status = &body;
-	return call(sock, &req, "status", ODPD__REPLY__BODY_STATUS_REPLY);
 }
 
 static int cmd_clients(int sock, const struct options *o)
