@@ -628,6 +628,27 @@ void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req)
 	odpd_client_wait(c);
 }
 
+void odpd_admin_verify(struct odpd_client *c, uint64_t id, const Odpd__AdminVerify *req)
+{
+	struct odpd_err err = { 0 };
+	struct pending *p;
+
+	if (!c->admin) {
+		odpd_client_send_error(c, id, EPERM, "verify of any MR is an admin request: root or the "
+				       "admin group only");
+		return;
+	}
+	if (!(p = pending_new(c, id)))
+		return;
+	if (odpd_registry_verify_mr(&c->m->registry, req->mr_id, c->m->cfg.verify_buffer, verify_cb, p,
+				    &err) < 0) {
+		free(p);
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	odpd_client_wait(c);
+}
+
 /* ---------------------------------------------------------------- shared PDs */
 
 void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req)

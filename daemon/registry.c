@@ -1755,6 +1755,7 @@ struct verify_op {
 	struct odpd_job job;
 	struct odpd_registry *r;
 	struct odpd_mr *mr;
+	bool anon;                          /* holds a reference of its own (admin) */
 	uint64_t iova, length;
 	bool probe;                         /* READ with rkey, not the MR's */
 	uint32_t rkey;
@@ -1805,19 +1806,58 @@ static void verify_done(struct odpd_job *job)
 	}
 	op->cb(op->arg, op->rc, &op->err, op->crc, op->length, op->method);
 	d->jobs--;
-	if (--mr->busy == 0 && mr->state == ODPD_MR_DEAD && mr->dead_stage == 1)
+	if (op->anon)
+		mr->refs--;
+	if (--mr->busy == 0 && mr->state == ODPD_MR_DEAD && mr->dead_stage == 1) {
 		mr_kill_now(op->r, mr);
-	else
+	} else if (op->anon && mr->refs == 0) {
+		/* its holders let go meanwhile: ours was the last reference */
+		if (mr->state == ODPD_MR_DEAD) {
+			if (mr->dead_stage == 3)
+				mr_free(op->r, mr);
+		} else {
+			struct odpd_mr *list = NULL;
+
+			mr_invalidate(op->r, mr, &list);
+			start_batch(op->r, list, false, NULL);
+		}
+	} else {
 		domain_maybe_close(op->r, d, false);
+	}
 	free(op);
+}
+
+static int verify_start(struct odpd_registry *r, struct odpd_mr *mr, uint64_t iova, uint64_t length,
+			const uint32_t *probe_rkey, size_t buf_size, odpd_verify_cb cb, void *arg, bool anon,
+			struct odpd_err *err)
+{
+	struct verify_op *op = calloc(1, sizeof(*op));
+
+	if (!op)
+		return err_set(err, ENOMEM, "out of memory");
+	op->r = r;
+	op->mr = mr;
+	op->anon = anon;
+	mr->refs += anon;                    /* no release deregisters it under the worker */
+	mr->busy++;
+	mr->dom->jobs++;
+	op->probe = probe_rkey != NULL;
+	op->rkey = probe_rkey ? *probe_rkey : 0;
+	op->iova = iova;
+	op->length = length;
+	op->buf_size = buf_size;
+	op->cb = cb;
+	op->arg = arg;
+	op->job.run = verify_run;
+	op->job.done = verify_done;
+	odpd_pool_submit(r->pool, &op->job);
+	return 1;
 }
 
 int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t iova, uint64_t length,
 			 const uint32_t *probe_rkey, size_t buf_size, odpd_verify_cb cb, void *arg,
 			 struct odpd_err *err)
 {
-	struct verify_op *op;
-
 	if (ref->mr->state == ODPD_MR_DEAD)
 		return err_set(err, ENODEV, "the MR's device was removed");
 	if (!ref->mr->dom)
@@ -1836,24 +1876,29 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 		   iova + length > ref->iova + ref->length) {
 		return err_set(err, EINVAL, "verify range is not inside the MR");
 	}
-	op = calloc(1, sizeof(*op));
-	if (!op)
-		return err_set(err, ENOMEM, "out of memory");
-	op->r = r;
-	op->mr = ref->mr;
-	op->mr->busy++;
-	op->mr->dom->jobs++;
-	op->probe = probe_rkey != NULL;
-	op->rkey = probe_rkey ? *probe_rkey : 0;
-	op->iova = iova;
-	op->length = length;
-	op->buf_size = buf_size;
-	op->cb = cb;
-	op->arg = arg;
-	op->job.run = verify_run;
-	op->job.done = verify_done;
-	odpd_pool_submit(r->pool, &op->job);
-	return 1;
+	return verify_start(r, ref->mr, iova, length, probe_rkey, buf_size, cb, arg, false, err);
+}
+
+int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_size, odpd_verify_cb cb,
+			    void *arg, struct odpd_err *err)
+{
+	struct odpd_mr *mr;
+
+	TAILQ_FOREACH(mr, &r->mrs, link)
+		if (mr->id == mr_id)
+			break;
+	if (!mr)
+		return err_set(err, ENOENT, "no MR %" PRIu64, mr_id);
+	if (mr->state != ODPD_MR_LIVE)
+		return err_set(err, EBUSY, "MR %" PRIu64 " is %s, not held: only live MRs are verified",
+			       mr_id, odpd_mr_state_name(mr->state));
+	if (!mr->dom)
+		return err_set(err, EOPNOTSUPP, "MR %" PRIu64 " is in a client's own PD (client-PD mode)",
+			       mr_id);
+	if (mr->implicit)
+		return err_set(err, EINVAL, "MR %" PRIu64 " is implicit ODP: it has no range to read",
+			       mr_id);
+	return verify_start(r, mr, mr->iova, mr->length, NULL, buf_size, cb, arg, true, err);
 }
 
 /* ---------------------------------------------------------------- prefetch (ibv_advise_mr) */

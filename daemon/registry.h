@@ -332,4 +332,9 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *dev,
 				  void (*notify)(struct odpd_holder *h, unsigned mrs, void *arg), void *arg);
 
+/* Admin: verify the whole live MR with id @mr_id, held by whoever it is (a
+ * reference of the request's own keeps it registered meanwhile). */
+int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_size, odpd_verify_cb cb,
+			    void *arg, struct odpd_err *err);
+
 const char *odpd_mr_state_name(enum odpd_mr_state s);

@@ -146,6 +146,9 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 	case ODPD__REQUEST__BODY_RELOAD:
 		odpd_admin_reload(c, id);
 		break;
+	case ODPD__REQUEST__BODY_ADMIN_VERIFY:
+		odpd_admin_verify(c, id, req->admin_verify);
+		break;
 	default:
 		odpd_client_send_error(c, id, EOPNOTSUPP, "unknown request type (a newer client?)");
 		break;

@@ -35,4 +35,5 @@ void odpd_advise_mr(struct odpd_client *c, uint64_t id, const Odpd__AdviseMr *re
 /* Admin requests (admin.c). */
 void odpd_admin_status(struct odpd_client *c, uint64_t id);
 void odpd_admin_reload(struct odpd_client *c, uint64_t id);
+void odpd_admin_verify(struct odpd_client *c, uint64_t id, const Odpd__AdminVerify *req);
 void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs *req);

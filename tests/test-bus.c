@@ -470,7 +470,8 @@ static void test_odpctl(void **state)
 	struct odpd_conn *c;
 	json_object *root, *v;
 	char conf[128], name[64], cmd[512];
-	struct odpd_segment *s2;
+	struct odpd_segment *s1, *s2;
+	struct odpd_mr *mr;
 	int n = 0;
 
 	(void)state;
@@ -479,7 +480,8 @@ static void test_odpctl(void **state)
 	wait_for_name();
 	c = odpd_connect(d.sock, NULL);
 	assert_non_null(c);
-	assert_non_null(odpd_alloc(c, 64 * KIB, 0));
+	s1 = odpd_alloc(c, 64 * KIB, 0);
+	assert_non_null(s1);
 
 	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "stats", "--json", NULL), 0);
 	root = json_tokener_parse(out);
@@ -530,6 +532,31 @@ static void test_odpctl(void **state)
 	assert_int_equal(json_object_array_length(json_object_object_get(root, "clients")), 1);
 	assert_int_equal(json_object_get_int(json_object_object_get(json_object_object_get(root, "totals"),
 								    "monitors")), 1);
+	json_object_put(root);
+
+	/* verify: every live MR read back by the HCA, the same CRC as the
+	 * client's own odpd_verify (VM: a device) */
+	mr = odpd_reg(c, odpd_segment_addr(s1), 64 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "verify", "--json", NULL), 0);
+	root = json_tokener_parse(out);
+	assert_non_null(root);
+	assert_int_equal(json_object_array_length(root), mr ? 1 : 0);
+	if (mr) {
+		uint32_t crc;
+		char want[16];
+
+		memset(odpd_segment_addr(s1), 0x3c, 64 * KIB);
+		json_object_put(root);
+		assert_int_equal(odpd_verify(mr, NULL, 0, &crc), 0);
+		assert_int_equal(odpctl(0, d.sock, out, sizeof(out), "verify", "--json", NULL), 0);
+		root = json_tokener_parse(out);
+		v = json_object_array_get_idx(root, 0);
+		snprintf(want, sizeof(want), "%08x", crc);
+		assert_string_equal(json_object_get_string(json_object_object_get(v, "crc32")), want);
+		assert_true(json_object_get_boolean(json_object_object_get(v, "ok")));
+		assert_int_equal(odpctl(65534, d.sock, out, sizeof(out), "verify", NULL), 4);
+		assert_int_equal(odpd_dereg(mr), 0);
+	}
 	json_object_put(root);
 
 	/* exit statuses */

@@ -1174,6 +1174,114 @@ static int cmd_flush(int sock, const struct options *o)
 	return EXIT_SUCCESS;
 }
 
+/*
+ * Verify: every live (held) MR of a daemon PD that --pid/--pd select, read
+ * back through the MR by the HCA (odpd's verify: RDMA READ, or WRITE from
+ * the lkey for local-only MRs); prints each one's CRC-32, or why it could
+ * not be read. Fails (status 1) if any could not.
+ */
+static int cmd_verify(int sock, const struct options *o)
+{
+	struct table t = { .ncols = 6 };
+	json_object *list = o->json ? json_object_new_array() : NULL;
+	uint64_t after = 0, id = 10;
+	bool more = true, first = true;
+	unsigned failed = 0, done = 0;
+
+	if (o->json && !list)
+		oom();
+	table_add(&t, "ID");
+	table_add(&t, "IOVA");
+	table_add(&t, "LENGTH");
+	table_add(&t, "KIND");
+	table_add(&t, "CRC32");
+	table_add(&t, "HOW");
+	if (set_reply_timeout(sock, FLUSH_TIMEOUT_SEC) < 0)
+		return EXIT_FAILURE;
+	while (more) {
+		Odpd__ListMrs body = ODPD__LIST_MRS__INIT;
+		Odpd__Request req = ODPD__REQUEST__INIT;
+		Odpd__Reply *page;
+
+		body.has_pid = o->has_pid;
+		body.pid = o->pid;
+		body.pd = (char *)o->pd;
+		body.has_after = !first;
+		body.after = after;
+		req.has_id = true;
+		req.id = ++id;
+		req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+		req.list_mrs = &body;
+		page = call(sock, &req, "verify: list", ODPD__REPLY__BODY_MRS);
+		if (!page)
+			return EXIT_FAILURE;
+		for (size_t i = 0; i < page->mrs->n_mrs; i++) {
+			const Odpd__MrInfo *m = page->mrs->mrs[i];
+			Odpd__AdminVerify vb = ODPD__ADMIN_VERIFY__INIT;
+			Odpd__Request vr = ODPD__REQUEST__INIT;
+			Odpd__Reply *rep;
+			char what[64], crc[16] = "-", how[160];
+
+			after = m->id;
+			if (m->state != ODPD__MR_STATE__MR_STATE_LIVE || m->kind == ODPD__MR_KIND__MR_IMPLICIT_ODP)
+				continue;
+			vb.has_mr_id = true;
+			vb.mr_id = m->id;
+			vr.has_id = true;
+			vr.id = ++id;
+			vr.body_case = ODPD__REQUEST__BODY_ADMIN_VERIFY;
+			vr.admin_verify = &vb;
+			snprintf(what, sizeof(what), "verify MR %" PRIu64, m->id);
+			rep = call(sock, &vr, what, ODPD__REPLY__BODY_VERIFY);
+			done++;
+			if (rep) {
+				snprintf(crc, sizeof(crc), "%08" PRIx32, rep->verify->crc32);
+				snprintf(how, sizeof(how), "%s", rep->verify->method ? rep->verify->method : "");
+			} else {
+				failed++;
+				if (fail_status == EXIT_DENIED || fail_status == EXIT_NOT_RUNNING) {
+					odpd__reply__free_unpacked(page, NULL);
+					table_clear(&t);
+					return EXIT_FAILURE;
+				}
+				snprintf(how, sizeof(how), "failed (see above)");
+			}
+			if (list) {
+				json_object *e = json_object_new_object();
+
+				if (!e)
+					oom();
+				put_u64_str(e, "id", m->id);
+				put_u64_str(e, "iova", m->iova);
+				put_u64_str(e, "length", m->length);
+				put_str(e, "kind", mr_kind_name(m->kind));
+				put_str(e, "crc32", rep ? crc : "");
+				put_str(e, "method", rep ? how : "");
+				put_bool(e, "ok", rep != NULL);
+				json_object_array_add(list, e);
+			} else {
+				table_add(&t, "%" PRIu64, m->id);
+				table_add(&t, "%#" PRIx64, m->iova);
+				table_add(&t, "%" PRIu64, m->length);
+				table_add(&t, "%s", mr_kind_name(m->kind));
+				table_add(&t, "%s", crc);
+				table_add(&t, "%s", how);
+			}
+			odpd__reply__free_unpacked(rep, NULL);
+		}
+		more = page->mrs->more;
+		first = false;
+		odpd__reply__free_unpacked(page, NULL);
+	}
+	if (list)
+		json_print(list);
+	else
+		table_print(&t, "Verified MRs");
+	if (!o->json)
+		printf("%u MR(s) read back, %u failed\n", done - failed, failed);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 /* Reload: odpd reads its configuration file again. */
 static int cmd_reload(int sock, const struct options *o)
 {
@@ -1343,6 +1451,7 @@ static const struct command commands[] = {
 	{ "mrs", cmd_mrs, true },
 	{ "flush", cmd_flush, true },
 	{ "clients", cmd_clients, false },
+	{ "verify", cmd_verify, true },
 	{ "stats", cmd_stats, false },
 	{ "reload", cmd_reload, false },
 };
@@ -1362,13 +1471,14 @@ static void usage(FILE *f)
 		"                    prints the MRs and bytes released\n"
 		"  clients           the connected clients\n"
 		"  stats             the daemon's counters (also on D-Bus: org.odpd1)\n"
+		"  verify            read every live MR back through the HCA (CRC-32)\n"
 		"  reload            re-read odpd's configuration file (as SIGHUP does)\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH odpd's socket (default: $%s, else %s)\n"
 		"  -j, --json        print one JSON object instead of tables\n"
-		"      --pid PID     mrs, flush: only the MRs of process PID\n"
-		"      --pd NAME     mrs, flush: only the MRs of the shared PD NAME\n"
+		"      --pid PID     mrs, flush, verify: only the MRs of process PID\n"
+		"      --pd NAME     mrs, flush, verify: only the MRs of the shared PD NAME\n"
 		"      --prometheus  stats: the Prometheus text format (node_exporter's\n"
 		"                    textfile collector)\n"
 		"  -h, --help        show this help\n"
@@ -1477,7 +1587,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		return -1;
 	}
 	if (!o->cmd->filters && (o->has_pid || o->pd)) {
-		fprintf(stderr, "odpctl: %s: --pid and --pd apply only to mrs and flush\n",
+		fprintf(stderr, "odpctl: %s: --pid and --pd apply only to mrs, flush and verify\n",
 			o->cmd->name);
 		return -1;
 	}
