@@ -74,21 +74,29 @@ static int listen_socket(struct odpd_manager *m)
 {
 	struct sockaddr_un sa;
 	mode_t old_umask;
-	int n = sd_listen_fds(1), fd, r;
+	char **names = NULL;
+	int n = sd_listen_fds_with_names(1, &names), fd, r;
 
-	if (n > 1)
+	if (n > 1) {
+		for (int i = 0; i < n; i++)
+			free(names[i]);
+		free(names);
 		return log_errno(LOG_ERR, EINVAL, "systemd passed %d sockets, expected one", n);
+	}
 	if (n == 1) {
 		fd = SD_LISTEN_FDS_START;
+		log_info("listening on the socket passed by systemd (%s)", names && names[0] ? names[0] : "?");
+		free(names ? names[0] : NULL);
+		free(names);
 		if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
 			return log_errno(LOG_ERR, EINVAL, "the socket from systemd is not a listening "
 					 "AF_UNIX SOCK_SEQPACKET socket");
 		if (evutil_make_socket_nonblocking(fd) < 0)
 			return log_errno(LOG_ERR, errno, "O_NONBLOCK on the systemd socket");
 		m->listen_fd = fd;
-		log_info("listening on the socket passed by systemd");
 		return 0;
 	}
+	free(names);
 	r = odpd_wire_sockaddr(m->cfg.socket_path, &sa);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "socket path \"%s\"", m->cfg.socket_path);
