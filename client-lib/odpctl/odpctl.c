@@ -618,6 +618,16 @@ static void mrs_row(struct table *t, const Odpd__MrInfo *m)
 
 /* ------------------------------------------------------------- JSON output */
 
+/* A new JSON object; odpctl dies without memory. */
+static json_object *json_obj(void)
+{
+	json_object *o = json_object_new_object();
+
+	if (!o)
+		oom();
+	return o;
+}
+
 static void put_u64(json_object *o, const char *key, uint64_t v)
 {
 	json_object_object_add(o, key, json_object_new_uint64(v));
@@ -724,10 +734,8 @@ static json_object *json_cache(const Odpd__CacheStats *c)
 static json_object *json_odp(const Odpd__OdpStats *s)
 {
 	static const Odpd__OdpStats none = ODPD__ODP_STATS__INIT;
-	json_object *o = json_object_new_object();
+	json_object *o = json_obj();
 
-	if (!o)
-		oom();
 	if (!s)
 		s = &none;
 	put_u64(o, "mrs", s->mrs);
@@ -1117,10 +1125,8 @@ static int cmd_mrs(int sock, const struct options *o)
 	}
 
 	if (list) {
-		json_object *root = json_object_new_object();
+		json_object *root = json_obj();
 
-		if (!root)
-			oom();
 		json_object_object_add(root, "mrs", list);
 		json_print(root);
 	} else {
@@ -1159,10 +1165,8 @@ static int cmd_flush(int sock, const struct options *o)
 	if (!rep)
 		return EXIT_FAILURE;
 	if (o->json) {
-		json_object *root = json_object_new_object();
+		json_object *root = json_obj();
 
-		if (!root)
-			oom();
 		put_u64(root, "mrs", rep->flush->mrs);
 		put_u64_str(root, "bytes", rep->flush->bytes);
 		json_print(root);
@@ -1247,10 +1251,8 @@ static int cmd_verify(int sock, const struct options *o)
 				snprintf(how, sizeof(how), "failed (see above)");
 			}
 			if (list) {
-				json_object *e = json_object_new_object();
+				json_object *e = json_obj();
 
-				if (!e)
-					oom();
 				put_u64_str(e, "id", m->id);
 				put_u64_str(e, "iova", m->iova);
 				put_u64_str(e, "length", m->length);
@@ -1297,10 +1299,8 @@ static int cmd_reload(int sock, const struct options *o)
 	if (!rep)
 		return EXIT_FAILURE;
 	if (o->json) {
-		json_object *root = json_object_new_object();
+		json_object *root = json_obj();
 
-		if (!root)
-			oom();
 		put_str(root, "summary", rep->reload->summary);
 		json_print(root);
 	} else {
@@ -1416,10 +1416,8 @@ static int cmd_stats(int sock, const struct options *o)
 	if (o->prometheus) {
 		print_prometheus(v);
 	} else if (o->json) {
-		json_object *root = json_object_new_object();
+		json_object *root = json_obj();
 
-		if (!root)
-			oom();
 		for (size_t i = 0; i < N_STATS; i++)
 			put_u64_str(root, stat_defs[i].key, v[i]);
 		json_print(root);
