@@ -33,10 +33,12 @@
 /* Shared with the clients: what they got done before they were killed. */
 static struct progress {
 	unsigned long attached, registered, verified, released;
+	unsigned char connected[CLIENTS];   /* each client, once connected */
 } *progress;
 
-static void client_loop(unsigned seed)
+static void client_loop(unsigned idx)
 {
+	unsigned seed = idx + 1;
 	struct odpd_conn *c;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -44,6 +46,7 @@ static void client_loop(unsigned seed)
 	c = odpd_connect(test_daemon.sock, NULL);
 	if (!c)
 		_exit(1);
+	__atomic_store_n(&progress->connected[idx], 1, __ATOMIC_RELEASE);
 	for (;;) {
 		size_t len = (size_t)(1 + rand() % 64) * 4 * KIB;
 		struct odpd_segment *s = odpd_alloc(c, len, 0);
@@ -98,10 +101,17 @@ static void test_clients_killed_anywhere(void **state)
 			pids[n] = fork();
 			assert_true(pids[n] >= 0);
 			if (pids[n] == 0)
-				client_loop(started + 1);
+				client_loop(started);
 		}
 		for (unsigned i = 0; i < n; i++) {
-			usleep((useconds_t)(rand() % 20000));    /* anywhere in its work */
+			unsigned idx = started - n + i;
+
+			/* anywhere in its work: a random while after it connected (how
+			 * long connecting takes depends on the machine's load) */
+			for (int t = 0; t < 2000 && !__atomic_load_n(&progress->connected[idx],
+								   __ATOMIC_ACQUIRE); t++)
+				usleep(5000);
+			usleep((useconds_t)(rand() % 40000));
 			kill(pids[i], SIGKILL);
 		}
 		for (unsigned i = 0; i < n; i++)
