@@ -202,26 +202,32 @@ static void watch_dir(void)
  * or /dev/infiniband itself: rescan once things settle. */
 static void on_inotify(evutil_socket_t fd, short what, void *arg)
 {
-	struct odpd_manager *m = arg;
 	const struct timeval settle = { 0, SETTLE_MS * 1000 };
 	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
 	bool uverbs = false;
 	ssize_t n;
 
 	(void)what;
+	(void)arg;
 	while ((n = read(fd, buf, sizeof(buf))) > 0)
 		for (char *p = buf; p < buf + n; p += sizeof(struct inotify_event) +
 		     ((struct inotify_event *)p)->len) {
 			const struct inotify_event *e = (const struct inotify_event *)p;
 
-			if (e->wd == hp.wd_dev && e->len && strcmp(e->name, "infiniband") == 0)
+			if (e->wd == hp.wd_dev && e->len && strcmp(e->name, "infiniband") == 0) {
 				watch_dir();
+				uverbs = true;           /* its nodes may be there already */
+			}
 			if (e->wd == hp.wd_dir && e->len && strncmp(e->name, "uverbs", 6) == 0)
 				uverbs = true;
+			if (e->wd == hp.wd_dir && (e->mask & IN_IGNORED)) {
+				/* /dev/infiniband went (its last device did): wait for it again */
+				hp.wd_dir = -1;
+				hp.wd_dev = inotify_add_watch(hp.ifd, "/dev", IN_CREATE | IN_ONLYDIR);
+			}
 		}
 	if (uverbs)
 		evtimer_add(hp.ev_settle, &settle);
-	(void)m;
 }
 
 /* Watch /dev/infiniband for new device nodes; where it cannot, requests

@@ -1201,7 +1201,7 @@ static int cmd_verify(int sock, const struct options *o)
 	table_add(&t, "CRC32");
 	table_add(&t, "HOW");
 	if (set_reply_timeout(sock, FLUSH_TIMEOUT_SEC) < 0)
-		return EXIT_FAILURE;
+		goto fail;
 	while (more) {
 		Odpd__ListMrs body = ODPD__LIST_MRS__INIT;
 		Odpd__Request req = ODPD__REQUEST__INIT;
@@ -1218,7 +1218,7 @@ static int cmd_verify(int sock, const struct options *o)
 		req.list_mrs = &body;
 		page = call(sock, &req, "verify: list", ODPD__REPLY__BODY_MRS);
 		if (!page)
-			return EXIT_FAILURE;
+			goto fail;
 		for (size_t i = 0; i < page->mrs->n_mrs; i++) {
 			const Odpd__MrInfo *m = page->mrs->mrs[i];
 			Odpd__AdminVerify vb = ODPD__ADMIN_VERIFY__INIT;
@@ -1245,8 +1245,7 @@ static int cmd_verify(int sock, const struct options *o)
 				failed++;
 				if (fail_status == EXIT_DENIED || fail_status == EXIT_NOT_RUNNING) {
 					odpd__reply__free_unpacked(page, NULL);
-					table_clear(&t);
-					return EXIT_FAILURE;
+					goto fail;
 				}
 				snprintf(how, sizeof(how), "failed (see above)");
 			}
@@ -1275,13 +1274,19 @@ static int cmd_verify(int sock, const struct options *o)
 		first = false;
 		odpd__reply__free_unpacked(page, NULL);
 	}
-	if (list)
+	if (list) {
 		json_print(list);
-	else
+		table_clear(&t);                 /* its header only */
+	} else {
 		table_print(&t, "Verified MRs");
+	}
 	if (!o->json)
 		printf("%u MR(s) read back, %u failed\n", done - failed, failed);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+fail:
+	table_clear(&t);
+	json_object_put(list);                   /* NULL: nothing */
+	return EXIT_FAILURE;
 }
 
 /* Reload: odpd reads its configuration file again. */
