@@ -7,6 +7,8 @@
  *          (a worker deregisters): 2 requests, 2 jobs;
  *   hit    odpd_reg of a page an MR we hold covers (answered on the loop)
  *          + odpd_dereg of that reference (no job): 2 requests.
+ * Then 4 KiB misses idle and while another client registers 256 MiB again
+ * and again: median and p99 of each.
  * For each phase, odpd's threads' context switches (voluntary + involuntary,
  * /proc/PID/task/TID/status) and, with --strace, its system calls (strace -c
  * -f attached for the phase), divided by the requests. Also each phase's
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +106,86 @@ static unsigned long strace_stop(pid_t p, const char *out)
 			sscanf(line, "%lf %lf %lu %lu", &pct, &secs, &usecs, &calls);
 	fclose(f);
 	return calls;
+}
+
+/* The p99 (nearest rank) of @s's samples. */
+static double p99(const struct series *s)
+{
+	double *v = malloc(s->n * sizeof(*v));
+	double r;
+
+	if (!v)
+		die("out of memory");
+	memcpy(v, s->us, s->n * sizeof(*v));
+	for (unsigned i = 1; i < s->n; i++)          /* small n: insertion sort */
+		for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	r = v[(s->n * 99 + 99) / 100 - 1];
+	free(v);
+	return r;
+}
+
+/* 4 KiB misses (reg + dereg): idle, then while another client registers and
+ * deregisters 256 MiB pinned again and again (issue 11: a client's latency
+ * while another registers 256 MiB; odpd runs big jobs on all workers but one). */
+static void big_neighbour(const char *sock, struct odpd_conn *c, char *base, unsigned iters)
+{
+	const size_t big = 256 * MiB;
+	int go[2], stop[2];
+	char b = 0;
+	pid_t pid;
+
+	if (pipe(go) < 0 || pipe(stop) < 0)
+		die("pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		struct odpd_conn *n = odpd_connect(sock, NULL);
+		struct odpd_segment *s = n ? odpd_alloc(n, big, 0) : NULL;
+
+		if (!s)
+			die("neighbour: %s", odpd_errmsg());
+		memset(odpd_segment_addr(s), 1, big);
+		if (write(go[1], &b, 1) != 1 || read(stop[0], &b, 1) != 1)   /* ready; then start */
+			_exit(1);
+		fcntl(stop[0], F_SETFL, O_NONBLOCK);
+		while (read(stop[0], &b, 1) != 1) {
+			struct odpd_mr *mr = odpd_reg(n, odpd_segment_addr(s), big, IBV_ACCESS_LOCAL_WRITE);
+
+			if (!mr || odpd_dereg(mr) < 0)
+				die("neighbour: %s", odpd_errmsg());
+		}
+		odpd_disconnect(n);
+		_exit(0);
+	}
+	if (read(go[0], &b, 1) != 1)                     /* its segment is ready */
+		die("the neighbour did not start");
+	for (int loaded = 0; loaded < 2; loaded++) {
+		struct series *s = series_new(iters, "4 KiB miss %s", loaded ? "beside 256 MiB" : "idle");
+
+		if (loaded) {                                  /* start it, let it get going */
+			if (write(stop[1], &b, 1) != 1)
+				die("starting the neighbour");
+			usleep(200000);
+		}
+		for (unsigned i = 0; i < iters; i++) {
+			double t0 = now_us();
+			struct odpd_mr *mr = odpd_reg(c, base + (size_t)i * 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+
+			if (!mr || odpd_dereg(mr) < 0)
+				die("miss: %s", odpd_errmsg());
+			add(s, now_us() - t0);
+		}
+		summarize(s);
+		printf("%-38s median %8.1f µs   p99 %9.1f µs\n", s->name, s->median, p99(s));
+	}
+	if (write(stop[1], &b, 1) != 1)
+		die("stopping the neighbour");
+	waitpid(pid, NULL, 0);
 }
 
 enum { PH_MISS, PH_HIT, N_PH };
@@ -185,6 +268,7 @@ int main(int argc, char **argv)
 			       (double)(cs1 - cs0) / (2.0 * iters));
 		}
 	}
+	big_neighbour(sock, c, base, iters);
 	odpd_dereg(hold);
 	odpd_disconnect(c);
 	return 0;
