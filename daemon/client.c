@@ -434,8 +434,6 @@ static bool client_read_one(struct odpd_client *c)
 		odpd_client_disconnect(c, c->refused_msg);
 		return false;
 	}
-	if (c->resume && !c->busy)
-		event_add(c->ev_read, NULL);
 	c->resume = false;
 	return !c->busy;
 }
@@ -446,6 +444,17 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	/*
+	 * One request at a time per connection. The read event stays armed
+	 * while a job runs (no epoll_ctl per request for a client that waits
+	 * for its answer, as libodpd does); only a client that sends more
+	 * meanwhile gets it deleted here, until the job is done.
+	 */
+	if (c->busy) {
+		event_del(c->ev_read);
+		c->read_paused = true;
+		return;
+	}
 	for (int i = 0; i < PACKETS_PER_WAKEUP; i++)
 		if (!client_read_one(c))
 			break;
@@ -461,9 +470,7 @@ void odpd_client_submit(struct odpd_client *c, struct odpd_job *job)
 
 void odpd_client_wait(struct odpd_client *c)
 {
-	c->busy = true;
-	if (c->ev_read)                      /* NULL once disconnected */
-		event_del(c->ev_read);
+	c->busy = true;                      /* client_on_read reads no more until done */
 }
 
 /*
@@ -494,8 +501,11 @@ void odpd_client_job_done(struct odpd_client *c)
 		client_teardown(c);
 		return;
 	}
-	event_add(c->ev_read, NULL);
-	event_active(c->ev_read, EV_READ, 0);   /* packets may have queued meanwhile */
+	if (c->read_paused) {                /* packets queued meanwhile */
+		c->read_paused = false;
+		event_add(c->ev_read, NULL);
+		event_active(c->ev_read, EV_READ, 0);
+	}
 }
 
 void odpd_client_disconnect(struct odpd_client *c, const char *why)

@@ -46,6 +46,7 @@ struct odpd_client {
 	bool dead;                      /* disconnected; torn down when not busy */
 	bool handling;                  /* inside odpd_request_handle: client_read_one tears down */
 	bool resume;                    /* a job completed meanwhile: read again after it */
+	bool read_paused;               /* ev_read deleted: readable while a job ran */
 	struct event *ev_read, *ev_write;
 	struct outq_item *outq, **outq_tail;
 	unsigned outq_len;

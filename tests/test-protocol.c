@@ -562,6 +562,52 @@ static void test_reg_write_on_read_only_segment(void **state)
 	close(conn);
 }
 
+/*
+ * A client that does not wait for its answers: a registration (a job on a
+ * worker, with a device), a Status and a second registration sent back to
+ * back. odpd serves one request of a connection at a time and answers in
+ * order; the packets that arrive while the job runs wait (the read event
+ * is paused only then) and are served after it.
+ */
+static void test_pipelined_requests(void **state)
+{
+	Odpd__RegMr m1, m2;
+	Odpd__Status st = ODPD__STATUS__INIT;
+	Odpd__Request sreq = ODPD__REQUEST__INIT;
+	int conn = raw_connect_hello(test_daemon.sock);
+	int fd = sealed_memfd(1 << 20);
+	Odpd__Reply *r = attach_ok(conn, fd);
+	Odpd__Request req1 = reg_req(&m1, r->segment->addr, 64 * 1024, 0);
+	Odpd__Request req2 = reg_req(&m2, r->segment->addr + 64 * 1024, 64 * 1024, 0);
+	const uint64_t ids[3] = { 61, 62, 63 };
+
+	(void)state;
+	odpd__reply__free_unpacked(r, NULL);
+	sreq.body_case = ODPD__REQUEST__BODY_STATUS;
+	sreq.status = &st;
+	req1.id = ids[0];
+	req1.has_id = 1;
+	sreq.id = ids[1];
+	sreq.has_id = 1;
+	req2.id = ids[2];
+	req2.has_id = 1;
+	raw_send(conn, &req1, NULL, 0);
+	raw_send(conn, &sreq, NULL, 0);
+	raw_send(conn, &req2, NULL, 0);
+	for (int i = 0; i < 3; i++) {
+		r = raw_recv(conn);
+		assert_int_equal(r->id, ids[i]);
+		if (i == 1)
+			assert_int_equal(r->status, 0);
+		else
+			assert_int_equal(r->status, test_require_device() ? 0 : ENODEV);
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	close(fd);
+	close(conn);                             /* odpd releases both MRs */
+	wait_idle(test_admin_fd);
+}
+
 static void test_reg_without_device(void **state)
 {
 	Odpd__RegMr m;
@@ -1225,6 +1271,7 @@ int main(void)
 		cmocka_unit_test_setup(test_attach_at_client_address, harness_test_setup),
 		cmocka_unit_test_setup(test_reg_bad_ranges_and_flags, harness_test_setup),
 		cmocka_unit_test_setup(test_reg_write_on_read_only_segment, harness_test_setup),
+		cmocka_unit_test_setup(test_pipelined_requests, harness_test_setup),
 		cmocka_unit_test_setup(test_reg_without_device, harness_test_setup),
 		cmocka_unit_test_setup(test_client_pd_not_uverbs, harness_test_setup),
 		cmocka_unit_test_setup(test_other_clients_unaffected, harness_test_setup),
