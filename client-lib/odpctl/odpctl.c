@@ -1052,17 +1052,13 @@ static int cmd_status(int sock, const struct options *o)
 	return EXIT_SUCCESS;
 }
 
-/*
- * Ask for the page of MRs after @after (none: the first page) and add its
- * MRs to @t or, with --json, to @list. Returns the reply (the caller frees
- * it), or NULL after printing why.
- */
-static Odpd__Reply *mrs_page(int sock, const struct options *o, uint64_t id, const uint64_t *after,
-			     struct table *t, json_object *list)
+/* One page of ListMrs (the filters of @o) after @after (none: the first),
+ * or NULL after printing why. */
+static Odpd__Reply *list_mrs(int sock, const struct options *o, uint64_t id, const uint64_t *after,
+			     const char *what)
 {
 	Odpd__ListMrs body = ODPD__LIST_MRS__INIT;
 	Odpd__Request req = ODPD__REQUEST__INIT;
-	Odpd__Reply *rep;
 
 	body.has_pid = o->has_pid;
 	body.pid = o->pid;
@@ -1073,8 +1069,19 @@ static Odpd__Reply *mrs_page(int sock, const struct options *o, uint64_t id, con
 	req.id = id;
 	req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
 	req.list_mrs = &body;
+	return call(sock, &req, what, ODPD__REPLY__BODY_MRS);
+}
 
-	rep = call(sock, &req, "mrs", ODPD__REPLY__BODY_MRS);
+/*
+ * Ask for the page of MRs after @after (none: the first page) and add its
+ * MRs to @t or, with --json, to @list. Returns the reply (the caller frees
+ * it), or NULL after printing why.
+ */
+static Odpd__Reply *mrs_page(int sock, const struct options *o, uint64_t id, const uint64_t *after,
+			     struct table *t, json_object *list)
+{
+	Odpd__Reply *rep = list_mrs(sock, o, id, after, "mrs");
+
 	if (!rep)
 		return NULL;
 	for (size_t i = 0; i < rep->mrs->n_mrs; i++) {
@@ -1203,20 +1210,8 @@ static int cmd_verify(int sock, const struct options *o)
 	if (set_reply_timeout(sock, FLUSH_TIMEOUT_SEC) < 0)
 		goto fail;
 	while (more) {
-		Odpd__ListMrs body = ODPD__LIST_MRS__INIT;
-		Odpd__Request req = ODPD__REQUEST__INIT;
-		Odpd__Reply *page;
+		Odpd__Reply *page = list_mrs(sock, o, ++id, first ? NULL : &after, "verify: list");
 
-		body.has_pid = o->has_pid;
-		body.pid = o->pid;
-		body.pd = (char *)o->pd;
-		body.has_after = !first;
-		body.after = after;
-		req.has_id = true;
-		req.id = ++id;
-		req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
-		req.list_mrs = &body;
-		page = call(sock, &req, "verify: list", ODPD__REPLY__BODY_MRS);
 		if (!page)
 			goto fail;
 		for (size_t i = 0; i < page->mrs->n_mrs; i++) {
