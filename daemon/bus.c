@@ -30,8 +30,9 @@
 struct flush_call {
 	struct flush_call *next, **pprev;
 	struct odpd_bus *b;
-	sd_bus_message *msg;
+	sd_bus_message *msg;                /* NULL: the bus went away meanwhile */
 	uid_t uid;
+	bool flushing;                      /* the registry holds it (flush_done) */
 };
 
 struct odpd_bus {
@@ -338,8 +339,13 @@ static void flush_done(void *arg, unsigned mrs, uint64_t bytes)
 {
 	struct flush_call *fc = arg;
 	struct odpd_bus *b = fc->b;
-	int r = sd_bus_reply_method_return(fc->msg, "ut", (uint32_t)mrs, bytes);
+	int r;
 
+	if (!fc->msg) {                      /* bus_drop detached it: nobody to answer */
+		free(fc);
+		return;
+	}
+	r = sd_bus_reply_method_return(fc->msg, "ut", (uint32_t)mrs, bytes);
 	if (r < 0)
 		log_errno(LOG_WARNING, r, "D-Bus: answering Flush()");
 	log_info("D-Bus: Flush() by uid %u: %u relaxed MR(s), %" PRIu64 " bytes invalidated",
@@ -434,6 +440,7 @@ static int flush_creds(sd_bus_message *reply, void *userdata, sd_bus_error *ret_
 					   "Flush is for root and odpd's admin group only");
 		goto out;
 	}
+	fc->flushing = true;
 	if (odpd_registry_flush(&b->m->registry, &all, flush_done, fc) == 1)
 		return 1;                        /* answered by flush_done */
 	flush_done(fc, 0, 0);
@@ -552,8 +559,21 @@ static int publish(sd_bus *bus, struct odpd_bus *b)
 
 static void bus_drop(struct odpd_bus *b)
 {
-	while (b->calls)
-		call_free(b->calls);
+	while (b->calls) {
+		struct flush_call *fc = b->calls;
+
+		if (!fc->flushing) {
+			call_free(fc);
+			continue;
+		}
+		/* The registry calls flush_done later: keep the struct, drop
+		 * the message and the list's link. */
+		b->calls = fc->next;
+		if (fc->next)
+			fc->next->pprev = &b->calls;
+		sd_bus_message_unref(fc->msg);
+		fc->msg = NULL;
+	}
 	if (b->ev)
 		event_free(b->ev);
 	b->ev = NULL;
