@@ -30,6 +30,7 @@ static void conn_kill(struct odpd_conn *c, const char *reason)
 	if (c->sock >= 0)
 		close(c->sock);
 	c->sock = -1;
+	atomic_store(&c->dead, true);        /* no more local hits (hit.c) */
 	snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
 }
 
@@ -82,6 +83,7 @@ static void atfork_child(void)
 		tables_unlock(c);
 		pthread_mutex_init(&c->lock, NULL);
 		conn_kill(c, "connection belongs to the parent process (fork)");
+		hit_fork_child(c);
 	}
 	/* The dead default connection stays listed: its objects may still be used. */
 	default_conn = NULL;
@@ -307,6 +309,7 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
 				  "on it are gone (release them: odpd_dereg succeeds)", what,
 				  c->lost_device, mrs);
 	}
+	hit_before_request(c, req);
 	req->has_id = true;
 	req->id = ++c->last_id;
 	r = call_send(c, what, req, fds, nfds);
@@ -491,6 +494,8 @@ static struct odpd_conn *conn_new(void)
 	link_init(&c->segments);
 	link_init(&c->mrs);
 	link_init(&c->mirror_mrs);
+	link_init(&c->hit_refs);
+	link_init(&c->lazy);
 	return c;
 }
 
@@ -502,6 +507,7 @@ static void conn_free(struct odpd_conn *c)
 		close(c->sock);
 	mirror_release_all(c);
 	mrs_release_all(c);
+	hit_close(c);
 	segments_release_all(c);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->tables_lock);
@@ -536,6 +542,8 @@ static int conn_connect(const char *path, const char *device, struct odpd_conn *
 		r = conn_hello(c);
 	if (r >= 0)
 		r = conn_select_device(c, device);
+	if (r >= 0)
+		r = hit_open(c);
 	if (r < 0) {
 		conn_free(c);
 		return r;

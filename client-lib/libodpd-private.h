@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdatomic.h>
 
 #include "odpd.h"
 #include "odpd-wire.h"
@@ -106,6 +107,7 @@ struct odpd_conn {
 	 */
 	pthread_mutex_t tables_lock;
 	int sock;                       /* -1: dead, see dead_reason */
+	atomic_bool dead;               /* sock is -1 (read without the lock: hit.c) */
 	char dead_reason[96];
 	uint64_t last_id;               /* of the last request sent */
 	uint8_t *buf;                   /* ODPD_MAX_PACKET + 1 bytes, for replies */
@@ -124,6 +126,24 @@ struct odpd_conn {
 	/* odpd_import_pd() (import.c): the daemon's context and PD, imported */
 	struct ibv_context *imp_ctx;
 	struct ibv_pd *imp_pd;
+	/* The registration cache of this process (hit.c). Under tables_lock
+	 * unless said otherwise. NULL hit_gen: off. */
+	const _Atomic uint64_t *hit_gen;    /* the daemon's generation table, read-only */
+	_Atomic uint64_t *hit_use;          /* ours */
+	size_t hit_len;
+	uint32_t hit_slots;
+	struct hit_ref **hit_buckets;       /* by (addr, length) of the first request */
+	struct hit_ref **hit_by_slot;
+	struct odpd_link hit_refs;          /* indexed, oldest first */
+	unsigned n_hit_refs;
+	struct odpd_link lazy;              /* unused, kept: least recently released first */
+	unsigned n_lazy;
+	uint64_t lazy_bytes;
+	unsigned cache_max_mrs;             /* ODPD_CACHE_MAX_MRS */
+	uint64_t cache_max_bytes;           /* ODPD_CACHE_MAX_BYTES */
+	uint64_t release_stamp;
+	uint64_t revocations_seen;          /* under c->lock */
+	struct odpd_stats stats;
 };
 
 struct odpd_segment {
@@ -224,6 +244,10 @@ struct mr_request {
 
 struct mr_result {
 	uint64_t handle;
+	uint32_t slot;                  /* in the hit table, 0: none */
+	uint64_t ticket;
+	bool has_mr_range;
+	uint64_t mr_iova, mr_length;    /* the MR's registered range */
 	uint64_t iova;
 	uint32_t lkey, rkey;
 	uint32_t kernel_handle;
@@ -247,6 +271,54 @@ int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle, bool r
 
 /* Free every struct odpd_mr of @c (odpd_disconnect). */
 void mrs_release_all(struct odpd_conn *c);
+
+/* ---------------------------------------------------------------- hit.c */
+
+/* One MR reference of the connection that the library may serve again itself. */
+struct hit_ref {
+	struct odpd_link link;          /* in conn->hit_refs while indexed */
+	struct odpd_link lru;           /* in conn->lazy while unused */
+	struct hit_ref *hnext;          /* hash chain */
+	bool indexed;
+	struct odpd_segment *seg;
+	uintptr_t addr0;                /* the request that made it: address, length, iova */
+	size_t length0;
+	uint64_t iova0;
+	uintptr_t start, end;           /* the MR's range in this process */
+	uint64_t handle, ticket, generation;
+	uint32_t slot, lkey, rkey;
+	uint32_t access;                /* Odpd__Access granted */
+	Odpd__MrKind kind;
+	bool remote;
+	unsigned users;                 /* struct mr_entry pointing here; 0: kept unused */
+};
+
+enum hit_release {
+	HIT_RELEASE_DONE,               /* answered here */
+	HIT_RELEASE_DAEMON,             /* the caller sends DeregMr (then hit_drop_user) */
+};
+
+/* Open the connection's hit table (after Hello); off if the daemon has none. */
+int hit_open(struct odpd_conn *c);
+void hit_close(struct odpd_conn *c);
+void hit_fork_child(struct odpd_conn *c);
+/* Serve the request from the cache: true with *@ret and *@ret_ref. */
+bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_request *q,
+		struct mr_result *ret, struct hit_ref **ret_ref);
+/* A reply of the daemon: index its reference if it has a slot (*@ret, else NULL). */
+int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t length,
+	    const struct mr_request *q, const struct mr_result *res, struct hit_ref **ret);
+/* One user lets go. Caller holds the tables lock. */
+enum hit_release hit_release(struct odpd_conn *c, struct hit_ref *h, bool relaxed);
+void hit_unrelease(struct odpd_conn *c, struct hit_ref *h);
+/* A user is gone for good (disconnect, or after the daemon's DeregMr). */
+void hit_drop_user(struct odpd_conn *c, struct hit_ref *h);
+/* Release unused references: over the bounds, @all, or over @seg. Caller holds c->lock. */
+int hit_trim(struct odpd_conn *c, const char *what, bool all, const struct odpd_segment *seg);
+bool hit_over(struct odpd_conn *c);
+bool hit_have_lazy(struct odpd_conn *c);
+/* Every request: forget revoked references, report. Caller holds c->lock. */
+void hit_before_request(struct odpd_conn *c, Odpd__Request *req);
 
 /* ---------------------------------------------------------------- mirror.c */
 

@@ -13,6 +13,7 @@ struct mr_entry {
 	struct odpd_link link;          /* in conn->mrs */
 	struct odpd_conn *conn;
 	struct odpd_segment *seg;
+	struct hit_ref *ref;            /* the reference it shares in the cache (hit.c), or NULL */
 };
 
 /* ---------------------------------------------------------------- requests */
@@ -38,6 +39,11 @@ static int mr_reply(struct odpd_conn *c, const char *what, const void *addr,
 		.generation = m->generation,
 		.cache_hit = m->cache_hit,
 		.prefetch_errno = m->has_prefetch_errno ? m->prefetch_errno : 0,
+		.slot = m->has_slot && m->has_ticket ? m->slot : 0,
+		.ticket = m->ticket,
+		.has_mr_range = m->has_mr_iova && m->has_mr_length,
+		.mr_iova = m->mr_iova,
+		.mr_length = m->mr_length,
 	};
 	return 0;
 }
@@ -118,8 +124,12 @@ void mrs_release_all(struct odpd_conn *c)
 	struct odpd_link *l, *tmp;
 
 	link_for_each_safe(l, tmp, &c->mrs) {
+		struct mr_entry *e = container_of(l, struct mr_entry, link);
+
 		link_del(l);
-		free(container_of(l, struct mr_entry, link));
+		if (e->ref)
+			hit_drop_user(c, e->ref);
+		free(e);
 	}
 }
 
@@ -187,9 +197,17 @@ static int mr_reg_locked(struct odpd_conn *c, const char *what, void *addr, size
 		r = segment_populate(seg, what, addr, length);
 	if (r >= 0)
 		r = mr_register(c, what, addr, length, q, &res);
+	/* What this process keeps unused counts against its user's limits:
+	 * give it back and ask once more. */
+	if ((r == -EDQUOT || r == -ENOSPC || r == -ENOMEM) && hit_have_lazy(c)) {
+		hit_trim(c, what, true, NULL);
+		errmsg_clear();
+		r = mr_register(c, what, addr, length, q, &res);
+	}
 	if (r < 0)
 		return r;
 	mr_fill(&e->mr, addr, length, a->access, q->kind, &res);
+	hit_add(c, seg, addr, length, q, &res, &e->ref);
 	mr_insert(c, e, seg);
 	return 0;
 }
@@ -198,6 +216,7 @@ static int mr_reg(struct odpd_conn *c, const char *what, void *addr, size_t leng
 		  const struct reg_args *a, struct odpd_mr **ret)
 {
 	struct mr_request q = { .cmd_fd = -1 };
+	struct mr_result res;
 	struct mr_entry *e;
 	int r;
 
@@ -215,6 +234,13 @@ static int mr_reg(struct odpd_conn *c, const char *what, void *addr, size_t leng
 	if (!e)
 		return errmsg_set(-ENOMEM, "%s: %m", what);
 
+	/* A range this process holds, or keeps unused: answered here. */
+	if (hit_lookup(c, addr, length, &q, &res, &e->ref)) {
+		mr_fill(&e->mr, addr, length, a->access, q.kind, &res);
+		mr_insert(c, e, e->ref->seg);
+		*ret = &e->mr;
+		return 0;
+	}
 	pthread_mutex_lock(&c->lock);
 	r = mr_reg_locked(c, what, addr, length, a, &q, e);
 	pthread_mutex_unlock(&c->lock);
@@ -261,18 +287,57 @@ _public_ struct odpd_mr *odpd_reg(struct odpd_conn *conn, void *addr, size_t len
 
 /* ---------------------------------------------------------------- odpd_dereg */
 
+/* Released in this process (hit.c): true, and @e is gone. */
+static bool mr_dereg_local(struct mr_entry *e, const char *what, bool relaxed)
+{
+	struct odpd_conn *c = e->conn;
+	enum hit_release fate;
+
+	if (!e->ref)
+		return false;
+	tables_lock(c);
+	fate = hit_release(c, e->ref, relaxed);
+	if (fate == HIT_RELEASE_DONE) {
+		link_del(&e->link);
+		e->seg->n_mrs--;
+	}
+	tables_unlock(c);
+	if (fate != HIT_RELEASE_DONE)
+		return false;
+	free(e);
+	if (relaxed && hit_over(c)) {
+		/* over ODPD_CACHE_MAX_*: the least recently released go to the daemon */
+		pthread_mutex_lock(&c->lock);
+		hit_trim(c, what, false, NULL);
+		pthread_mutex_unlock(&c->lock);
+		errmsg_clear();
+	}
+	return true;
+}
+
 static int mr_dereg(struct mr_entry *e, const char *what, bool relaxed)
 {
 	struct odpd_conn *c = e->conn;
 	int r;
 
+	if (mr_dereg_local(e, what, relaxed))
+		return 0;
 	pthread_mutex_lock(&c->lock);
 	r = mr_deregister(c, what, e->mr.handle, relaxed);
 	if (r >= 0)
 		mr_remove(e);
 	pthread_mutex_unlock(&c->lock);
-	if (r >= 0)
-		free(e);
+	if (r < 0) {
+		if (e->ref)
+			hit_unrelease(c, e->ref);
+		return r;
+	}
+	if (e->ref) {
+		tables_lock(c);
+		hit_drop_user(c, e->ref);
+		tables_unlock(c);
+	}
+	free(e);
 	return r;
 }
 

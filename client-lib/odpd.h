@@ -44,7 +44,7 @@ struct rdma_cm_id;
  * odpd_advise_mr() and ODPD_REG_PREFETCH (ODPD_1.2).
  */
 #define ODPD_VERSION_MAJOR 1
-#define ODPD_VERSION_MINOR 2
+#define ODPD_VERSION_MINOR 3
 
 /* Environment variable naming the daemon's socket; default below. */
 #define ODPD_SOCKET_ENV "ODPD_SOCKET"
@@ -261,6 +261,20 @@ struct odpd_mr {
  * registration is a reference: release it with odpd_dereg() or
  * odpd_dereg_relaxed().
  *
+ * The process's own cache (since 1.3): a registration that an MR this
+ * connection holds - or released with odpd_dereg_relaxed() and the library
+ * still keeps - would serve by the rules above is answered in this process
+ * without a system call (a local hit: cache_hit 1, counted in odpd_stats()),
+ * if the daemon still vouches for that MR: the daemon shares a read-only
+ * table with the library in which it marks an MR invalid (its device went
+ * away, a punched hole it found) or a kept reference taken back, before
+ * anything else happens to it. A hole punched under an MR this process
+ * holds is found by the daemon at the next registration that reaches it,
+ * not by a local hit (as ibv_reg_mr(3) never notices it). Set
+ * ODPD_CACHE=0 in the environment before odpd_connect() to ask the daemon
+ * every time. Not for NO_CACHE or PREFETCH registrations, implicit ODP, or
+ * the librdmacm mirror.
+ *
  * Pinned bytes are counted per user (the uid of the connection), as
  * distinct pages, against the user's pinning quota: by default the
  * RLIMIT_MEMLOCK of the registering process, raised or lowered by the
@@ -353,7 +367,17 @@ int odpd_dereg(struct odpd_mr *mr);
 
 /*
  * Release @mr's reference and free @mr, without waiting for
- * ibv_dereg_mr(3): returns at once; the MR stays registered (and is a cache
+ * ibv_dereg_mr(3): returns at once. Since 1.3 the library keeps the last
+ * reference of an MR it may serve again (see odpd_reg()) in this process,
+ * unused, without a system call: up to ODPD_CACHE_MAX_MRS MRs (default 256)
+ * and ODPD_CACHE_MAX_BYTES bytes (default 256 MiB) of them, environment
+ * variables read at odpd_connect(); beyond that the least recently released
+ * go to the daemon as below. The daemon takes back a kept reference that
+ * stays unused for a whole relaxed window (relaxed-window-ms), and every
+ * kept one on a flush (odpd_flush_relaxed(), odpctl flush); the library
+ * gives them all back when a registration is refused for the user's limits
+ * (EDQUOT, ENOSPC, ENOMEM) and asks once more, and before odpd_detach() of
+ * their segment. Otherwise the MR stays registered (and is a cache
  * hit if requested again, see odpd_reg()) until its batch is invalidated:
  * when the daemon's batch window passes or its queue of relaxed MRs is full
  * (relaxed-window-ms, relaxed-max-mrs, relaxed-max-bytes in odpd.conf(5)),
@@ -482,6 +506,28 @@ struct ibv_mr *odpd_reg_msgs(struct rdma_cm_id *id, void *addr, size_t length);
 struct ibv_mr *odpd_reg_read(struct rdma_cm_id *id, void *addr, size_t length);
 struct ibv_mr *odpd_reg_write(struct rdma_cm_id *id, void *addr, size_t length);
 int odpd_dereg_mr(struct ibv_mr *mr);
+
+/* odpd_stats(): what this process's registration cache did on one connection. */
+struct odpd_stats {
+	uint64_t local_hits;     /* registrations answered in this process (no system call) */
+	uint64_t daemon_hits;    /* answered from the daemon's registration cache */
+	uint64_t misses;         /* the daemon registered a new MR (ibv_reg_mr) */
+	uint64_t local_releases; /* odpd_dereg()/_relaxed() answered in this process */
+	uint64_t revoked;        /* kept references the daemon took back (unused a whole window, flush) */
+	uint64_t cached_mrs;     /* references kept unused now */
+	uint64_t cached_bytes;   /* their MRs' registered bytes */
+	int hit_table;           /* 1: the daemon shares its hit table (local hits possible) */
+};
+
+/*
+ * Copy the counters of @conn's registration cache into @stats. @stats_size
+ * is sizeof(*stats) at the caller's compile time (the struct may grow at
+ * its end; a larger size gets zeros past this struct). Needs no daemon.
+ * The library reports local_hits to the daemon with each request (odpctl
+ * stats, local_hits). Since 1.3.
+ * Errors: EINVAL (@conn or @stats NULL, @stats_size smaller than this struct).
+ */
+int odpd_stats(const struct odpd_conn *conn, struct odpd_stats *stats, size_t stats_size);
 
 /*
  * The process-wide connection the mirror uses, connected on first use to

@@ -567,6 +567,8 @@ static int segment_detach(struct odpd_segment *seg)
 
 	pthread_mutex_lock(&c->lock);
 	r = conn_check(c, what);
+	if (r >= 0)
+		r = hit_trim(c, what, false, seg);   /* what the cache keeps there goes first */
 	if (r >= 0 && seg->n_mrs > 0)
 		r = errmsg_set(-EBUSY, "%s: %u MRs over the segment are still registered: "
 			       "deregister them first", what, seg->n_mrs);

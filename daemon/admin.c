@@ -58,6 +58,9 @@ static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
 	o->pd = (char *)(c->holder.spd ? c->holder.spd->name : "");
 	o->has_relaxed = 1;
 	o->relaxed = relaxed_of(&c->m->registry, c->id);
+	o->has_local_hits = o->has_hit_slots = 1;
+	o->local_hits = c->holder.local_hits;
+	o->hit_slots = c->holder.hits ? odpd_hittab_used(c->holder.hits) : 0;
 }
 
 static void odp_stats(const struct odpd_registry *r, Odpd__OdpStats *o)
@@ -95,6 +98,9 @@ static void cache_stats(const struct odpd_registry *r, Odpd__CacheStats *o)
 	o->flushes = s->flushes;
 	o->invalidated = s->invalidated;
 	o->replaced = s->replaced;
+	o->has_local_hits = o->has_revoked = 1;
+	o->local_hits = s->local_hits;
+	o->revoked = s->revoked;
 }
 
 static void quota_info(const struct odpd_account *a, Odpd__QuotaInfo *o)

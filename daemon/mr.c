@@ -77,6 +77,11 @@ static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_ref *
 	mr.cache_hit = hit;
 	mr.mr_iova = e->iova;
 	mr.mr_length = e->length;
+	if (ref->slot) {
+		mr.has_slot = mr.has_ticket = 1;
+		mr.slot = ref->slot;
+		mr.ticket = ref->ticket;
+	}
 	if (!hit && e->prefetch_errno) {       /* reported, never hidden */
 		mr.has_prefetch_errno = 1;
 		mr.prefetch_errno = e->prefetch_errno;
@@ -747,6 +752,31 @@ void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req)
 	}
 	free(p);
 	reply_flush(c, id, 0, 0);
+}
+
+/* ---------------------------------------------------------------- the client's cache */
+
+void odpd_open_hit_table(struct odpd_client *c, uint64_t id, const Odpd__OpenHitTable *req, int fd)
+{
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__HitTableReply ht = ODPD__HIT_TABLE_REPLY__INIT;
+	struct odpd_err err = { 0 };
+	int gen_fd = -1;
+
+	if (odpd_registry_open_hits(&c->m->registry, &c->holder, req->has_slots ? req->slots : 0, fd,
+				    &gen_fd, &err) < 0) {
+		close(fd);
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	close(fd);                           /* mapped */
+	ht.has_slots = 1;
+	ht.slots = odpd_hittab_slots(c->holder.hits);
+	reply.has_id = reply.has_status = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_HIT_TABLE;
+	reply.hit_table = &ht;
+	odpd_client_send_fd(c, &reply, gen_fd);
 }
 
 /* ---------------------------------------------------------------- import (daemon-PD mode) */

@@ -733,9 +733,147 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 	odpd_pool_submit(r->pool, &b->job);
 }
 
+/* ---------------------------------------------------------------- hit tables */
+
+static void hits_arm(struct odpd_registry *r);
+
+/*
+ * A slot in the holder's hit table for a reference its library may serve
+ * again by itself: a daemon-PD MR over a segment that the cache would serve
+ * (not no-cache, not implicit, not client-PD).
+ */
+static void ref_hit_slot(struct odpd_registry *r, struct odpd_holder *h, struct odpd_ref *ref,
+			 const struct odpd_reg_req *q)
+{
+	if (!h->hits || q->no_cache || q->implicit || q->cmd_fd >= 0 || !ref->mr->dom)
+		return;
+	ref->ticket = ++r->generation;
+	ref->slot = odpd_hittab_take(h->hits, ref->ticket);
+	if (ref->slot)
+		ref->last_use = odpd_hittab_use(h->hits, ref->slot);
+}
+
+/* @mr was invalidated while held: its holders' libraries never serve it again. */
+static void mr_hits_invalidate(struct odpd_mr *mr)
+{
+	struct odpd_ref *ref;
+
+	LIST_FOREACH(ref, &mr->holders, mlink)
+		if (ref->slot)
+			odpd_hittab_invalidate(ref->holder->hits, ref->slot, ref->ticket);
+}
+
+static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed, struct odpd_mr **dereg);
+
+/*
+ * Take back @ref if its library keeps it unused: @idle, only if its use word
+ * has not moved since the last look (the timer); else if it is not in use
+ * now (a flush). The reference is dropped as a relaxed release would.
+ */
+static bool ref_revoke(struct odpd_registry *r, struct odpd_ref *ref, bool idle, struct odpd_mr **list)
+{
+	struct odpd_hittab *t = ref->holder->hits;
+	uint64_t use = odpd_hittab_use(t, ref->slot);
+
+	if (use == ref->ticket) {
+		ref->claimed = true;
+		ref->last_use = use;
+		return false;
+	}
+	if (use != ref->last_use) {
+		/* moved: used, or released again, since the last look */
+		ref->claimed = true;
+		ref->last_use = use;
+		if (idle)
+			return false;
+	}
+	/* never touched by the client since it got it: it is still taking it */
+	if (!ref->claimed || !odpd_hittab_revoke(t, ref->slot, ref->ticket))
+		return false;
+	ref->slot = 0;                       /* quarantined until the client has seen it */
+	r->stats.revoked++;
+	ref_drop(r, ref, true, list);
+	return true;
+}
+
+/* Revoke the unused references of @h's hit table; @idle: only those unused
+ * for a whole look. Returns how many. */
+static unsigned holder_revoke(struct odpd_registry *r, struct odpd_holder *h, bool idle,
+			      struct odpd_mr **list)
+{
+	struct odpd_ref *ref, *next;
+	unsigned n = 0;
+
+	if (!h->hits)
+		return 0;
+	for (ref = LIST_FIRST(&h->refs); ref; ref = next) {
+		next = LIST_NEXT(ref, hlink);
+		if (ref->slot && ref_revoke(r, ref, idle, list))
+			n++;
+	}
+	return n;
+}
+
+static void on_hit_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_registry *r = arg;
+	struct odpd_mr *list = NULL;
+	struct odpd_holder *h;
+
+	(void)fd;
+	(void)what;
+	LIST_FOREACH(h, &r->holders, rlink)
+		holder_revoke(r, h, true, &list);
+	if (list)
+		start_batch(r, list, false, NULL);
+	relaxed_arm(r);
+	hits_arm(r);
+}
+
+/* Every relaxed window while any client has a hit table. */
+static void hits_arm(struct odpd_registry *r)
+{
+	uint64_t ms = r->conf->relaxed_window_ms ? r->conf->relaxed_window_ms : 1;
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000 * 1000) };
+
+	if (r->n_hit_tables == 0)
+		evtimer_del(r->hit_timer);
+	else if (!evtimer_pending(r->hit_timer, NULL))
+		evtimer_add(r->hit_timer, &tv);
+}
+
+int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, int use_fd,
+			    int *ret_gen_fd, struct odpd_err *err)
+{
+	int rc;
+
+	if (h->hits)
+		return err_set(err, EALREADY, "this connection has a hit table already");
+	rc = odpd_hittab_open(slots, use_fd, &h->hits, ret_gen_fd, err);
+	if (rc < 0)
+		return rc;
+	r->n_hit_tables++;
+	hits_arm(r);
+	return 0;
+}
+
+void odpd_registry_hits_report(struct odpd_registry *r, struct odpd_holder *h, bool has_hits,
+			       uint64_t local_hits, bool has_seen, uint64_t seen)
+{
+	if (!h->hits)
+		return;
+	if (has_hits && local_hits > h->local_hits) {
+		r->stats.local_hits += local_hits - h->local_hits;
+		h->local_hits = local_hits;
+	}
+	if (has_seen)
+		odpd_hittab_seen(h->hits, seen);
+}
+
 /* ---------------------------------------------------------------- references */
 
-static struct odpd_ref *ref_new(struct odpd_holder *h, struct odpd_mr *mr, const struct odpd_reg_req *q)
+static struct odpd_ref *ref_new(struct odpd_registry *r, struct odpd_holder *h, struct odpd_mr *mr,
+				const struct odpd_reg_req *q)
 {
 	struct odpd_ref *ref = calloc(1, sizeof(*ref));
 
@@ -752,6 +890,7 @@ static struct odpd_ref *ref_new(struct odpd_holder *h, struct odpd_mr *mr, const
 	odpd_account_hold(h->acct, ODPD_UL_MRS, 1);
 	LIST_INSERT_HEAD(&mr->holders, ref, mlink);
 	mr->refs++;
+	ref_hit_slot(r, h, ref, q);
 	return ref;
 }
 
@@ -777,6 +916,8 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 	odpd_account_hold(h->acct, ODPD_UL_MRS, -1);
 	LIST_REMOVE(ref, mlink);
 	mr->refs--;
+	if (ref->slot)
+		odpd_hittab_put(h->hits, ref->slot);
 	free(ref);
 	if (c && --c->refs == 0 && (mr->refs > 0 || !relaxed || !mr->bucket))
 		charge_drop(r, mr, c);
@@ -976,6 +1117,12 @@ void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
 
 	while (!LIST_EMPTY(&h->refs))
 		ref_drop(r, LIST_FIRST(&h->refs), false, &list);
+	if (h->hits) {
+		odpd_hittab_close(h->hits);
+		h->hits = NULL;
+		r->n_hit_tables--;
+		hits_arm(r);
+	}
 	/* Remote keys it released relaxed die with it (DESIGN.md §4). */
 	collect_relaxed(r, match_remote_owned, &h->id, &list);
 	for (unsigned i = 0; i < r->devices->n; i++)
@@ -1127,6 +1274,7 @@ static void retire_stale(struct odpd_registry *r, struct odpd_mr *stale)
 		} else {
 			mr_unindex(mr);
 			mr->generation = ++r->generation;
+			mr_hits_invalidate(mr);
 		}
 	}
 	if (list) {
@@ -1357,7 +1505,7 @@ static void reg_done(struct odpd_job *job)
 	 * last MR references while this one was on a worker. */
 	if (op->rc == 0 &&
 	    odpd_account_may(op->h->acct, &op->h->limit, ODPD_UL_MRS, 1, &op->err) == 0) {
-		ref = ref_new(op->h, mr, &op->q);
+		ref = ref_new(op->r, op->h, mr, &op->q);
 		if (!ref)
 			op->rc = err_set(&op->err, ENOMEM, "out of memory");
 	} else if (op->rc == 0) {
@@ -1461,7 +1609,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 			return err_set(err, ENOMEM, "out of memory");
 		new_charge = true;
 	}
-	*ret_ref = ref_new(h, mr, &op->q);
+	*ret_ref = ref_new(r, h, mr, &op->q);
 	if (!*ret_ref) {
 		if (new_charge)
 			charge_drop(r, mr, c);
@@ -1731,7 +1879,14 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 {
 	struct odpd_mr *list = NULL;
 	struct odpd_waiter *w;
+	struct odpd_holder *h;
 
+	/* What client caches keep unused is released first (relaxed), then
+	 * flushed with the rest. */
+	LIST_FOREACH(h, &r->holders, rlink)
+		if (h->hits && (sel->all || sel->holder == h || (sel->has_pid && h->pid == sel->pid) ||
+				(sel->pd && h->spd && strcmp(h->spd->name, sel->pd) == 0)))
+			holder_revoke(r, h, false, &list);
 	collect_relaxed(r, match_sel, sel, &list);
 	relaxed_arm(r);
 	if (!list && LIST_EMPTY(&r->batches))
@@ -2192,6 +2347,7 @@ void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *d
 			mr_unindex(mr);
 			mr->state = ODPD_MR_DEAD;
 			mr->generation = ++r->generation;
+			mr_hits_invalidate(mr);
 			killed++;
 			if (mr->busy) {
 				mr->dead_stage = 1;      /* verify_done deregisters it */
@@ -2263,7 +2419,8 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 		log_errno(LOG_WARNING, errno, "/proc/self/pagemap: pinned MRs are not served from the "
 			  "cache once their segment's ctime changed");
 	r->relaxed_timer = evtimer_new(base, on_relaxed_timer, r);
-	return r->relaxed_timer ? 0 : -ENOMEM;
+	r->hit_timer = evtimer_new(base, on_hit_timer, r);
+	return r->relaxed_timer && r->hit_timer ? 0 : -ENOMEM;
 }
 
 bool odpd_registry_idle(const struct odpd_registry *r)
@@ -2276,6 +2433,9 @@ void odpd_registry_finish(struct odpd_registry *r)
 	if (r->relaxed_timer)
 		event_free(r->relaxed_timer);
 	r->relaxed_timer = NULL;
+	if (r->hit_timer)
+		event_free(r->hit_timer);
+	r->hit_timer = NULL;
 	if (r->pagemap_fd >= 0)
 		close(r->pagemap_fd);
 	r->pagemap_fd = -1;

@@ -29,6 +29,7 @@
 #include "device.h"
 #include "domain.h"
 #include "error.h"
+#include "hittab.h"
 #include "itree.h"
 #include "pool.h"
 #include "quota.h"
@@ -56,6 +57,11 @@ struct odpd_ref {
 	uint64_t handle;                    /* the client's handle */
 	uint64_t iova, length;              /* what the client asked for */
 	void *cookie;                       /* the caller's (the client's segment) */
+	/* In the holder's hit table (hittab.h), or slot 0. */
+	uint32_t slot;
+	bool claimed;                       /* the client's use word moved since the slot was given */
+	uint64_t ticket;
+	uint64_t last_use;                  /* the use word at the last look */
 };
 
 /* A holder's charge for one MR: its account pins the MR's pages. */
@@ -141,6 +147,8 @@ struct odpd_holder {
 	unsigned n_cctxs;
 	LIST_HEAD(, odpd_ref) refs;
 	unsigned n_refs;
+	struct odpd_hittab *hits;           /* OpenHitTable, or NULL */
+	uint64_t local_hits;                /* as its library last reported */
 };
 
 struct odpd_cache_stats {
@@ -149,6 +157,8 @@ struct odpd_cache_stats {
 	uint64_t flushes, invalidated, replaced;
 	uint64_t device_removals;           /* devices that went away while odpd ran */
 	uint64_t killed;                    /* MRs that went with them */
+	uint64_t local_hits;                /* answered by client libraries (as reported) */
+	uint64_t revoked;                   /* unused references taken back from hit tables */
 };
 
 /* On-demand paging: ODP MRs count here, never as pinned bytes. */
@@ -177,6 +187,8 @@ struct odpd_registry {
 	unsigned n_relaxed;
 	uint64_t relaxed_bytes;
 	struct event *relaxed_timer;
+	struct event *hit_timer;            /* looks for unused references in hit tables */
+	unsigned n_hit_tables;
 	LIST_HEAD(, odpd_domain) domains;
 	LIST_HEAD(, odpd_holder) holders;
 	LIST_HEAD(, odpd_shared_pd) shared;
@@ -216,6 +228,18 @@ struct odpd_domain *odpd_registry_holder_domain(struct odpd_registry *r, struct 
 int odpd_registry_start_registrar(struct odpd_registry *r, struct odpd_domain *d, const char *label,
 				  uid_t uid, gid_t gid, struct odpd_err *err);
 void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d);
+
+/*
+ * The client-side cache (hittab.h): give @h a hit table over the client's
+ * use table @use_fd (not taken); *@ret_gen_fd: the generation table for the
+ * reply. EALREADY: it has one.
+ */
+int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, int use_fd,
+			    int *ret_gen_fd, struct odpd_err *err);
+/* What a request of @h said about its cache: hits answered in-process
+ * (cumulative) and the revocations its library has purged. */
+void odpd_registry_hits_report(struct odpd_registry *r, struct odpd_holder *h, bool has_hits,
+			       uint64_t local_hits, bool has_seen, uint64_t seen);
 
 /* Join the shared PD @name (policy: the caller checked it). */
 int odpd_registry_join(struct odpd_registry *r, struct odpd_holder *h, const char *name,

@@ -94,6 +94,7 @@ static unsigned fds_wanted(const Odpd__Request *req)
 {
 	switch (req->body_case) {
 	case ODPD__REQUEST__BODY_ATTACH_SEGMENT:
+	case ODPD__REQUEST__BODY_OPEN_HIT_TABLE:
 		return 1;
 	case ODPD__REQUEST__BODY_REG_MR:
 		return req->reg_mr->has_client_pd && req->reg_mr->client_pd ? 1 : 0;
@@ -149,6 +150,10 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 	case ODPD__REQUEST__BODY_ADMIN_VERIFY:
 		odpd_admin_verify(c, id, req->admin_verify);
 		break;
+	case ODPD__REQUEST__BODY_OPEN_HIT_TABLE:
+		pkt->nfds = 0;
+		odpd_open_hit_table(c, id, req->open_hit_table, fd);
+		break;
 	default:
 		odpd_client_send_error(c, id, EOPNOTSUPP, "unknown request type (a newer client?)");
 		break;
@@ -181,8 +186,13 @@ void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, 
 		snprintf(msg, sizeof(msg), "%s takes %u file descriptor(s), the packet carried %u",
 			 odpd_request_name(req->body_case), fds_wanted(req), pkt->nfds);
 		odpd_client_send_error(c, req->id, EINVAL, msg);
-	} else
+	} else {
+		if (c->has_holder)
+			odpd_registry_hits_report(&c->m->registry, &c->holder, req->has_local_hits,
+						  req->local_hits, req->has_revocations_seen,
+						  req->revocations_seen);
 		dispatch(c, req, pkt);
+	}
 	odpd__request__free_unpacked(req, NULL);
 out:
 	odpd_packet_close_fds(pkt);

@@ -26,6 +26,8 @@ void odpd_cseg_drop(struct odpd_client *c, struct odpd_cseg *s);
 /* MRs (mr.c). @fd (client-PD mode, else -1) is consumed. */
 void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int fd);
 void odpd_dereg_mr(struct odpd_client *c, uint64_t id, const Odpd__DeregMr *req);
+/* OpenHitTable: @fd, the client's use table, is taken. */
+void odpd_open_hit_table(struct odpd_client *c, uint64_t id, const Odpd__OpenHitTable *req, int fd);
 void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req);
 void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req);
 void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req);

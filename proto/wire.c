@@ -153,6 +153,9 @@ const char *odpd_request_name(Odpd__Request__BodyCase c)
 	case ODPD__REQUEST__BODY_LIST_MRS: return "list_mrs";
 	case ODPD__REQUEST__BODY_IMPORT_PD: return "import_pd";
 	case ODPD__REQUEST__BODY_ADVISE_MR: return "advise_mr";
+	case ODPD__REQUEST__BODY_RELOAD: return "reload";
+	case ODPD__REQUEST__BODY_ADMIN_VERIFY: return "admin_verify";
+	case ODPD__REQUEST__BODY_OPEN_HIT_TABLE: return "open_hit_table";
 	default: return "unknown";
 	}
 }

@@ -465,6 +465,10 @@ static void print_cache(const Odpd__StatusReply *st)
 	table_add(&t, "%" PRIu64, c->invalidated);
 	table_add(&t, "Replaced:");
 	table_add(&t, "%" PRIu64, c->replaced);
+	table_add(&t, "Local hits:");
+	table_add(&t, "%" PRIu64 " (answered in client processes, as they report)", c->local_hits);
+	table_add(&t, "Revoked:");
+	table_add(&t, "%" PRIu64 " (unused references taken back from client caches)", c->revoked);
 	table_print(&t, "Registration cache");
 }
 
@@ -706,6 +710,8 @@ static json_object *json_client(const Odpd__ClientInfo *c)
 	put_u64_str(o, "pinned_bytes", c->pinned_bytes);
 	put_str(o, "pd", c->pd);
 	put_u64(o, "relaxed", c->relaxed);
+	put_u64_str(o, "local_hits", c->local_hits);
+	put_u64(o, "hit_slots", c->hit_slots);
 	return o;
 }
 
@@ -727,6 +733,8 @@ static json_object *json_cache(const Odpd__CacheStats *c)
 	put_u64_str(o, "flushes", c->flushes);
 	put_u64_str(o, "invalidated", c->invalidated);
 	put_u64_str(o, "replaced", c->replaced);
+	put_u64_str(o, "local_hits", c->local_hits);
+	put_u64_str(o, "revoked", c->revoked);
 	return o;
 }
 
@@ -1370,6 +1378,8 @@ static const struct stat_def stat_defs[] = {
 	{ "prefetch_errors", "ibv_advise_mr calls that failed", true },
 	{ "implicit_mrs", "implicit ODP MRs", false },
 	{ "registrars", "implicit-ODP registrar processes", false },
+	{ "local_hits", "registrations client libraries answered in-process (as they report)", true },
+	{ "revoked", "unused MR references taken back from client libraries' caches", true },
 };
 #define N_STATS (sizeof(stat_defs) / sizeof(stat_defs[0]))
 
@@ -1386,6 +1396,7 @@ static void stat_values(const Odpd__StatusReply *st, uint64_t *v)
 		d ? d->mrs : 0, d ? d->bytes : 0, d ? d->registrations : 0, d ? d->prefetches : 0,
 		d ? d->prefetch_bytes : 0, d ? d->prefetch_errors : 0, d ? d->implicit_mrs : 0,
 		d ? d->registrars : 0,
+		c ? c->local_hits : 0, c ? c->revoked : 0,
 	};
 
 	memcpy(v, vals, sizeof(vals));

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * The hit table of one connection: how libodpd answers a registration of a
+ * range it already holds, and reuses a reference it released relaxed,
+ * without asking the daemon (proto/odpd.proto, OpenHitTable).
+ *
+ * Two arrays of 64-bit words, one slot per MR reference of the connection:
+ *  - the generation table, made here and written only here. The client
+ *    maps it read-only: the memfd carries F_SEAL_FUTURE_WRITE, so no one
+ *    but this mapping can ever write it. Slot s holds the reference's
+ *    ticket while it is valid, ticket | ODPD_HIT_INVALID once its MR was
+ *    invalidated, 0 when free or revoked. Slot 0 is the header: how many
+ *    references were revoked.
+ *  - the use table, the client's memfd (sealed against shrinking), mapped
+ *    read-only here: the client writes the ticket while it uses the
+ *    reference, any other value while it keeps it unused.
+ *
+ * Revoking an unused reference races with the client taking it back; both
+ * sides store, fence, then load the other's word (Dekker), so at least one
+ * sees the other: the client's claim fails, or the revocation is abandoned.
+ * A revoked slot is reused only after the client said (Request.
+ * revocations_seen) that it has dropped what it knew about it.
+ *
+ * Loop thread only.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define ODPD_HIT_SLOTS_MIN 2u
+#define ODPD_HIT_SLOTS_MAX 65536u
+#define ODPD_HIT_INVALID (UINT64_C(1) << 63)
+#define ODPD_HIT_REVOKING (UINT64_C(1) << 62)
+/* Tickets come from the registry's generation counter: far below this. */
+#define ODPD_HIT_TICKET_LIMIT (UINT64_C(1) << 61)
+
+struct odpd_hittab;
+
+/*
+ * Map the client's use table @use_fd (not taken) and make the generation
+ * table; *@ret_gen_fd is its memfd for the reply (the caller sends and
+ * closes it). @want slots, clamped to [MIN, MAX]; the use file must hold
+ * them. EINVAL: not a memfd, not sealed with F_SEAL_SHRINK, too small.
+ */
+int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *ret_gen_fd,
+		     struct odpd_err *err);
+void odpd_hittab_close(struct odpd_hittab *t);
+
+uint32_t odpd_hittab_slots(const struct odpd_hittab *t);
+/* Slots held by references (quarantined ones included). */
+uint32_t odpd_hittab_used(const struct odpd_hittab *t);
+
+/* A slot for a new reference with @ticket, or 0 if none is free. */
+uint32_t odpd_hittab_take(struct odpd_hittab *t, uint64_t ticket);
+/* The reference was released by the client: its slot is free again. */
+void odpd_hittab_put(struct odpd_hittab *t, uint32_t slot);
+/* Its MR was invalidated: never served again from the client's cache. */
+void odpd_hittab_invalidate(struct odpd_hittab *t, uint32_t slot, uint64_t ticket);
+/* What the client wrote into @slot of the use table. */
+uint64_t odpd_hittab_use(const struct odpd_hittab *t, uint32_t slot);
+/*
+ * Take back the unused reference in @slot (@ticket): true if revoked (the
+ * slot waits for the client's acknowledgement, the caller drops the
+ * reference), false if the client uses it.
+ */
+bool odpd_hittab_revoke(struct odpd_hittab *t, uint32_t slot, uint64_t ticket);
+/* The client has purged every revocation up to @seen. */
+void odpd_hittab_seen(struct odpd_hittab *t, uint64_t seen);
