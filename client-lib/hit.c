@@ -223,17 +223,22 @@ static void use_release(struct odpd_conn *c, const struct hit_ref *h)
 			      memory_order_release);
 }
 
+enum claim { CLAIM_REVOKED, CLAIM_VALID, CLAIM_INVALID };
+
 /*
  * Take back unused @h: mark it used, fence, and see whether the daemon was
  * revoking it meanwhile (daemon/hittab.c does store, fence, load the other
- * way round). A revocation in progress is waited for. True: ours again.
+ * way round). A revocation in progress is waited for. CLAIM_VALID: ours
+ * again, and the daemon vouches for it; CLAIM_INVALID: ours again, but the
+ * daemon invalidated the MR (only to be released); CLAIM_REVOKED: the
+ * daemon took it back (only to be forgotten).
  */
-static bool hit_claim(struct odpd_conn *c, struct hit_ref *h)
+static enum claim hit_claim(struct odpd_conn *c, struct hit_ref *h, bool invalid_too)
 {
 	uint64_t g = gen_load(c, h->slot);
 
-	if (g != h->ticket)
-		return false;
+	if (g != h->ticket && !(invalid_too && g == (h->ticket | HIT_INVALID)))
+		return CLAIM_REVOKED;
 	use_mark(c, h);
 	atomic_thread_fence(memory_order_seq_cst);
 	for (unsigned spins = 0;; spins++) {
@@ -243,9 +248,12 @@ static bool hit_claim(struct odpd_conn *c, struct hit_ref *h)
 		sched_yield();
 	}
 	if (g == h->ticket)
-		return true;
+		return CLAIM_VALID;
+	/* invalid stays invalid: the daemon never takes back what is in use */
+	if (invalid_too && g == (h->ticket | HIT_INVALID))
+		return CLAIM_INVALID;
 	use_release(c, h);
-	return false;
+	return CLAIM_REVOKED;
 }
 
 /* ---------------------------------------------------------------- lookup */
@@ -301,7 +309,7 @@ bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_
 	tables_lock(c);
 	h = ref_find(c, a, length, q->access, q->kind);
 	if (h && h->users == 0) {
-		if (hit_claim(c, h)) {
+		if (hit_claim(c, h, false) == CLAIM_VALID) {
 			lazy_del(c, h);
 		} else {
 			h = NULL;                    /* revoked: forgotten when the daemon says */
@@ -429,7 +437,8 @@ static void lazy_take(struct odpd_conn *c, bool all, const struct odpd_segment *
 			continue;
 		lazy_del(c, h);
 		index_del(c, h);
-		if (hit_claim(c, h)) {
+		/* an invalidated one is still the daemon's reference: released too */
+		if (hit_claim(c, h, true) != CLAIM_REVOKED) {
 			link_add_tail(out, &h->lru);
 		} else {
 			c->stats.revoked++;

@@ -40,7 +40,7 @@
 enum section { SEC_NONE, SEC_LIMITS, SEC_RULE, SEC_PD, SEC_ODP };
 
 enum limit_key { KEY_MAX_PINNED, KEY_MAX_MRS, KEY_DEFAULT_PINNED, KEY_RELAXED_WINDOW_MS,
-		 KEY_RELAXED_MAX_MRS, KEY_RELAXED_MAX_BYTES, KEY_DEFAULT_USER, /* + enum odpd_user_limit */
+		 KEY_RELAXED_MAX_MRS, KEY_RELAXED_MAX_BYTES, KEY_HOLE_CHECK_MS, KEY_DEFAULT_USER, /* + enum odpd_user_limit */
 		 N_LIMIT_KEYS = KEY_DEFAULT_USER + ODPD_N_UL };
 
 static const char *const limit_keys[N_LIMIT_KEYS] = {
@@ -50,6 +50,7 @@ static const char *const limit_keys[N_LIMIT_KEYS] = {
 	[KEY_RELAXED_WINDOW_MS] = "relaxed-window-ms",
 	[KEY_RELAXED_MAX_MRS] = "relaxed-max-mrs",
 	[KEY_RELAXED_MAX_BYTES] = "relaxed-max-bytes",
+	[KEY_HOLE_CHECK_MS] = "hole-check-ms",
 	[KEY_DEFAULT_USER + ODPD_UL_CONNECTIONS] = "default-connections",
 	[KEY_DEFAULT_USER + ODPD_UL_SEGMENTS] = "default-segments",
 	[KEY_DEFAULT_USER + ODPD_UL_MAPPED] = "default-mapped",
@@ -724,6 +725,9 @@ static void limits_key(struct parse *p, enum limit_key key, const char *v)
 	case KEY_RELAXED_MAX_BYTES:
 		set_size(p, name, v, &c->relaxed_max_bytes);
 		break;
+	case KEY_HOLE_CHECK_MS:
+		set_count(p, name, v, false, MAX_RELAXED_WINDOW_MS, &c->hole_check_ms);
+		break;
 	default:
 		if (key == KEY_DEFAULT_USER + ODPD_UL_MAPPED && strcmp(v, "window") == 0)
 			c->user_default[ODPD_UL_MAPPED] = ODPD_MAPPED_QUARTER_WINDOW;
@@ -806,7 +810,7 @@ static int key_index(const struct parse *p, const char *key)
 
 static const char *const section_keys[] = {
 	[SEC_LIMITS] = "max-pinned, max-mrs, default-pinned, relaxed-window-ms, relaxed-max-mrs, "
-		       "relaxed-max-bytes, default-connections, default-segments, default-mapped "
+		       "relaxed-max-bytes, hole-check-ms, default-connections, default-segments, default-mapped "
 		       "or default-mrs",
 	[SEC_RULE] = "max-pinned, max-connections, max-segments, max-mapped or max-mrs",
 	[SEC_PD] = "users or groups",
@@ -878,6 +882,7 @@ void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total)
 		.relaxed_window_ms = 100,
 		.relaxed_max_mrs = 4096,
 		.relaxed_max_bytes = (uint64_t)1 << 30,
+		.hole_check_ms = 100,
 		.user_default = {
 			[ODPD_UL_CONNECTIONS] = 64,
 			[ODPD_UL_SEGMENTS] = 1024,

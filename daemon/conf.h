@@ -13,6 +13,7 @@
  *   relaxed-window-ms = 100
  *   relaxed-max-mrs = 4096
  *   relaxed-max-bytes = 1G
+ *   hole-check-ms = 100       # pinned MRs client libraries may serve: holes looked for (0: never)
  *   default-connections = 64  # per user, where no rule says otherwise (odpd.conf(5))
  *   default-segments = 1024
  *   default-mapped = window   # bytes of odpd's address window; "window": a quarter of it
@@ -84,6 +85,7 @@ struct odpd_conf {
 	uint64_t relaxed_window_ms;
 	uint64_t relaxed_max_mrs;
 	uint64_t relaxed_max_bytes;
+	uint64_t hole_check_ms;     /* 0: only at flush and at registration */
 	uint64_t user_default[ODPD_N_UL];   /* per user; [ODPD_UL_MAPPED] may be ODPD_MAPPED_QUARTER_WINDOW */
 	/* [odp] */
 	bool prefetch_on_register;  /* every ODP registration prefetches (REG_PREFETCH) */
@@ -95,7 +97,7 @@ struct odpd_conf {
 
 /* The defaults: max-pinned 50% of @mem_total, max-mrs 1000000, default-pinned
  * memlock, relaxed-window-ms 100, relaxed-max-mrs 4096, relaxed-max-bytes 1G,
- * default-connections 64, default-segments 1024, default-mapped window,
+ * hole-check-ms 100, default-connections 64, default-segments 1024, default-mapped window,
  * default-mrs 262144. */
 void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total);
 

@@ -330,6 +330,17 @@ static void mr_invalidate(struct odpd_registry *r, struct odpd_mr *mr, struct od
 	*list = mr;
 }
 
+/* Does the flush @sel select holder @h (whose library may keep MRs unused
+ * that the flush should see go: the same holder, process, or shared PD)? */
+static bool flush_selects(const struct odpd_flush_sel *sel, const struct odpd_holder *h)
+{
+	if (sel->all || sel->holder == h || (sel->has_pid && h->pid == sel->pid))
+		return true;
+	if (sel->holder && sel->holder->spd && h->spd == sel->holder->spd)
+		return true;
+	return sel->pd && h->spd && strcmp(h->spd->name, sel->pd) == 0;
+}
+
 /* Does the flush @arg (a struct odpd_flush_sel) select relaxed @mr? */
 static bool match_sel(const struct odpd_mr *mr, const void *arg)
 {
@@ -736,6 +747,7 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 /* ---------------------------------------------------------------- hit tables */
 
 static void hits_arm(struct odpd_registry *r);
+static void holes_arm(struct odpd_registry *r);
 
 /*
  * A slot in the holder's hit table for a reference its library may serve
@@ -749,8 +761,23 @@ static void ref_hit_slot(struct odpd_registry *r, struct odpd_holder *h, struct 
 		return;
 	ref->ticket = ++r->generation;
 	ref->slot = odpd_hittab_take(h->hits, ref->ticket);
-	if (ref->slot)
-		ref->last_use = odpd_hittab_use(h->hits, ref->slot);
+	if (!ref->slot)
+		return;
+	ref->last_use = odpd_hittab_use(h->hits, ref->slot);
+	if (ref->mr->pinned && r->n_hit_pinned++ == 0)
+		holes_arm(r);
+}
+
+/* @ref leaves its slot: given back (@put) or quarantined by a revocation. */
+static void ref_slot_end(struct odpd_registry *r, struct odpd_ref *ref, bool put)
+{
+	if (!ref->slot)
+		return;
+	if (put)
+		odpd_hittab_put(ref->holder->hits, ref->slot);
+	ref->slot = 0;
+	if (ref->mr->pinned)
+		r->n_hit_pinned--;
 }
 
 /* @mr was invalidated while held: its holders' libraries never serve it again. */
@@ -790,7 +817,7 @@ static bool ref_revoke(struct odpd_registry *r, struct odpd_ref *ref, bool idle,
 	/* never touched by the client since it got it: it is still taking it */
 	if (!ref->claimed || !odpd_hittab_revoke(t, ref->slot, ref->ticket))
 		return false;
-	ref->slot = 0;                       /* quarantined until the client has seen it */
+	ref_slot_end(r, ref, false);         /* quarantined until the client has seen it */
 	r->stats.revoked++;
 	ref_drop(r, ref, true, list);
 	return true;
@@ -857,6 +884,18 @@ int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint
 	return 0;
 }
 
+bool odpd_registry_mr_kept(const struct odpd_mr *mr)
+{
+	const struct odpd_ref *ref;
+
+	if (mr->state != ODPD_MR_LIVE || mr->refs == 0)
+		return false;
+	LIST_FOREACH(ref, &mr->holders, mlink)
+		if (!ref->slot || odpd_hittab_use(ref->holder->hits, ref->slot) == ref->ticket)
+			return false;
+	return true;
+}
+
 void odpd_registry_hits_report(struct odpd_registry *r, struct odpd_holder *h, bool has_hits,
 			       uint64_t local_hits, bool has_seen, uint64_t seen)
 {
@@ -916,8 +955,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 	odpd_account_hold(h->acct, ODPD_UL_MRS, -1);
 	LIST_REMOVE(ref, mlink);
 	mr->refs--;
-	if (ref->slot)
-		odpd_hittab_put(h->hits, ref->slot);
+	ref_slot_end(r, ref, true);
 	free(ref);
 	if (c && --c->refs == 0 && (mr->refs > 0 || !relaxed || !mr->bucket))
 		charge_drop(r, mr, c);
@@ -1281,6 +1319,70 @@ static void retire_stale(struct odpd_registry *r, struct odpd_mr *stale)
 		start_batch(r, list, true, NULL);
 		relaxed_arm(r);
 	}
+}
+
+/*
+ * Holes under what client libraries serve by themselves (hit tables): a
+ * pinned MR whose pages a punched hole replaced is retired as a lookup
+ * would (its slots marked invalid), so that no local hit serves it again.
+ * The daemon's own lookups find such MRs when they reach them; a library
+ * answering in-process never asks, so the daemon looks: every
+ * hole-check-ms while any slot covers a pinned MR, and at every flush of
+ * the holders it selects (@only: one holder; NULL: all).
+ */
+static unsigned holes_check(struct odpd_registry *r, const struct odpd_flush_sel *sel)
+{
+	struct lookup l = { .r = r };
+	const struct odpd_mapping *map = NULL;
+	struct odpd_holder *h;
+	struct odpd_ref *ref;
+	unsigned n = 0;
+
+	LIST_FOREACH(h, &r->holders, rlink) {
+		if (!h->hits || (sel && !flush_selects(sel, h)))
+			continue;
+		LIST_FOREACH(ref, &h->refs, hlink) {
+			struct odpd_mr *mr = ref->mr;
+
+			/* not in the cache (retired already): its slots are invalid */
+			if (!ref->slot || !mr->pinned || !mr->bucket || mr->state != ODPD_MR_LIVE)
+				continue;
+			if (mr->map != map) {
+				map = mr->map;
+				l.have_ctime = odpd_mapping_ctime(mr->map, &l.ctime) == 0;
+			}
+			if (pinned_current(mr, &l))
+				continue;
+			mr->batch_next = NULL;
+			retire_stale(r, mr);
+			n++;
+		}
+	}
+	if (n)
+		log_debug("registry: %u pinned MR(s) over punched holes retired for client caches", n);
+	return n;
+}
+
+static void on_hole_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_registry *r = arg;
+
+	(void)fd;
+	(void)what;
+	holes_check(r, NULL);
+	holes_arm(r);
+}
+
+/* Every hole-check-ms while any slot covers a pinned MR. */
+static void holes_arm(struct odpd_registry *r)
+{
+	uint64_t ms = r->conf->hole_check_ms;
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000 * 1000) };
+
+	if (r->n_hit_pinned == 0 || ms == 0)
+		evtimer_del(r->hole_timer);
+	else if (!evtimer_pending(r->hole_timer, NULL))
+		evtimer_add(r->hole_timer, &tv);
 }
 
 static struct odpd_mr *cache_lookup(struct odpd_registry *r, struct odpd_domain *d, const struct odpd_reg_req *q,
@@ -1883,9 +1985,9 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 
 	/* What client caches keep unused is released first (relaxed), then
 	 * flushed with the rest. */
+	holes_check(r, sel);
 	LIST_FOREACH(h, &r->holders, rlink)
-		if (h->hits && (sel->all || sel->holder == h || (sel->has_pid && h->pid == sel->pid) ||
-				(sel->pd && h->spd && strcmp(h->spd->name, sel->pd) == 0)))
+		if (h->hits && flush_selects(sel, h))
 			holder_revoke(r, h, false, &list);
 	collect_relaxed(r, match_sel, sel, &list);
 	relaxed_arm(r);
@@ -2420,7 +2522,8 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 			  "cache once their segment's ctime changed");
 	r->relaxed_timer = evtimer_new(base, on_relaxed_timer, r);
 	r->hit_timer = evtimer_new(base, on_hit_timer, r);
-	return r->relaxed_timer && r->hit_timer ? 0 : -ENOMEM;
+	r->hole_timer = evtimer_new(base, on_hole_timer, r);
+	return r->relaxed_timer && r->hit_timer && r->hole_timer ? 0 : -ENOMEM;
 }
 
 bool odpd_registry_idle(const struct odpd_registry *r)
@@ -2436,6 +2539,9 @@ void odpd_registry_finish(struct odpd_registry *r)
 	if (r->hit_timer)
 		event_free(r->hit_timer);
 	r->hit_timer = NULL;
+	if (r->hole_timer)
+		event_free(r->hole_timer);
+	r->hole_timer = NULL;
 	if (r->pagemap_fd >= 0)
 		close(r->pagemap_fd);
 	r->pagemap_fd = -1;

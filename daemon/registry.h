@@ -189,6 +189,8 @@ struct odpd_registry {
 	struct event *relaxed_timer;
 	struct event *hit_timer;            /* looks for unused references in hit tables */
 	unsigned n_hit_tables;
+	struct event *hole_timer;           /* looks for holes under pinned MRs in hit tables */
+	unsigned n_hit_pinned;              /* references with a slot over pinned MRs */
 	LIST_HEAD(, odpd_domain) domains;
 	LIST_HEAD(, odpd_holder) holders;
 	LIST_HEAD(, odpd_shared_pd) shared;
@@ -236,6 +238,8 @@ void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d
  */
 int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, int use_fd,
 			    int *ret_gen_fd, struct odpd_err *err);
+/* Is live @mr held only by references that client libraries keep unused? */
+bool odpd_registry_mr_kept(const struct odpd_mr *mr);
 /* What a request of @h said about its cache: hits answered in-process
  * (cumulative) and the revocations its library has purged. */
 void odpd_registry_hits_report(struct odpd_registry *r, struct odpd_holder *h, bool has_hits,

@@ -56,6 +56,27 @@ static struct odpd_conn *connect_or_fail(void)
 	return c;
 }
 
+/* @local false: a connection whose library asks the daemon every time
+ * (ODPD_CACHE=0), for tests of the daemon's own cache. */
+static struct odpd_conn *connect_cache(bool local)
+{
+	struct odpd_conn *c;
+
+	if (!local)
+		setenv("ODPD_CACHE", "0", 1);
+	c = connect_or_fail();
+	unsetenv("ODPD_CACHE");
+	return c;
+}
+
+static uint64_t local_hits(struct odpd_conn *c)
+{
+	struct odpd_stats s;
+
+	assert_int_equal(odpd_stats(c, &s, sizeof(s)), 0);
+	return s.local_hits;
+}
+
 static struct odpd_mr *reg_or_fail(struct odpd_conn *c, void *p, size_t len, unsigned access)
 {
 	struct odpd_mr *mr = odpd_reg(c, p, len, access);
@@ -222,18 +243,20 @@ static bool holds(void *arg)
 /* ---------------------------------------------------------------- the cache */
 
 /* A scripted sequence with exact counts: covering hits, access supersets,
- * remote keys served only for the same range, and what the kernel holds. */
-static void test_hit_miss_sequence(void **state)
+ * remote keys served only for the same range, and what the kernel holds.
+ * @local: the two hits are the library's own (held MRs), the daemon sees
+ * only the misses; else the daemon answers all six. */
+static void hit_miss_sequence(bool local)
 {
 	const unsigned lw = IBV_ACCESS_LOCAL_WRITE, rr = lw | IBV_ACCESS_REMOTE_READ;
-	struct odpd_conn *c = connect_or_fail();
+	const unsigned daemon_hits = local ? 0 : 2;
+	struct odpd_conn *c = connect_cache(local);
 	struct odpd_segment *seg = odpd_alloc(c, 4 * MIB, 0);
 	uint8_t *p = odpd_segment_addr(seg);
 	struct odpd_mr *m[6];
 	struct cache k0, k1, k2;
 	int kernel0;
 
-	(void)state;
 	cache_get(&k0);
 	kernel0 = kmrs();
 	m[0] = reg_or_fail(c, p, 64 << 10, lw);                   /* miss */
@@ -243,9 +266,10 @@ static void test_hit_miss_sequence(void **state)
 	m[4] = reg_or_fail(c, p, 32 << 10, rr);                   /* miss: a remote key never widens */
 	m[5] = reg_or_fail(c, p + (60 << 10), 8 << 10, lw);       /* miss: past m0 */
 	cache_get(&k1);
-	assert_int_equal(k1.lookups - k0.lookups, 6);
-	assert_int_equal(k1.hits - k0.hits, 2);
+	assert_int_equal(k1.lookups - k0.lookups, 4 + daemon_hits);
+	assert_int_equal(k1.hits - k0.hits, daemon_hits);
 	assert_int_equal(k1.misses - k0.misses, 4);
+	assert_int_equal(local_hits(c), 2 - daemon_hits);
 	assert_int_equal(k1.registrations - k0.registrations, 4);
 	assert_false(m[0]->cache_hit);
 	assert_true(m[1]->cache_hit);
@@ -267,6 +291,18 @@ static void test_hit_miss_sequence(void **state)
 	assert_int_equal(kmrs(), kernel0);
 	odpd_detach(seg);
 	odpd_disconnect(c);
+}
+
+static void test_hit_miss_sequence(void **state)
+{
+	(void)state;
+	hit_miss_sequence(false);
+}
+
+static void test_hit_miss_sequence_local(void **state)
+{
+	(void)state;
+	hit_miss_sequence(true);
 }
 
 /* Relaxed release keeps the MR (a hit); a flush is a barrier after which
@@ -484,7 +520,7 @@ static void test_flush_returns_after_unpin(void **state)
  * daemon of its own with a short window. */
 static void test_relaxed_queue_limits(void **state)
 {
-	struct odpd_conn *c = connect_or_fail();
+	struct odpd_conn *c = connect_cache(false);          /* the daemon's relaxed queue */
 	struct odpd_segment *seg = odpd_alloc(c, 16 * 4096, 0);
 	uint8_t *p = odpd_segment_addr(seg);
 	struct odpd_mr *m[9];
@@ -563,27 +599,30 @@ static void test_relaxed_window_expires(void **state)
 /*
  * The segment's ctime moves for many reasons besides a punched hole (here
  * futimens): the pinned MRs over it, held or relaxed, are still current,
- * proven by their witness pages, and stay hits.
+ * proven by their witness pages, and stay hits. @local: hits of the
+ * library's own, while the daemon's hole check runs (every hole-check-ms,
+ * 100 here, and at a flush) and must not retire them either.
  */
-static void test_ctime_change_alone_keeps_hits(void **state)
+static void ctime_change_alone_keeps_hits(bool local)
 {
 	const unsigned lw = IBV_ACCESS_LOCAL_WRITE;
-	struct odpd_conn *c = connect_or_fail();
+	struct odpd_conn *c = connect_cache(local);
 	struct odpd_segment *seg = odpd_alloc(c, 2 * MIB, 0);
 	uint8_t *p = odpd_segment_addr(seg);
 	struct odpd_mr *held, *relaxed, *hit;
 	struct stat st0, st1;
 	struct cache k0, k1;
 	uint32_t relaxed_lkey;
+	uint64_t local0;
 	int kernel0;
 
-	(void)state;
 	held = reg_or_fail(c, p, MIB, lw);
 	relaxed = reg_or_fail(c, p + MIB, MIB, lw);
 	relaxed_lkey = relaxed->lkey;
 	assert_int_equal(odpd_dereg_relaxed(relaxed), 0);
 	kernel0 = kmrs();
 	cache_get(&k0);
+	local0 = local_hits(c);
 	assert_int_equal(fstat(odpd_segment_fd(seg), &st0), 0);
 	for (int i = 0; i < 100; i++) {               /* until the coarse clock has ticked */
 		usleep(10000);
@@ -593,6 +632,8 @@ static void test_ctime_change_alone_keeps_hits(void **state)
 			break;
 	}
 	assert_false(st1.st_ctim.tv_sec == st0.st_ctim.tv_sec && st1.st_ctim.tv_nsec == st0.st_ctim.tv_nsec);
+	if (local)
+		usleep(500000);                           /* some hole checks (fewer prove less) */
 	hit = reg_or_fail(c, p + 4096, 8192, lw);
 	assert_true(hit->cache_hit);
 	assert_int_equal(hit->lkey, held->lkey);
@@ -600,35 +641,76 @@ static void test_ctime_change_alone_keeps_hits(void **state)
 	assert_true(relaxed->cache_hit);
 	assert_int_equal(relaxed->lkey, relaxed_lkey);
 	cache_get(&k1);
-	assert_int_equal(k1.hits - k0.hits, 2);
+	assert_int_equal(k1.hits - k0.hits, local ? 0 : 2);
+	assert_int_equal(local_hits(c) - local0, local ? 2 : 0);
 	assert_int_equal(k1.replaced, k0.replaced);
 	assert_int_equal(k1.registrations, k0.registrations);
 	assert_int_equal(kmrs(), kernel0);
 	odpd_dereg(relaxed);
 	odpd_dereg(hit);
+	if (local) {                                  /* a flush checks at once: still current */
+		assert_int_equal(odpd_flush_relaxed(c), 0);
+		hit = reg_or_fail(c, p, 4096, lw);
+		assert_true(hit->cache_hit);
+		assert_int_equal(hit->lkey, held->lkey);
+		assert_int_equal(local_hits(c) - local0, 3);
+		odpd_dereg(hit);
+	}
 	odpd_dereg(held);
 	odpd_detach(seg);
 	odpd_disconnect(c);
+}
+
+static void test_ctime_change_alone_keeps_hits(void **state)
+{
+	(void)state;
+	ctime_change_alone_keeps_hits(false);
+}
+
+static void test_ctime_change_alone_keeps_local_hits(void **state)
+{
+	(void)state;
+	ctime_change_alone_keeps_hits(true);
+}
+
+enum hole_found { HOLE_BY_LOOKUP, HOLE_BY_CHECK, HOLE_BY_FLUSH };
+
+struct listed_gen {
+	uint32_t lkey;
+	uint64_t generation;
+};
+
+/* The MR of @arg's lkey has another generation than @arg's. */
+static bool generation_moved(void *arg)
+{
+	const struct listed_gen *g = arg;
+	Odpd__MrState st;
+	uint64_t gen;
+
+	return listed_mr(test_admin_fd, g->lkey, &st, &gen) && gen != g->generation;
 }
 
 /*
  * FALLOC_FL_PUNCH_HOLE replaces a memfd's pages. A pinned MR keeps the old,
  * orphaned ones (verify still reads the old bytes through it), so the cache
  * must not serve it again: the next request is a miss, and its MR reads the
- * new bytes.
+ * new bytes. Who finds the hole: the daemon's lookup (a library without its
+ * own cache), its hole check by itself (every hole-check-ms), or a flush
+ * (odpd_flush_relaxed: at once). The last two with the library's cache,
+ * which then serves neither the held MR nor the one it keeps.
  */
-static void test_punched_hole_replaces_pinned_mr(void **state)
+static void punched_hole_replaces_pinned_mr(enum hole_found how)
 {
 	const unsigned rr = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
 	const size_t len = MIB;
-	struct odpd_conn *c = connect_or_fail();
+	struct odpd_conn *c = connect_cache(how != HOLE_BY_LOOKUP);
 	struct odpd_segment *seg = odpd_alloc(c, 2 * MIB, 0);
 	uint8_t *p = odpd_segment_addr(seg);
 	struct odpd_mr *old, *fresh, *relaxed;
 	uint32_t crc_old, crc_new;
 	struct cache k0, k1;
+	uint64_t local0;
 
-	(void)state;
 	fill(p, len, 7);
 	crc_old = crc_of(p, len);
 	old = reg_or_fail(c, p, len, rr);
@@ -642,6 +724,14 @@ static void test_punched_hole_replaces_pinned_mr(void **state)
 	crc_new = crc_of(p, len);
 	assert_int_not_equal(crc_new, crc_old);
 	assert_int_equal(verify_or_fail(old), crc_old);   /* the orphans */
+	if (how == HOLE_BY_CHECK) {
+		/* nothing from this client reaches the daemon meanwhile */
+		if (!wait_until(generation_moved, &(struct listed_gen){ old->lkey, old->generation }))
+			fail_msg("the hole check did not retire the held MR");
+	} else if (how == HOLE_BY_FLUSH) {
+		assert_int_equal(odpd_flush_relaxed(c), 0);
+	}
+	local0 = local_hits(c);
 	fresh = reg_or_fail(c, p, len, rr);
 	assert_false(fresh->cache_hit);
 	assert_int_not_equal(fresh->rkey, old->rkey);
@@ -656,6 +746,7 @@ static void test_punched_hole_replaces_pinned_mr(void **state)
 	/* the relaxed MR over the punched range is not a hit either */
 	relaxed = reg_or_fail(c, p + len, len, IBV_ACCESS_LOCAL_WRITE);
 	assert_false(relaxed->cache_hit);
+	assert_int_equal(local_hits(c), local0);
 	cache_get(&k1);
 	assert_int_equal(k1.replaced - k0.replaced, 2);
 	assert_int_equal(k1.hits, k0.hits);
@@ -664,6 +755,24 @@ static void test_punched_hole_replaces_pinned_mr(void **state)
 	odpd_dereg(old);
 	odpd_detach(seg);
 	odpd_disconnect(c);
+}
+
+static void test_punched_hole_replaces_pinned_mr(void **state)
+{
+	(void)state;
+	punched_hole_replaces_pinned_mr(HOLE_BY_LOOKUP);
+}
+
+static void test_punched_hole_found_by_hole_check(void **state)
+{
+	(void)state;
+	punched_hole_replaces_pinned_mr(HOLE_BY_CHECK);
+}
+
+static void test_punched_hole_found_by_flush(void **state)
+{
+	(void)state;
+	punched_hole_replaces_pinned_mr(HOLE_BY_FLUSH);
 }
 
 /* ---------------------------------------------------------------- shared PDs */
@@ -1121,8 +1230,9 @@ static void test_odpctl_flush(void **state)
 	root = odpctl_json("mrs");
 	assert_true(json_object_object_get_ex(root, "mrs", &v));
 	assert_int_equal(json_object_array_length(v), 3);
+	/* released relaxed, the library keeps them: odpd shows them kept */
 	assert_string_equal(json_object_get_string(json_object_object_get(json_object_array_get_idx(v, 0),
-									  "state")), "relaxed");
+									  "state")), "kept");
 	json_object_put(root);
 	assert_int_equal(kmrs(), kernel0 + 3);
 	root = odpctl_json("flush");
@@ -1267,12 +1377,16 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_hit_miss_sequence, harness_test_setup),
+		cmocka_unit_test_setup(test_hit_miss_sequence_local, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_flush_barrier_and_dead_rkey, harness_test_setup),
 		cmocka_unit_test_setup(test_flush_returns_after_unpin, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_queue_limits, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_window_expires, harness_test_setup),
 		cmocka_unit_test_setup(test_ctime_change_alone_keeps_hits, harness_test_setup),
+		cmocka_unit_test_setup(test_ctime_change_alone_keeps_local_hits, harness_test_setup),
 		cmocka_unit_test_setup(test_punched_hole_replaces_pinned_mr, harness_test_setup),
+		cmocka_unit_test_setup(test_punched_hole_found_by_hole_check, harness_test_setup),
+		cmocka_unit_test_setup(test_punched_hole_found_by_flush, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_same_keys, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_remote_keys_stay_with_owner, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_policy, harness_test_setup),

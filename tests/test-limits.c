@@ -227,12 +227,15 @@ static void test_user_segments_and_window(void **state)
 
 static int nobody_mrs(void *arg)
 {
-	struct odpd_conn *c = odpd_connect(d.sock, NULL);
+	struct odpd_conn *c;
 	struct odpd_segment *s;
 	struct odpd_mr *m[3];
 	uint8_t *p;
 
 	(void)arg;
+	/* the daemon's hits (a hit of the library's own costs the daemon nothing) */
+	setenv("ODPD_CACHE", "0", 1);
+	c = odpd_connect(d.sock, NULL);
 	CHILD_CHECK(c != NULL);
 	CHILD_CHECK((s = odpd_alloc(c, 64 * KIB, 0)) != NULL);
 	p = odpd_segment_addr(s);

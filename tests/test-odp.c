@@ -72,6 +72,19 @@ static struct odpd_conn *connect_or_fail(void)
 	return connect_to(test_daemon.sock);
 }
 
+/* A connection whose library asks the daemon every time (ODPD_CACHE=0): for
+ * tests of the daemon's own cache and relaxed queue. The library's cache is
+ * test-cache.c's. */
+static struct odpd_conn *connect_daemon_cache(void)
+{
+	struct odpd_conn *c;
+
+	setenv("ODPD_CACHE", "0", 1);
+	c = connect_or_fail();
+	unsetenv("ODPD_CACHE");
+	return c;
+}
+
 static struct odpd_segment *alloc_or_fail(struct odpd_conn *c, size_t len)
 {
 	struct odpd_segment *seg = odpd_alloc(c, len, 0);
@@ -475,7 +488,7 @@ static void test_odp_local_write_only_verify_by_lkey(void **state)
 static void test_punched_hole_odp_follows_pinned_replaced(void **state)
 {
 	const size_t len = 256 * KIB;
-	struct odpd_conn *c = connect_or_fail();
+	struct odpd_conn *c = connect_daemon_cache();
 	struct odpd_segment *seg = alloc_or_fail(c, len);
 	uint8_t *p = odpd_segment_addr(seg);
 	struct odpd_mr *pin, *odp, *again, *fresh;
@@ -668,7 +681,7 @@ static void test_odp_beyond_pinning_quota(void **state)
 static void test_odp_cache_relaxed_flush(void **state)
 {
 	const size_t len = 256 * KIB;
-	struct odpd_conn *c = connect_or_fail();
+	struct odpd_conn *c = connect_daemon_cache();
 	struct odpd_segment *seg = alloc_or_fail(c, len);
 	uint8_t *p = odpd_segment_addr(seg);
 	struct odpd_mr *a, *b, *pin;

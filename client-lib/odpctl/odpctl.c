@@ -198,6 +198,7 @@ static const char *mr_state_name(Odpd__MrState s)
 	case ODPD__MR_STATE__MR_STATE_LIVE: return "live";
 	case ODPD__MR_STATE__MR_STATE_RELAXED: return "relaxed";
 	case ODPD__MR_STATE__MR_STATE_INVALIDATING: return "invalidating";
+	case ODPD__MR_STATE__MR_STATE_KEPT: return "kept";
 	default: return "unknown";
 	}
 }
@@ -1230,7 +1231,8 @@ static int cmd_verify(int sock, const struct options *o)
 			char what[64], crc[16] = "-", how[160];
 
 			after = m->id;
-			if (m->state != ODPD__MR_STATE__MR_STATE_LIVE || m->kind == ODPD__MR_KIND__MR_IMPLICIT_ODP)
+			if ((m->state != ODPD__MR_STATE__MR_STATE_LIVE && m->state != ODPD__MR_STATE__MR_STATE_KEPT) ||
+			    m->kind == ODPD__MR_KIND__MR_IMPLICIT_ODP)
 				continue;
 			vb.has_mr_id = true;
 			vb.mr_id = m->id;
