@@ -445,6 +445,12 @@ static int mr_verify(struct mr_entry *e, void *addr, size_t length, uint32_t *re
 	r = verify_range(what, &e->mr, addr, length);
 	if (r < 0)
 		return r;
+	if (!addr && length == 0) {
+		/* this registration's range: a local hit shares a reference
+		 * (and its handle) over a larger MR */
+		addr = e->mr.addr;
+		length = e->mr.length;
+	}
 	v.has_handle = v.has_addr = v.has_length = true;
 	v.handle = e->mr.handle;
 	v.addr = (uintptr_t)addr;

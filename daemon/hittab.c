@@ -132,6 +132,11 @@ void odpd_hittab_close(struct odpd_hittab *t)
 	free(t);
 }
 
+uint64_t odpd_hittab_mapped(uint32_t slots)
+{
+	return 2 * (uint64_t)table_len(slots);
+}
+
 uint32_t odpd_hittab_slots(const struct odpd_hittab *t)
 {
 	return t->slots;

@@ -456,9 +456,12 @@ static void witness_populate(uint64_t s, uint64_t e, void *arg)
  * write fault of a shared mapping), so ctime alone would make needless
  * misses, and at the clock's tick granularity it could miss a punch.
  */
-static void witness_begin(struct odpd_mr *mr, int stat_fd)
+static bool pages_present(struct odpd_registry *r, uintptr_t addr, uint64_t length, bool loop);
+
+static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr, int stat_fd)
 {
 	struct odpd_mapping *map = mr->map;
+	uint8_t *w;
 	struct stat st;
 
 	if (fstat(stat_fd, &st) == 0) {
@@ -467,8 +470,17 @@ static void witness_begin(struct odpd_mr *mr, int stat_fd)
 	}
 	if (!map->witness)
 		return;
+	w = map->witness + mr->offset;
 	odpd_covmap_for_each_gap(&map->witness_cov, mr->offset, mr->offset + mr->length,
 				 witness_populate, map);
+	/* Pages other MRs' witness covers, zapped: a hole was punched there
+	 * since their pins. This MR needs them back; a new epoch keeps the
+	 * older MRs of the segment from ever proving current again. */
+	if (!pages_present(r, (uintptr_t)w, mr->length, false)) {
+		atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
+		madvise(w, mr->length, MADV_POPULATE_READ);
+	}
+	mr->witness_epoch = atomic_load_explicit(&map->witness_epoch, memory_order_acquire);
 	mr->witnessed = odpd_covmap_add(&map->witness_cov, mr->offset, mr->offset + mr->length) >= 0;
 }
 
@@ -518,21 +530,24 @@ static int scan_present(int pagemap_fd, uintptr_t start, uintptr_t end)
 	return n == 0 && arg.walk_end == end;
 }
 
-/* Are all witness pages of @mr present (nothing punched since its pin)? */
-static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
+/* Are the witness view's pages of [@addr, +@length) all present? On the
+ * loop (@loop) a kernel without PAGEMAP_SCAN is remembered; workers only
+ * read that. */
+static bool pages_present(struct odpd_registry *r, uintptr_t addr, uint64_t length, bool loop)
 {
 	uint64_t buf[512];
-	uintptr_t addr = (uintptr_t)(mr->map->witness + mr->offset);
-	uint64_t first = addr / PAGE, n = mr->length / PAGE;
+	uint64_t first = addr / PAGE, n = length / PAGE;
 
-	if (!mr->witnessed || r->pagemap_fd < 0)
+	if (r->pagemap_fd < 0)
 		return false;
 	if (r->pagemap_scan) {
-		int k = scan_present(r->pagemap_fd, addr, addr + mr->length);
+		int k = scan_present(r->pagemap_fd, addr, addr + length);
 		if (k >= 0)
 			return k == 1;
-		r->pagemap_scan = false;         /* an older kernel: read entries */
-		log_info("registry: no PAGEMAP_SCAN in this kernel; reading /proc/self/pagemap entries");
+		if (loop) {
+			r->pagemap_scan = false;         /* an older kernel: read entries */
+			log_info("registry: no PAGEMAP_SCAN in this kernel; reading /proc/self/pagemap entries");
+		}
 	}
 	for (uint64_t done = 0; done < n;) {
 		size_t k = n - done < 512 ? (size_t)(n - done) : 512;
@@ -545,6 +560,16 @@ static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
 		done += k;
 	}
 	return true;
+}
+
+/* Are all witness pages of @mr present, and none put back since its pin
+ * (nothing punched since)? Loop thread. */
+static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
+{
+	if (!mr->witnessed ||
+	    mr->witness_epoch != atomic_load_explicit(&mr->map->witness_epoch, memory_order_acquire))
+		return false;
+	return pages_present(r, (uintptr_t)(mr->map->witness + mr->offset), mr->length, true);
 }
 
 /* ---------------------------------------------------------------- batches */
@@ -874,11 +899,21 @@ int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint
 {
 	int rc;
 
+	uint64_t charge;
+
 	if (h->hits)
 		return err_set(err, EALREADY, "this connection has a hit table already");
+	slots = slots < ODPD_HIT_SLOTS_MIN ? ODPD_HIT_SLOTS_MIN : slots > ODPD_HIT_SLOTS_MAX ?
+		ODPD_HIT_SLOTS_MAX : slots;
+	/* its two mappings are odpd address space the user pays for */
+	charge = odpd_hittab_mapped(slots);
+	rc = odpd_account_may(h->acct, &h->limit, ODPD_UL_MAPPED, charge, err);
+	if (rc < 0)
+		return rc;
 	rc = odpd_hittab_open(slots, use_fd, &h->hits, ret_gen_fd, err);
 	if (rc < 0)
 		return rc;
+	odpd_account_hold(h->acct, ODPD_UL_MAPPED, (int64_t)charge);
 	r->n_hit_tables++;
 	hits_arm(r);
 	return 0;
@@ -1156,6 +1191,7 @@ void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
 	while (!LIST_EMPTY(&h->refs))
 		ref_drop(r, LIST_FIRST(&h->refs), false, &list);
 	if (h->hits) {
+		odpd_account_hold(h->acct, ODPD_UL_MAPPED, -(int64_t)odpd_hittab_mapped(odpd_hittab_slots(h->hits)));
 		odpd_hittab_close(h->hits);
 		h->hits = NULL;
 		r->n_hit_tables--;
@@ -1550,7 +1586,7 @@ static void reg_run(struct odpd_job *job)
 	madvise(op->daemon_addr, mr->length, MADV_POPULATE_READ);
 	/* Witness, then pin, as one step among the segment's registrations. */
 	pthread_mutex_lock(&mr->map->witness_lock);
-	witness_begin(mr, op->stat_fd);
+	witness_begin(op->r, mr, op->stat_fd);
 	if ((uintptr_t)op->daemon_addr == mr->iova)
 		mr->mr = ibv_reg_mr(pd, op->daemon_addr, mr->length, op->ibv_access);
 	else
@@ -2129,8 +2165,10 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 	} else if (iova == 0 && length == 0) {
 		iova = ref->iova;
 		length = ref->length;
-	} else if (length == 0 || iova < ref->iova || iova + length < iova ||
-		   iova + length > ref->iova + ref->length) {
+	} else if (length == 0 || iova < ref->mr->iova || iova + length < iova ||
+		   iova + length > ref->mr->iova + ref->mr->length) {
+		/* the MR's whole (page-rounded) range: libodpd's local hits share
+		 * a reference over any part of it */
 		return err_set(err, EINVAL, "verify range is not inside the MR");
 	}
 	return verify_start(r, ref->mr, iova, length, probe_rkey, buf_size, cb, arg, false, err);

@@ -101,6 +101,7 @@ struct odpd_mr {
 	uint64_t generation;
 	/* Pinned: are its pages still the segment's (see odpd_mapping.witness)? */
 	bool witnessed;                     /* counted in map->witness_cov */
+	uint32_t witness_epoch;             /* map->witness_epoch at its pin */
 	struct timespec ctime;              /* the segment's ctime when last proven current */
 	bool ctime_ok;                      /* ctime is a valid fast-path baseline */
 	uint64_t owner_id;                  /* the client that registered it */

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +51,9 @@ struct odpd_mapping {
 	 * under witness_lock.
 	 */
 	uint8_t *witness;
+	/* Moves when a registration found witness pages of other MRs zapped
+	 * and put them back: MRs pinned before never prove current again. */
+	_Atomic uint32_t witness_epoch;
 	pthread_mutex_t witness_lock;
 	struct odpd_covmap witness_cov;
 	struct odpd_mapping *next;

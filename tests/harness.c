@@ -138,7 +138,7 @@ void raw_send_bytes(int fd, const void *buf, size_t len)
 	assert_int_equal(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
 }
 
-Odpd__Reply *raw_recv(int fd)
+static Odpd__Reply *recv_fd(int fd, int *ret_fd)
 {
 	static uint8_t buf[ODPD_MAX_PACKET + 1];
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -149,22 +149,38 @@ Odpd__Reply *raw_recv(int fd)
 	assert_int_equal(odpd_wire_recv(fd, buf, sizeof(buf), &pkt, 0), 0);
 	assert_false(pkt.eof);
 	assert_false(pkt.truncated);
-	assert_int_equal(pkt.nfds, 0);
+	if (ret_fd) {
+		assert_true(pkt.nfds <= 1);
+		*ret_fd = pkt.nfds ? pkt.fds[0] : -1;
+	} else {
+		assert_int_equal(pkt.nfds, 0);
+	}
 	r = odpd__reply__unpack(NULL, pkt.len, buf);
 	assert_non_null(r);
 	return r;
 }
 
-Odpd__Reply *raw_call(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds)
+Odpd__Reply *raw_recv(int fd)
+{
+	return recv_fd(fd, NULL);
+}
+
+Odpd__Reply *raw_call_fd(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,
+			 int *ret_fd)
 {
 	Odpd__Reply *r;
 
 	req->has_id = 1;
 	req->id = id;
 	raw_send(fd, req, fds, nfds);
-	r = raw_recv(fd);
+	r = recv_fd(fd, ret_fd);
 	assert_int_equal(r->id, id);
 	return r;
+}
+
+Odpd__Reply *raw_call(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds)
+{
+	return raw_call_fd(fd, id, req, fds, nfds, NULL);
 }
 
 void raw_expect_error(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,

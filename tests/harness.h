@@ -69,6 +69,9 @@ void raw_send_bytes(int fd, const void *buf, size_t len);
 Odpd__Reply *raw_recv(int fd);
 /* Send @req with id @id and return the reply to it. */
 Odpd__Reply *raw_call(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds);
+/* The same for a reply that may carry one fd: *@ret_fd, or -1. */
+Odpd__Reply *raw_call_fd(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,
+			 int *ret_fd);
 /* AttachSegment @fd (a sealed memfd) as request @id; the segment's client address. */
 uint64_t raw_attach(int fd_conn, uint64_t id, int fd);
 /* Make @req a client-PD RegMr of one page at @addr, local write, into the

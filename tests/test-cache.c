@@ -305,6 +305,146 @@ static void test_hit_miss_sequence_local(void **state)
 	hit_miss_sequence(true);
 }
 
+/* The library's counters (odpd_stats). */
+static struct odpd_stats lstats(struct odpd_conn *c)
+{
+	struct odpd_stats s;
+
+	assert_int_equal(odpd_stats(c, &s, sizeof(s)), 0);
+	return s;
+}
+
+/*
+ * The process's own cache: a registration inside a held MR, and one of an
+ * MR released relaxed, are answered without the daemon (its lookups do not
+ * move; odpd_stats counts them), with the MR's keys, through which the HCA
+ * reads the right bytes. A relaxed release keeps the MR in the library
+ * (odpd lists it "kept"; its relaxed queue stays empty). A flush takes it
+ * back and deregisters it before it returns; the next registration is a
+ * miss, and the library counts the revocation.
+ */
+static void test_local_hits(void **state)
+{
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE;
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, 4 * MIB, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *m, *h;
+	struct odpd_stats s;
+	struct cache k0, k1;
+	Odpd__MrState st;
+	uint64_t gen;
+	uint32_t lkey;
+	int kernel0;
+
+	(void)state;
+	s = lstats(c);
+	assert_int_equal(s.hit_table, 1);
+	fill(p, MIB, 3);
+	kernel0 = kmrs();
+	cache_get(&k0);
+	m = reg_or_fail(c, p, MIB, lw);                          /* a miss */
+	lkey = m->lkey;
+	h = reg_or_fail(c, p + 4096, 4 * 4096, lw);              /* inside m: local */
+	assert_true(h->cache_hit);
+	assert_int_equal(h->lkey, lkey);
+	assert_ptr_equal(h->addr, p + 4096);
+	assert_int_equal(h->length, 4 * 4096);
+	cache_get(&k1);
+	assert_int_equal(k1.lookups - k0.lookups, 1);           /* the miss only */
+	s = lstats(c);
+	assert_int_equal(s.local_hits, 1);
+	assert_int_equal(s.misses, 1);
+	assert_int_equal(s.daemon_hits, 0);
+	/* the HCA reads those bytes through it (verify names the MR by its handle) */
+	assert_int_equal(verify_or_fail(h), crc_of(p + 4096, 4 * 4096));
+	assert_int_equal(odpd_dereg(h), 0);                     /* m still uses it: local */
+	assert_int_equal(lstats(c).local_releases, 1);
+	cache_get(&k1);
+	assert_int_equal(k1.deregistrations, k0.deregistrations);
+
+	/* relaxed: kept here, not queued there */
+	assert_int_equal(odpd_dereg_relaxed(m), 0);
+	s = lstats(c);
+	assert_int_equal(s.cached_mrs, 1);
+	assert_int_equal(s.cached_bytes, MIB);
+	cache_get(&k1);
+	assert_int_equal(k1.relaxed, k0.relaxed);
+	assert_int_equal(kmrs(), kernel0 + 1);
+	assert_true(listed_mr(test_admin_fd, lkey, &st, &gen));
+	assert_int_equal(st, ODPD__MR_STATE__MR_STATE_KEPT);
+	m = reg_or_fail(c, p, MIB, lw);                          /* taken back: local */
+	assert_true(m->cache_hit);
+	assert_int_equal(m->lkey, lkey);
+	assert_int_equal(lstats(c).local_hits, 2);
+	assert_int_equal(lstats(c).cached_mrs, 0);
+	assert_true(listed_mr(test_admin_fd, lkey, &st, &gen));
+	assert_int_equal(st, ODPD__MR_STATE__MR_STATE_LIVE);
+	cache_get(&k1);
+	assert_int_equal(k1.lookups - k0.lookups, 1);
+
+	/* a flush takes what the library keeps unused, and is a barrier */
+	assert_int_equal(odpd_dereg_relaxed(m), 0);
+	assert_int_equal(odpd_flush_relaxed(c), 0);
+	assert_int_equal(kmrs(), kernel0);
+	m = reg_or_fail(c, p, MIB, lw);
+	assert_false(m->cache_hit);
+	s = lstats(c);
+	assert_int_equal(s.local_hits, 2);
+	assert_int_equal(s.revoked, 1);
+	assert_int_equal(s.cached_mrs, 0);
+	assert_int_equal(odpd_dereg(m), 0);
+	assert_int_equal(kmrs(), kernel0);
+	cache_get(&k1);
+	assert_true(k1.registrations - k0.registrations == 2);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
+/*
+ * ODPD_CACHE_MAX_MRS bounds what the library keeps: past it, the oldest
+ * kept MRs go to the daemon's relaxed queue (still daemon hits).
+ */
+static void test_local_cache_bounded(void **state)
+{
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *m[4];
+	struct odpd_stats s;
+	struct cache k0, k1;
+	uint8_t *p;
+
+	(void)state;
+	setenv("ODPD_CACHE_MAX_MRS", "2", 1);
+	c = connect_or_fail();
+	unsetenv("ODPD_CACHE_MAX_MRS");
+	seg = odpd_alloc(c, MIB, 0);
+	p = odpd_segment_addr(seg);
+	cache_get(&k0);
+	for (int i = 0; i < 4; i++)
+		m[i] = reg_or_fail(c, p + i * 8192, 4096, lw);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(odpd_dereg_relaxed(m[i]), 0);
+	s = lstats(c);
+	assert_int_equal(s.cached_mrs, 2);
+	assert_int_equal(s.cached_bytes, 2 * 4096);
+	cache_get(&k1);
+	assert_int_equal(k1.relaxed - k0.relaxed, 2);          /* the two oldest */
+	m[0] = reg_or_fail(c, p, 4096, lw);                      /* the daemon's */
+	assert_true(m[0]->cache_hit);
+	m[3] = reg_or_fail(c, p + 3 * 8192, 4096, lw);           /* the library's */
+	assert_true(m[3]->cache_hit);
+	s = lstats(c);
+	assert_int_equal(s.daemon_hits, 1);
+	assert_int_equal(s.local_hits, 1);
+	assert_int_equal(odpd_dereg(m[0]), 0);
+	assert_int_equal(odpd_dereg(m[3]), 0);
+	assert_int_equal(odpd_flush_relaxed(c), 0);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
 /* Relaxed release keeps the MR (a hit); a flush is a barrier after which
  * the kernel has no such MR and its old rkey is refused by the HCA. */
 static void test_relaxed_flush_barrier_and_dead_rkey(void **state)
@@ -561,14 +701,17 @@ static void test_relaxed_queue_limits(void **state)
 }
 
 /* Age: a daemon whose relaxed window is 3 s invalidates a relaxed MR by
- * itself; until then the MR is a hit. */
+ * itself; until then the MR is a hit. The library keeps it at first: odpd
+ * takes it back once it stayed unused for a whole window, then invalidates
+ * it a window later. An MR the process holds is never taken back. */
 static void test_relaxed_window_expires(void **state)
 {
 	char path[128];
 	struct test_daemon d = { 0 };
 	struct odpd_conn *c;
 	struct odpd_segment *seg;
-	struct odpd_mr *mr;
+	struct odpd_mr *mr, *held, *hit;
+	uint8_t *p;
 	int kernel0;
 
 	(void)state;
@@ -576,18 +719,30 @@ static void test_relaxed_window_expires(void **state)
 			  NULL, NULL);
 	c = odpd_connect(d.sock, NULL);
 	assert_non_null(c);
-	seg = odpd_alloc(c, MIB, 0);
+	seg = odpd_alloc(c, 2 * MIB, 0);
 	assert_non_null(seg);
-	mr = reg_or_fail(c, odpd_segment_addr(seg), MIB, IBV_ACCESS_LOCAL_WRITE);
+	p = odpd_segment_addr(seg);
+	mr = reg_or_fail(c, p, MIB, IBV_ACCESS_LOCAL_WRITE);
+	held = reg_or_fail(c, p + MIB, MIB, IBV_ACCESS_LOCAL_WRITE);
 	kernel0 = kernel_mr_count(d.pid);
 	assert_int_equal(odpd_dereg_relaxed(mr), 0);
+	assert_int_equal(lstats(c).cached_mrs, 1);
 	assert_int_equal(kernel_mr_count(d.pid), kernel0);
 	for (int i = 0; i < 400 && kernel_mr_count(d.pid) == kernel0; i++)
 		usleep(50000);
 	assert_int_equal(kernel_mr_count(d.pid), kernel0 - 1);   /* invalidated without a flush */
-	mr = reg_or_fail(c, odpd_segment_addr(seg), MIB, IBV_ACCESS_LOCAL_WRITE);
+	mr = reg_or_fail(c, p, MIB, IBV_ACCESS_LOCAL_WRITE);
 	assert_false(mr->cache_hit);
+	assert_int_equal(lstats(c).revoked, 1);
+	assert_int_equal(lstats(c).cached_mrs, 0);
 	odpd_dereg(mr);
+	/* held through those windows: still served here */
+	hit = reg_or_fail(c, p + MIB + 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+	assert_true(hit->cache_hit);
+	assert_int_equal(hit->lkey, held->lkey);
+	assert_int_equal(lstats(c).local_hits, 1);
+	odpd_dereg(hit);
+	odpd_dereg(held);
 	odpd_detach(seg);
 	odpd_disconnect(c);
 	daemon_stop(&d);
@@ -706,7 +861,7 @@ static void punched_hole_replaces_pinned_mr(enum hole_found how)
 	struct odpd_conn *c = connect_cache(how != HOLE_BY_LOOKUP);
 	struct odpd_segment *seg = odpd_alloc(c, 2 * MIB, 0);
 	uint8_t *p = odpd_segment_addr(seg);
-	struct odpd_mr *old, *fresh, *relaxed;
+	struct odpd_mr *old, *fresh, *relaxed, *again;
 	uint32_t crc_old, crc_new;
 	struct cache k0, k1;
 	uint64_t local0;
@@ -750,6 +905,16 @@ static void punched_hole_replaces_pinned_mr(enum hole_found how)
 	cache_get(&k1);
 	assert_int_equal(k1.replaced - k0.replaced, 2);
 	assert_int_equal(k1.hits, k0.hits);
+	/* the new MRs pin the current pages (the old MR still holds the witness
+	 * of that range): lookups and hole checks leave them be */
+	if (how != HOLE_BY_LOOKUP)
+		usleep(300000);
+	again = reg_or_fail(c, p, len, rr);
+	assert_true(again->cache_hit);
+	assert_int_equal(again->rkey, fresh->rkey);
+	odpd_dereg(again);
+	cache_get(&k1);
+	assert_int_equal(k1.replaced - k0.replaced, 2);
 	odpd_dereg(relaxed);
 	odpd_dereg(fresh);
 	odpd_dereg(old);
@@ -1051,8 +1216,13 @@ static int quota_nobody_child(void *arg)
 	/* relaxed MRs still count, but are evicted to make room */
 	CHILD_CHECK(odpd_dereg_relaxed(a) == 0, 16);
 	CHILD_CHECK(odpd_dereg_relaxed(b) == 0, 17);
-	x = odpd_reg(c, p + 16 * MIB, 6 * MIB, IBV_ACCESS_LOCAL_WRITE);
-	CHILD_CHECK(x, 18);
+	{	/* the library keeps both; over the quota it gives them back and asks again */
+		struct odpd_stats st;
+		CHILD_CHECK(odpd_stats(c, &st, sizeof(st)) == 0 && st.hit_table && st.cached_mrs == 2, 20);
+		x = odpd_reg(c, p + 16 * MIB, 6 * MIB, IBV_ACCESS_LOCAL_WRITE);
+		CHILD_CHECK(x, 18);
+		CHILD_CHECK(odpd_stats(c, &st, sizeof(st)) == 0 && st.cached_mrs == 0, 21);
+	}
 	CHILD_CHECK(odpd_dereg(x) == 0, 19);
 	odpd_disconnect(c);
 	return 0;
@@ -1378,6 +1548,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_hit_miss_sequence, harness_test_setup),
 		cmocka_unit_test_setup(test_hit_miss_sequence_local, harness_test_setup),
+		cmocka_unit_test_setup(test_local_hits, harness_test_setup),
+		cmocka_unit_test_setup(test_local_cache_bounded, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_flush_barrier_and_dead_rkey, harness_test_setup),
 		cmocka_unit_test_setup(test_flush_returns_after_unpin, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_queue_limits, harness_test_setup),

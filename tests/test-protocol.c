@@ -652,6 +652,95 @@ static void test_client_pd_not_uverbs(void **state)
 	close(conn);
 }
 
+/*
+ * OpenHitTable (libodpd's own registration cache): what odpd refuses (no fd,
+ * a pipe, a memfd not sealed against shrinking, one too small for its
+ * slots, a second table), with nothing left behind; and that the generation
+ * table it hands out can never be written by the client, however it tries.
+ */
+static void test_hit_table(void **state)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
+	struct snapshot s0, s1;
+	int conn = raw_connect_hello(test_daemon.sock);
+	int p[2], fd, use, gen = -1, rw, mem;
+	char path[64];
+	volatile uint64_t *ro;
+	uint64_t *priv, word = 0x4141414141414141ull;
+	Odpd__Reply *r;
+
+	(void)state;
+	snapshot_take(&test_daemon, test_admin_fd, &s0);
+	o.has_slots = 1;
+	o.slots = 64;                                  /* 512 bytes of use table */
+	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
+	req.open_hit_table = &o;
+	raw_expect_error(conn, 2, &req, NULL, 0, EINVAL);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	raw_expect_error(conn, 3, &req, &p[0], 1, EINVAL);
+	close(p[0]);
+	close(p[1]);
+	fd = memfd_create("use-unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_int_equal(ftruncate(fd, 4096), 0);
+	raw_expect_error(conn, 4, &req, &fd, 1, EINVAL);
+	close(fd);
+	fd = sealed_memfd(256);
+	raw_expect_error(conn, 5, &req, &fd, 1, EINVAL);
+	close(fd);
+	snapshot_take(&test_daemon, test_admin_fd, &s1);
+	snapshot_assert_equal(&s0, &s1);
+
+	use = sealed_memfd(4096);
+	r = raw_call_fd(conn, 6, &req, &use, 1, &gen);
+	assert_int_equal(r->status, 0);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_HIT_TABLE);
+	assert_int_equal(r->hit_table->slots, 64);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_true(gen >= 0);
+	raw_expect_error(conn, 7, &req, &use, 1, EALREADY);
+	close(use);
+
+	/* sealed for good: no writable shared mapping, no write, no resize */
+	assert_int_equal(fcntl(gen, F_GET_SEALS),
+			 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+	assert_true(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, gen, 0) == MAP_FAILED);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(write(gen, &word, sizeof(word)), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(ftruncate(gen, 1 << 20), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(fcntl(gen, F_ADD_SEALS, F_SEAL_WRITE), -1);
+	assert_int_equal(errno, EPERM);
+	/* reopened read-write through /proc: the seals are the inode's */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", gen);
+	rw = open(path, O_RDWR | O_CLOEXEC);
+	assert_true(rw >= 0);
+	assert_true(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0) == MAP_FAILED);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(pwrite(rw, &word, sizeof(word), 8), -1);
+	assert_int_equal(errno, EPERM);
+	close(rw);
+	/* a read-only mapping stays read-only, even to /proc/self/mem's forced write */
+	ro = mmap(NULL, 4096, PROT_READ, MAP_SHARED, gen, 0);
+	assert_true(ro != MAP_FAILED);
+	assert_int_equal(mprotect((void *)ro, 4096, PROT_READ | PROT_WRITE), -1);
+	assert_int_equal(errno, EACCES);
+	mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	assert_true(mem >= 0);
+	assert_int_equal(pwrite(mem, &word, sizeof(word), (off_t)(uintptr_t)&ro[1]), -1);
+	close(mem);
+	/* a private copy is the client's own: the daemon's words do not change */
+	priv = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, gen, 0);
+	assert_true(priv != MAP_FAILED);
+	priv[1] = word;
+	assert_int_not_equal(ro[1], word);
+	munmap(priv, 4096);
+	munmap((void *)ro, 4096);
+	close(gen);
+	close(conn);
+}
+
 /* Many bad packets in a row from one client while another is served. */
 static void test_other_clients_unaffected(void **state)
 {
@@ -1275,6 +1364,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reg_without_device, harness_test_setup),
 		cmocka_unit_test_setup(test_client_pd_not_uverbs, harness_test_setup),
 		cmocka_unit_test_setup(test_other_clients_unaffected, harness_test_setup),
+		cmocka_unit_test_setup(test_hit_table, harness_test_setup),
 		cmocka_unit_test_setup(test_cache_admin_requests_need_admin, harness_test_setup),
 		cmocka_unit_test_setup(test_cache_bad_requests, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_config_refused, harness_test_setup),
