@@ -341,7 +341,6 @@ static void test_local_hits(void **state)
 	s = lstats(c);
 	assert_int_equal(s.hit_table, 1);
 	fill(p, MIB, 3);
-	kernel0 = kmrs();
 	cache_get(&k0);
 	m = reg_or_fail(c, p, MIB, lw);                          /* a miss */
 	lkey = m->lkey;
@@ -358,6 +357,7 @@ static void test_local_hits(void **state)
 	assert_int_equal(s.daemon_hits, 0);
 	/* the HCA reads those bytes through it (verify names the MR by its handle) */
 	assert_int_equal(verify_or_fail(h), crc_of(p + 4096, 4 * 4096));
+	kernel0 = kmrs() - 1;                   /* m, and verify's bounce buffer stays */
 	assert_int_equal(odpd_dereg(h), 0);                     /* m still uses it: local */
 	assert_int_equal(lstats(c).local_releases, 1);
 	cache_get(&k1);
@@ -898,23 +898,27 @@ static void punched_hole_replaces_pinned_mr(enum hole_found how)
 		assert_int_not_equal(gen, old->generation);
 	}
 	assert_int_equal(verify_or_fail(fresh), crc_new);
-	/* the relaxed MR over the punched range is not a hit either */
-	relaxed = reg_or_fail(c, p + len, len, IBV_ACCESS_LOCAL_WRITE);
-	assert_false(relaxed->cache_hit);
-	assert_int_equal(local_hits(c), local0);
-	cache_get(&k1);
-	assert_int_equal(k1.replaced - k0.replaced, 2);
-	assert_int_equal(k1.hits, k0.hits);
-	/* the new MRs pin the current pages (the old MR still holds the witness
-	 * of that range): lookups and hole checks leave them be */
+	/* the new MR pins the current pages (the old one still holds the
+	 * witness of that range): lookups and hole checks leave it be */
 	if (how != HOLE_BY_LOOKUP)
 		usleep(300000);
 	again = reg_or_fail(c, p, len, rr);
 	assert_true(again->cache_hit);
 	assert_int_equal(again->rkey, fresh->rkey);
 	odpd_dereg(again);
+	/* the relaxed MR over the punched range is not a hit either */
+	relaxed = reg_or_fail(c, p + len, len, IBV_ACCESS_LOCAL_WRITE);
+	assert_false(relaxed->cache_hit);
+	assert_int_equal(local_hits(c), local0 + (how != HOLE_BY_LOOKUP));
 	cache_get(&k1);
-	assert_int_equal(k1.replaced - k0.replaced, 2);
+	assert_int_equal(k1.hits, k0.hits + (how == HOLE_BY_LOOKUP));
+	/* The two old MRs. Registering the relaxed range put back witness pages
+	 * an old MR covered: every MR of the segment pinned before proves
+	 * current no more (odpd(8)), so a hole check may retire fresh too. */
+	if (how == HOLE_BY_LOOKUP)
+		assert_int_equal(k1.replaced - k0.replaced, 2);
+	else
+		assert_true(k1.replaced - k0.replaced == 2 || k1.replaced - k0.replaced == 3);
 	odpd_dereg(relaxed);
 	odpd_dereg(fresh);
 	odpd_dereg(old);
@@ -1042,7 +1046,9 @@ static void test_shared_pd_same_keys(void **state)
 		assert_int_equal(pipe(report[i]), 0);
 		sc[i] = (struct shared_child){ fd, ready[1], start[0], report[i][1], go[0] };
 		pid[i] = spawn(shared_child_main, &sc[i]);
+		close(report[i][1]);         /* a child that dies is an EOF, not a hang */
 	}
+	close(ready[1]);
 	for (int i = 0; i < SHARED_N; i++)
 		assert_int_equal(read(ready[0], &b, 1), 1);
 	assert_int_equal(write(start[1], "ssss", SHARED_N), SHARED_N);    /* all at once */
@@ -1068,13 +1074,12 @@ static void test_shared_pd_same_keys(void **state)
 	for (int i = 0; i < SHARED_N; i++) {
 		assert_int_equal(child_status(pid[i]), 0);
 		close(report[i][0]);
-		close(report[i][1]);
 	}
 	for (int i = 0; i < 2; i++) {
 		close(go[i]);
-		close(ready[i]);
 		close(start[i]);
 	}
+	close(ready[0]);
 	close(fd);
 }
 
