@@ -268,12 +268,17 @@ struct odpd_mr {
  * if the daemon still vouches for that MR: the daemon shares a read-only
  * table with the library in which it marks an MR invalid (its device went
  * away, a punched hole it found) or a kept reference taken back, before
- * anything else happens to it. A hole punched under an MR this process
- * holds is found by the daemon at the next registration that reaches it,
- * not by a local hit (as ibv_reg_mr(3) never notices it). Set
- * ODPD_CACHE=0 in the environment before odpd_connect() to ask the daemon
- * every time. Not for NO_CACHE or PREFETCH registrations, implicit ODP, or
- * the librdmacm mirror.
+ * anything else happens to it. A hole punched under a pinned MR the
+ * library may serve is found by the daemon within hole-check-ms
+ * (odpd.conf(5), 100 by default) or at once by odpd_flush_relaxed(); until
+ * then a local hit may still return the old MR, so flush between
+ * replacing pages and registering them again, or use ODPD_REG_NO_CACHE.
+ * The library keeps at most ODPD_CACHE_MAX_MRS (default 256) MRs and
+ * ODPD_CACHE_MAX_BYTES (default 256 MiB) released relaxed; the daemon
+ * takes back any it keeps unused for a relaxed window. Set ODPD_CACHE=0
+ * in the environment before odpd_connect() to ask the daemon every time.
+ * Not for NO_CACHE or PREFETCH registrations, implicit ODP, or the
+ * librdmacm mirror.
  *
  * Pinned bytes are counted per user (the uid of the connection), as
  * distinct pages, against the user's pinning quota: by default the

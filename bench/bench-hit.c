@@ -1,0 +1,489 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench-hit: a repeated registration, measured side by side in one process
+ * (issue 11's benchmark, the cache part):
+ *   local-hit       odpd_reg + odpd_dereg of a range an MR this process
+ *                   holds covers: answered by libodpd, no system call;
+ *   local-relaxed   odpd_reg + odpd_dereg_relaxed of the same range again
+ *                   and again: the library keeps the MR and takes it back;
+ *   daemon-hit      odpd_reg alone of a held range with the library's cache
+ *                   off (ODPD_CACHE=0): one request answered on odpd's loop;
+ *   miss            odpd_reg alone of a range no MR covers (cache off;
+ *                   resident pages): one request, ibv_reg_mr on a worker;
+ *   rtt             a bare SOCK_SEQPACKET round trip (64 bytes) to another
+ *                   process: what any request to a daemon costs at least;
+ *   verbs           ibv_reg_mr alone, in-process, resident pages;
+ *   ucx-hit         ucp_mem_map + ucp_mem_unmap again and again (UCX's
+ *                   registration cache; Debian 12's libucx0) on rxe0;
+ *   fabric-hit      fi_mr_reg + fi_close again and again (libfabric's MR
+ *                   cache, verbs provider; Debian 12's libfabric1).
+ * Fast cases run in batches and report per-operation times; every case
+ * reports the median, p10 and p90 of its batches. Prints the ratios that
+ * issue 11 sets targets for, met or not. A benchmark: never asserts on speed.
+ *
+ * bench-hit --socket PATH [--sizes 4096,1048576] [--rounds N] [--out DIR]
+ * bench/run-hit runs it in the rxe VM and plots the CSV (bench/bench-hit.gp).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <infiniband/verbs.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef HAVE_UCX
+#include <ucp/api/ucp.h>
+#endif
+#ifdef HAVE_FABRIC
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#endif
+
+#include "bench-util.h"
+
+const char bench_name[] = "bench-hit";
+
+#define LW IBV_ACCESS_LOCAL_WRITE
+#define MAX_SIZES 8
+
+static unsigned rounds = 31;          /* batches per case */
+
+/* One case at one size: per-operation µs of each batch. */
+static struct series *run_case(const char *name, size_t size, unsigned batch,
+			       void (*op)(void *arg), void *arg)
+{
+	struct series *s = series_new(rounds, "%s", name);
+
+	for (unsigned i = 0; i < batch; i++)     /* warm: the first is a miss */
+		op(arg);
+	for (unsigned r = 0; r < rounds; r++) {
+		double t0 = now_us();
+
+		for (unsigned i = 0; i < batch; i++)
+			op(arg);
+		add(s, (now_us() - t0) / batch);
+	}
+	summarize(s);
+	printf("  %-14s %9zu B  median %10.3f us  p10 %10.3f  p90 %10.3f  (batches of %u)\n",
+	       name, size, s->median, s->p10, s->p90, batch);
+	return s;
+}
+
+/* ---------------------------------------------------------------- odpd */
+
+struct odpd_op {
+	struct odpd_conn *c;
+	void *addr;
+	size_t len;
+};
+
+static struct odpd_mr *reg(struct odpd_conn *c, void *addr, size_t len)
+{
+	struct odpd_mr *mr = odpd_reg(c, addr, len, LW);
+
+	if (!mr)
+		die("odpd_reg(%p, %zu): %s: %s", addr, len, strerror(errno), odpd_errmsg());
+	return mr;
+}
+
+static void dereg(struct odpd_mr *mr, bool relaxed)
+{
+	if ((relaxed ? odpd_dereg_relaxed(mr) : odpd_dereg(mr)) < 0)
+		die("odpd_dereg: %s: %s", strerror(errno), odpd_errmsg());
+}
+
+static void op_reg_dereg(void *arg)
+{
+	struct odpd_op *o = arg;
+
+	dereg(reg(o->c, o->addr, o->len), false);
+}
+
+static void op_reg_relaxed(void *arg)
+{
+	struct odpd_op *o = arg;
+
+	dereg(reg(o->c, o->addr, o->len), true);
+}
+
+/* reg alone, @rounds samples of one request each, releases outside the clock. */
+static struct series *reg_alone(const char *name, struct odpd_op *o)
+{
+	struct series *s = series_new(rounds * 4, "%s", name);
+
+	for (unsigned r = 0; r < rounds * 4 + 4; r++) {
+		double t0 = now_us(), t1;
+		struct odpd_mr *mr = reg(o->c, o->addr, o->len);
+
+		t1 = now_us();
+		if (r >= 4)
+			add(s, t1 - t0);
+		dereg(mr, false);
+	}
+	summarize(s);
+	printf("  %-14s %9zu B  median %10.3f us  p10 %10.3f  p90 %10.3f  (one request each)\n",
+	       name, o->len, s->median, s->p10, s->p90);
+	return s;
+}
+
+/* ---------------------------------------------------------------- a bare round trip */
+
+static int rtt_sock = -1;
+static pid_t rtt_child;
+
+static void rtt_start(void)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair: %s", strerror(errno));
+	rtt_child = fork();
+	if (rtt_child < 0)
+		die("fork: %s", strerror(errno));
+	if (rtt_child == 0) {
+		char buf[256];
+		ssize_t n;
+
+		close(sv[0]);
+		while ((n = recv(sv[1], buf, sizeof(buf), 0)) > 0)
+			if (send(sv[1], buf, (size_t)n, MSG_NOSIGNAL) != n)
+				break;
+		_exit(0);
+	}
+	close(sv[1]);
+	rtt_sock = sv[0];
+}
+
+static void op_rtt(void *arg)
+{
+	char buf[64] = { 0 };
+
+	(void)arg;
+	if (send(rtt_sock, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf) ||
+	    recv(rtt_sock, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf))
+		die("round trip: %s", strerror(errno));
+}
+
+static void rtt_stop(void)
+{
+	close(rtt_sock);
+	waitpid(rtt_child, NULL, 0);
+}
+
+/* ---------------------------------------------------------------- verbs */
+
+struct verbs_op {
+	struct verbs *v;
+	void *addr;
+	size_t len;
+};
+
+static struct series *verbs_alone(struct verbs *v, void *addr, size_t len)
+{
+	struct series *s = series_new(rounds * 4, "verbs");
+
+	for (unsigned r = 0; r < rounds * 4 + 4; r++) {
+		double t[3];
+
+		verbs_reg_dereg(v, addr, len, LW, t);
+		if (r >= 4)
+			add(s, t[1] - t[0]);
+	}
+	summarize(s);
+	printf("  %-14s %9zu B  median %10.3f us  p10 %10.3f  p90 %10.3f  (ibv_reg_mr alone)\n",
+	       "verbs", len, s->median, s->p10, s->p90);
+	return s;
+}
+
+/* ---------------------------------------------------------------- UCX */
+
+#ifdef HAVE_UCX
+static ucp_context_h ucx;
+
+static bool ucx_open(void)
+{
+	ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA };
+	ucp_config_t *cfg;
+	char *info = NULL;
+	size_t info_len = 0;
+	FILE *f;
+	bool on_rxe;
+
+	setenv("UCX_NET_DEVICES", "rxe0:1", 0);
+	if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
+		return false;
+	if (ucp_init(&p, cfg, &ucx) != UCS_OK) {
+		ucp_config_release(cfg);
+		return false;
+	}
+	ucp_config_release(cfg);
+	/* registration reaches the rxe device only if UCX opened it */
+	f = open_memstream(&info, &info_len);
+	if (f) {
+		ucp_context_print_info(ucx, f);
+		fclose(f);
+	}
+	on_rxe = info && strstr(info, "rxe0");
+	free(info);
+	if (!on_rxe) {
+		printf("  ucx: UCX did not open rxe0 (ucp_context_print_info): no UCX numbers\n");
+		ucp_cleanup(ucx);
+		return false;
+	}
+	return true;
+}
+
+struct ucx_op {
+	void *addr;
+	size_t len;
+};
+
+static void op_ucx(void *arg)
+{
+	struct ucx_op *o = arg;
+	ucp_mem_map_params_t mp = {
+		.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+		.address = o->addr,
+		.length = o->len,
+	};
+	ucp_mem_h memh;
+
+	if (ucp_mem_map(ucx, &mp, &memh) != UCS_OK)
+		die("ucp_mem_map failed");
+	if (ucp_mem_unmap(ucx, memh) != UCS_OK)
+		die("ucp_mem_unmap failed");
+}
+#endif
+
+/* ---------------------------------------------------------------- libfabric */
+
+#ifdef HAVE_FABRIC
+static struct fid_fabric *fabric;
+static struct fid_domain *domain;
+
+static bool fabric_open(void)
+{
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	int r;
+
+	if (!hints)
+		return false;
+	hints->fabric_attr->prov_name = strdup("verbs");
+	hints->ep_attr->type = FI_EP_MSG;
+	hints->caps = FI_MSG | FI_RMA;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	r = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info);
+	fi_freeinfo(hints);
+	if (r) {
+		printf("  fabric: fi_getinfo(verbs): %s: no libfabric numbers\n", fi_strerror(-r));
+		return false;
+	}
+	printf("  fabric: provider %s, domain %s\n", info->fabric_attr->prov_name, info->domain_attr->name);
+	r = fi_fabric(info->fabric_attr, &fabric, NULL);
+	if (!r)
+		r = fi_domain(fabric, info, &domain, NULL);
+	fi_freeinfo(info);
+	if (r) {
+		printf("  fabric: fi_fabric/fi_domain: %s: no libfabric numbers\n", fi_strerror(-r));
+		return false;
+	}
+	return true;
+}
+
+struct fabric_op {
+	void *addr;
+	size_t len;
+};
+
+static void op_fabric(void *arg)
+{
+	struct fabric_op *o = arg;
+	struct fid_mr *mr;
+	int r = fi_mr_reg(domain, o->addr, o->len, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE,
+			  0, 0, 0, &mr, NULL);
+
+	if (r)
+		die("fi_mr_reg: %s", fi_strerror(-r));
+	fi_close(&mr->fid);
+}
+#endif
+
+/* ---------------------------------------------------------------- main */
+
+static void usage(void)
+{
+	printf("usage: bench-hit --socket PATH [--sizes N,N,...] [--rounds N] [--out DIR]\n");
+}
+
+static void ratio(const char *what, double a, double b, double target, bool at_most)
+{
+	double r = a / b;
+
+	if (target > 0)
+		printf("  %-58s %8.2f   target %s %.2f: %s\n", what, r, at_most ? "<=" : ">=", target,
+		       (at_most ? r <= target : r >= target) ? "met" : "MISSED");
+	else
+		printf("  %-58s %8.2f\n", what, r);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "sizes", required_argument, NULL, 'z' },
+		{ "rounds", required_argument, NULL, 'r' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *sock = NULL, *out = "build/bench-results/hit";
+	size_t sizes[MAX_SIZES] = { 4096, 1 << 20 };
+	unsigned n_sizes = 2;
+	struct verbs v;
+	bool have_ucx = false, have_fabric = false;
+	FILE *csv;
+	int o;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 's': sock = optarg; break;
+		case 'r': rounds = parse_n(optarg, 100000); break;
+		case 'o': out = optarg; break;
+		case 'z': {
+			char *save = NULL, *tok, *copy = strdup(optarg);
+
+			n_sizes = 0;
+			for (tok = strtok_r(copy, ",", &save); tok && n_sizes < MAX_SIZES;
+			     tok = strtok_r(NULL, ",", &save))
+				sizes[n_sizes++] = (size_t)strtoull(tok, NULL, 0);
+			free(copy);
+			break;
+		}
+		case 'h': usage(); return 0;
+		default: usage(); return 2;
+		}
+	}
+	if (!sock)
+		die("--socket is required");
+	print_command(argc, argv);
+	printf("\n");
+	verbs_open(&v);
+	rtt_start();
+#ifdef HAVE_UCX
+	have_ucx = ucx_open();
+#else
+	printf("  ucx: not built with UCX (libucx-dev): no UCX numbers\n");
+#endif
+#ifdef HAVE_FABRIC
+	have_fabric = fabric_open();
+#else
+	printf("  fabric: not built with libfabric (libfabric-dev): no libfabric numbers\n");
+#endif
+	mkdir_p(out);
+	csv = csv_open(out, "hit.csv", "case size median_us p10_us p90_us");
+
+	for (unsigned i = 0; i < n_sizes; i++) {
+		size_t len = sizes[i];
+		struct odpd_conn *c = connect_odpd(sock), *c0;
+		struct odpd_segment *seg = segment(c, 4 * len), *seg0;
+		uint8_t *p = odpd_segment_addr(seg), *p0;
+		struct odpd_mr *held, *held0;
+		struct odpd_stats st;
+		struct series *s[10] = { 0 };
+		unsigned n = 0;
+		double l_hit, l_rel, d_hit, miss, rtt, direct, u_hit = 0, f_hit = 0;
+		void *plain = memfd_buffer(len);
+
+		setenv("ODPD_CACHE", "0", 1);
+		c0 = connect_odpd(sock);
+		unsetenv("ODPD_CACHE");
+		seg0 = segment(c0, 4 * len);
+		p0 = odpd_segment_addr(seg0);
+		printf("size %zu bytes:\n", len);
+		if (odpd_stats(c, &st, sizeof(st)) < 0 || !st.hit_table)
+			die("the library has no hit table: is odpd older than 1.3?");
+
+		held = reg(c, p, len);
+		s[n++] = run_case("local-hit", len, 1000, op_reg_dereg,
+				  &(struct odpd_op){ c, p, len });
+		l_hit = s[n - 1]->median;
+		s[n++] = run_case("local-relaxed", len, 1000, op_reg_relaxed,
+				  &(struct odpd_op){ c, p + len, len });
+		l_rel = s[n - 1]->median;
+		held0 = reg(c0, p0, len);
+		s[n++] = reg_alone("daemon-hit", &(struct odpd_op){ c0, p0, len });
+		d_hit = s[n - 1]->median;
+		s[n++] = reg_alone("miss", &(struct odpd_op){ c0, p0 + 2 * len, len });
+		miss = s[n - 1]->median;
+		s[n++] = run_case("rtt", 64, 200, op_rtt, NULL);
+		rtt = s[n - 1]->median;
+		s[n++] = verbs_alone(&v, plain, len);
+		direct = s[n - 1]->median;
+#ifdef HAVE_UCX
+		if (have_ucx) {
+			s[n++] = run_case("ucx-hit", len, 1000, op_ucx, &(struct ucx_op){ plain, len });
+			u_hit = s[n - 1]->median;
+		}
+#endif
+#ifdef HAVE_FABRIC
+		if (have_fabric) {
+			s[n++] = run_case("fabric-hit", len, 1000, op_fabric, &(struct fabric_op){ plain, len });
+			f_hit = s[n - 1]->median;
+		}
+#endif
+		for (unsigned k = 0; k < n; k++)
+			fprintf(csv, "%s %zu %.4f %.4f %.4f\n", s[k]->name, len, s[k]->median, s[k]->p10,
+				s[k]->p90);
+		if (odpd_stats(c, &st, sizeof(st)) < 0)
+			die("odpd_stats: %s", strerror(errno));
+		printf("  odpd_stats: local_hits %llu daemon_hits %llu misses %llu local_releases %llu "
+		       "revoked %llu cached_mrs %llu\n", (unsigned long long)st.local_hits,
+		       (unsigned long long)st.daemon_hits, (unsigned long long)st.misses,
+		       (unsigned long long)st.local_releases, (unsigned long long)st.revoked,
+		       (unsigned long long)st.cached_mrs);
+		printf("ratios at %zu bytes (medians, this run):\n", len);
+		if (f_hit > 0)
+			ratio("local hit (reg+dereg) / libfabric MR-cache hit", l_hit, f_hit, 2.0, true);
+		if (u_hit > 0)
+			ratio("local hit (reg+dereg) / UCX ucp_mem_map rcache hit", l_hit, u_hit, 0, true);
+		if (f_hit > 0)
+			ratio("local relaxed reuse / libfabric MR-cache hit", l_rel, f_hit, 0, true);
+		ratio("daemon hit (one request) / bare SEQPACKET round trip", d_hit, rtt, 1.2, true);
+		ratio("miss (one request) / (ibv_reg_mr + 1.5 round trips)", miss, direct + 1.5 * rtt,
+		      len <= 4096 ? 1.0 : 0, true);
+		ratio("daemon hit / local hit", d_hit, l_hit, 0, false);
+		ratio("miss / ibv_reg_mr", miss, direct, 0, false);
+		dereg(held, false);
+		dereg(held0, false);
+		odpd_detach(seg);
+		odpd_detach(seg0);
+		odpd_disconnect(c);
+		odpd_disconnect(c0);
+		munmap(plain, len);
+		for (unsigned k = 0; k < n; k++) {
+			free(s[k]->us);
+			free(s[k]);
+		}
+	}
+	csv_close(csv, out, "hit.csv");
+#ifdef HAVE_UCX
+	if (have_ucx)
+		ucp_cleanup(ucx);
+#endif
+#ifdef HAVE_FABRIC
+	if (have_fabric) {
+		fi_close(&domain->fid);
+		fi_close(&fabric->fid);
+	}
+#endif
+	rtt_stop();
+	verbs_close(&v);
+	printf("bench-hit: csv in %s/hit.csv\n", out);
+	return 0;
+}
