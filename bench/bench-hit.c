@@ -33,8 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #ifdef HAVE_UCX
@@ -135,45 +133,11 @@ static struct series *reg_alone(const char *name, struct odpd_op *o)
 /* ---------------------------------------------------------------- a bare round trip */
 
 static int rtt_sock = -1;
-static pid_t rtt_child;
-
-static void rtt_start(void)
-{
-	int sv[2];
-
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-		die("socketpair: %s", strerror(errno));
-	rtt_child = fork();
-	if (rtt_child < 0)
-		die("fork: %s", strerror(errno));
-	if (rtt_child == 0) {
-		char buf[256];
-		ssize_t n;
-
-		close(sv[0]);
-		while ((n = recv(sv[1], buf, sizeof(buf), 0)) > 0)
-			if (send(sv[1], buf, (size_t)n, MSG_NOSIGNAL) != n)
-				break;
-		_exit(0);
-	}
-	close(sv[1]);
-	rtt_sock = sv[0];
-}
 
 static void op_rtt(void *arg)
 {
-	char buf[64] = { 0 };
-
 	(void)arg;
-	if (send(rtt_sock, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf) ||
-	    recv(rtt_sock, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf))
-		die("round trip: %s", strerror(errno));
-}
-
-static void rtt_stop(void)
-{
-	close(rtt_sock);
-	waitpid(rtt_child, NULL, 0);
+	echo_rtt(rtt_sock);
 }
 
 /* ---------------------------------------------------------------- verbs */
@@ -347,6 +311,7 @@ int main(int argc, char **argv)
 	unsigned n_sizes = 2;
 	struct verbs v;
 	bool have_ucx = false, have_fabric = false;
+	pid_t rtt_child;
 	FILE *csv;
 	int o;
 
@@ -373,8 +338,8 @@ int main(int argc, char **argv)
 		die("--socket is required");
 	print_command(argc, argv);
 	printf("\n");
+	rtt_sock = echo_start(&rtt_child);   /* before any verbs or odpd state exists */
 	verbs_open(&v);
-	rtt_start();
 #ifdef HAVE_UCX
 	have_ucx = ucx_open();
 #else
@@ -482,7 +447,7 @@ int main(int argc, char **argv)
 		fi_close(&fabric->fid);
 	}
 #endif
-	rtt_stop();
+	echo_stop(rtt_sock, rtt_child);
 	verbs_close(&v);
 	printf("bench-hit: csv in %s/hit.csv\n", out);
 	return 0;

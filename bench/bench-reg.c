@@ -145,51 +145,6 @@ static void raw_rtt(int fd)
 
 /* ---------------------------------------------------------------- socket baseline */
 
-/* A forked child echoing every packet of a SOCK_SEQPACKET socketpair: the bare
- * cost of a Unix socket round trip between two processes, no daemon. */
-static int echo_start(pid_t *ret_pid)
-{
-	int sv[2];
-	pid_t pid;
-
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-		die("socketpair: %s", strerror(errno));
-	pid = fork();
-	if (pid < 0)
-		die("fork: %s", strerror(errno));
-	if (pid == 0) {
-		char b[256];
-		ssize_t n;
-
-		close(sv[0]);
-		while ((n = recv(sv[1], b, sizeof(b), 0)) > 0)
-			if (send(sv[1], b, (size_t)n, MSG_NOSIGNAL) != n)
-				_exit(1);
-		_exit(n == 0 ? 0 : 1);
-	}
-	close(sv[1]);
-	*ret_pid = pid;
-	return sv[0];
-}
-
-static void echo_rtt(int fd)
-{
-	char b[64] = { 1 };
-
-	if (send(fd, b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b) ||
-	    recv(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
-		die("echo: %s", strerror(errno));
-}
-
-static void echo_stop(int fd, pid_t pid)
-{
-	int st;
-
-	close(fd);
-	if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
-		die("echo child failed");
-}
-
 /* ---------------------------------------------------------------- odpd helpers */
 
 struct mem {

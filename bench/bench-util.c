@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -227,4 +229,51 @@ void csv_close(FILE *f, const char *dir, const char *name)
 {
 	if (ferror(f) | fclose(f))
 		die("writing %s/%s failed", dir, name);
+}
+
+/* ---------------------------------------------------------------- a bare round trip */
+
+/* A forked child echoing every packet of a SOCK_SEQPACKET socketpair: the bare
+ * cost of a Unix socket round trip between two processes, no daemon. */
+int echo_start(pid_t *ret_pid)
+{
+	int sv[2];
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		char b[256];
+		ssize_t n;
+
+		close(sv[0]);
+		while ((n = recv(sv[1], b, sizeof(b), 0)) > 0)
+			if (send(sv[1], b, (size_t)n, MSG_NOSIGNAL) != n)
+				_exit(1);
+		_exit(n == 0 ? 0 : 1);
+	}
+	close(sv[1]);
+	*ret_pid = pid;
+	return sv[0];
+}
+
+void echo_rtt(int fd)
+{
+	char b[64] = { 1 };
+
+	if (send(fd, b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b) ||
+	    recv(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
+		die("echo: %s", strerror(errno));
+}
+
+void echo_stop(int fd, pid_t pid)
+{
+	int st;
+
+	close(fd);
+	if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+		die("echo child failed");
 }

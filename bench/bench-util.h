@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "odpd.h"
 
@@ -81,5 +82,14 @@ struct odpd_conn *connect_odpd(const char *sock);
 
 /* An odpd_alloc() segment of @len bytes with every page written. */
 struct odpd_segment *segment(struct odpd_conn *c, size_t len);
+
+/* ---------------------------------------------------------------- a bare round trip */
+
+/* A child that echoes SOCK_SEQPACKET packets back: the socket to it (fork
+ * before any verbs or odpd state exists); one 64-byte round trip; the end
+ * (dies if the child failed). */
+int echo_start(pid_t *ret_pid);
+void echo_rtt(int fd);
+void echo_stop(int fd, pid_t pid);
 
 #endif
