@@ -262,7 +262,7 @@ static enum claim hit_claim(struct odpd_conn *c, struct hit_ref *h, bool invalid
 static bool ref_serves(const struct hit_ref *h, uintptr_t a, size_t length, uint32_t access,
 		       Odpd__MrKind kind)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);   /* glibc: no system call */
 	uintptr_t s = a & ~(uintptr_t)(page - 1), e = (a + length + page - 1) & ~(uintptr_t)(page - 1);
 
 	if (h->kind != kind || (h->access & access) != access)
@@ -306,7 +306,6 @@ bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_
 	 * loss marked the MRs on it invalid before the daemon said so.) */
 	if (atomic_load(&c->dead))
 		return false;
-	tables_lock(c);
 	h = ref_find(c, a, length, q->access, q->kind);
 	if (h && h->users == 0) {
 		if (hit_claim(c, h, false) == CLAIM_VALID) {
@@ -330,7 +329,6 @@ bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_
 		};
 		*ret_ref = h;
 	}
-	tables_unlock(c);
 	return h != NULL;
 }
 

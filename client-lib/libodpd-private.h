@@ -302,7 +302,8 @@ enum hit_release {
 int hit_open(struct odpd_conn *c);
 void hit_close(struct odpd_conn *c);
 void hit_fork_child(struct odpd_conn *c);
-/* Serve the request from the cache: true with *@ret and *@ret_ref. */
+/* Serve the request from the cache: true with *@ret and *@ret_ref. Caller
+ * holds the tables lock. */
 bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_request *q,
 		struct mr_result *ret, struct hit_ref **ret_ref);
 /* A reply of the daemon: index its reference if it has a slot (*@ret, else NULL). */

@@ -99,14 +99,20 @@ int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle, bool r
 
 /* ---------------------------------------------------------------- the table */
 
-static void mr_insert(struct odpd_conn *c, struct mr_entry *e, struct odpd_segment *seg)
+/* Caller holds the tables lock. */
+static void mr_insert_locked(struct odpd_conn *c, struct mr_entry *e, struct odpd_segment *seg)
 {
 	e->conn = c;
 	e->seg = seg;
-	tables_lock(c);
 	link_add_tail(&c->mrs, &e->link);
 	if (seg)                        /* NULL: implicit ODP, in no segment */
 		seg->n_mrs++;
+}
+
+static void mr_insert(struct odpd_conn *c, struct mr_entry *e, struct odpd_segment *seg)
+{
+	tables_lock(c);
+	mr_insert_locked(c, e, seg);
 	tables_unlock(c);
 }
 
@@ -234,13 +240,17 @@ static int mr_reg(struct odpd_conn *c, const char *what, void *addr, size_t leng
 	if (!e)
 		return errmsg_set(-ENOMEM, "%s: %m", what);
 
-	/* A range this process holds, or keeps unused: answered here. */
+	/* A range this process holds, or keeps unused: answered here, under
+	 * one lock. */
+	tables_lock(c);
 	if (hit_lookup(c, addr, length, &q, &res, &e->ref)) {
 		mr_fill(&e->mr, addr, length, a->access, q.kind, &res);
-		mr_insert(c, e, e->ref->seg);
+		mr_insert_locked(c, e, e->ref->seg);
+		tables_unlock(c);
 		*ret = &e->mr;
 		return 0;
 	}
+	tables_unlock(c);
 	pthread_mutex_lock(&c->lock);
 	r = mr_reg_locked(c, what, addr, length, a, &q, e);
 	pthread_mutex_unlock(&c->lock);
