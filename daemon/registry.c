@@ -1369,24 +1369,27 @@ static void retire_stale(struct odpd_registry *r, struct odpd_mr *stale)
 static unsigned holes_check(struct odpd_registry *r, const struct odpd_flush_sel *sel)
 {
 	struct lookup l = { .r = r };
-	const struct odpd_mapping *map = NULL;
 	struct odpd_holder *h;
 	struct odpd_ref *ref;
 	unsigned n = 0;
 
+	r->hole_pass++;
 	LIST_FOREACH(h, &r->holders, rlink) {
 		if (!h->hits || (sel && !flush_selects(sel, h)))
 			continue;
 		LIST_FOREACH(ref, &h->refs, hlink) {
 			struct odpd_mr *mr = ref->mr;
+			struct odpd_mapping *map = mr->map;
 
 			/* not in the cache (retired already): its slots are invalid */
 			if (!ref->slot || !mr->pinned || !mr->bucket || mr->state != ODPD_MR_LIVE)
 				continue;
-			if (mr->map != map) {
-				map = mr->map;
-				l.have_ctime = odpd_mapping_ctime(mr->map, &l.ctime) == 0;
+			if (map->hole_pass != r->hole_pass) {    /* one fstat per segment and pass */
+				map->hole_pass = r->hole_pass;
+				map->hole_have_ctime = odpd_mapping_ctime(map, &map->hole_ctime) == 0;
 			}
+			l.have_ctime = map->hole_have_ctime;
+			l.ctime = map->hole_ctime;
 			if (pinned_current(mr, &l))
 				continue;
 			mr->batch_next = NULL;

@@ -192,6 +192,7 @@ struct odpd_registry {
 	unsigned n_hit_tables;
 	struct event *hole_timer;           /* looks for holes under pinned MRs in hit tables */
 	unsigned n_hit_pinned;              /* references with a slot over pinned MRs */
+	uint64_t hole_pass;                 /* holes_check passes (odpd_mapping.hole_pass) */
 	LIST_HEAD(, odpd_domain) domains;
 	LIST_HEAD(, odpd_holder) holders;
 	LIST_HEAD(, odpd_shared_pd) shared;

@@ -56,6 +56,10 @@ struct odpd_mapping {
 	_Atomic uint32_t witness_epoch;
 	pthread_mutex_t witness_lock;
 	struct odpd_covmap witness_cov;
+	/* The registry's hole check (loop thread): its ctime, read once a pass. */
+	uint64_t hole_pass;
+	struct timespec hole_ctime;
+	bool hole_have_ctime;
 	struct odpd_mapping *next;
 	struct odpd_job unmap;          /* embedded: the last put never allocates */
 	struct odpd_segtable *table;
