@@ -52,11 +52,20 @@ const char bench_name[] = "bench-hit";
 
 static unsigned rounds = 31;          /* batches per case */
 
+static struct series *report(struct series *s, size_t size, const char *how)
+{
+	summarize(s);
+	printf("  %-14s %9zu B  median %10.3f us  p10 %10.3f  p90 %10.3f  (%s)\n",
+	       s->name, size, s->median, s->p10, s->p90, how);
+	return s;
+}
+
 /* One case at one size: per-operation µs of each batch. */
 static struct series *run_case(const char *name, size_t size, unsigned batch,
 			       void (*op)(void *arg), void *arg)
 {
 	struct series *s = series_new(rounds, "%s", name);
+	char how[32];
 
 	for (unsigned i = 0; i < batch; i++)     /* warm: the first is a miss */
 		op(arg);
@@ -67,10 +76,24 @@ static struct series *run_case(const char *name, size_t size, unsigned batch,
 			op(arg);
 		add(s, (now_us() - t0) / batch);
 	}
-	summarize(s);
-	printf("  %-14s %9zu B  median %10.3f us  p10 %10.3f  p90 %10.3f  (batches of %u)\n",
-	       name, size, s->median, s->p10, s->p90, batch);
-	return s;
+	snprintf(how, sizeof(how), "batches of %u", batch);
+	return report(s, size, how);
+}
+
+/* One case at one size whose operation is timed alone: @one returns the µs
+ * of its timed part (a release after it stays off the clock). */
+static struct series *run_alone(const char *name, size_t size, const char *how,
+				double (*one)(void *arg), void *arg)
+{
+	struct series *s = series_new(rounds * 4, "%s", name);
+
+	for (unsigned r = 0; r < rounds * 4 + 4; r++) {
+		double us = one(arg);
+
+		if (r >= 4)                              /* warm: the first few */
+			add(s, us);
+	}
+	return report(s, size, how);
 }
 
 /* ---------------------------------------------------------------- odpd */
@@ -110,24 +133,16 @@ static void op_reg_relaxed(void *arg)
 	dereg(reg(o->c, o->addr, o->len), true);
 }
 
-/* reg alone, @rounds samples of one request each, releases outside the clock. */
-static struct series *reg_alone(const char *name, struct odpd_op *o)
+/* odpd_reg alone; the release after it is off the clock. */
+static double one_reg(void *arg)
 {
-	struct series *s = series_new(rounds * 4, "%s", name);
+	struct odpd_op *o = arg;
+	double t0 = now_us(), t1;
+	struct odpd_mr *mr = reg(o->c, o->addr, o->len);
 
-	for (unsigned r = 0; r < rounds * 4 + 4; r++) {
-		double t0 = now_us(), t1;
-		struct odpd_mr *mr = reg(o->c, o->addr, o->len);
-
-		t1 = now_us();
-		if (r >= 4)
-			add(s, t1 - t0);
-		dereg(mr, false);
-	}
-	summarize(s);
-	printf("  %-14s %9zu B  median %10.3f us  p10 %10.3f  p90 %10.3f  (one request each)\n",
-	       name, o->len, s->median, s->p10, s->p90);
-	return s;
+	t1 = now_us();
+	dereg(mr, false);
+	return t1 - t0;
 }
 
 /* ---------------------------------------------------------------- a bare round trip */
@@ -148,21 +163,14 @@ struct verbs_op {
 	size_t len;
 };
 
-static struct series *verbs_alone(struct verbs *v, void *addr, size_t len)
+/* ibv_reg_mr alone, resident pages; ibv_dereg_mr is off the clock. */
+static double one_verbs(void *arg)
 {
-	struct series *s = series_new(rounds * 4, "verbs");
+	struct verbs_op *o = arg;
+	double t[3];
 
-	for (unsigned r = 0; r < rounds * 4 + 4; r++) {
-		double t[3];
-
-		verbs_reg_dereg(v, addr, len, LW, t);
-		if (r >= 4)
-			add(s, t[1] - t[0]);
-	}
-	summarize(s);
-	printf("  %-14s %9zu B  median %10.3f us  p10 %10.3f  p90 %10.3f  (ibv_reg_mr alone)\n",
-	       "verbs", len, s->median, s->p10, s->p90);
-	return s;
+	verbs_reg_dereg(o->v, o->addr, o->len, LW, t);
+	return t[1] - t[0];
 }
 
 /* ---------------------------------------------------------------- UCX */
@@ -382,13 +390,16 @@ int main(int argc, char **argv)
 				  &(struct odpd_op){ c, p + len, len });
 		l_rel = s[n - 1]->median;
 		held0 = reg(c0, p0, len);
-		s[n++] = reg_alone("daemon-hit", &(struct odpd_op){ c0, p0, len });
+		s[n++] = run_alone("daemon-hit", len, "one request each", one_reg,
+				   &(struct odpd_op){ c0, p0, len });
 		d_hit = s[n - 1]->median;
-		s[n++] = reg_alone("miss", &(struct odpd_op){ c0, p0 + 2 * len, len });
+		s[n++] = run_alone("miss", len, "one request each", one_reg,
+				   &(struct odpd_op){ c0, p0 + 2 * len, len });
 		miss = s[n - 1]->median;
 		s[n++] = run_case("rtt", 64, 200, op_rtt, NULL);
 		rtt = s[n - 1]->median;
-		s[n++] = verbs_alone(&v, plain, len);
+		s[n++] = run_alone("verbs", len, "ibv_reg_mr alone", one_verbs,
+				   &(struct verbs_op){ &v, plain, len });
 		direct = s[n - 1]->median;
 #ifdef HAVE_UCX
 		if (have_ucx) {

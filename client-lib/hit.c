@@ -337,45 +337,44 @@ bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_
 int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t length,
 	    const struct mr_request *q, const struct mr_result *res, struct hit_ref **ret)
 {
-	struct hit_ref *h, *old;
+	struct hit_ref *h = NULL, *old;
 
-	*ret = NULL;
+	if (c->hit_gen && res->slot && res->slot < c->hit_slots && seg && res->has_mr_range)
+		h = calloc(1, sizeof(*h));          /* NULL: served by the daemon only */
+	if (h) {
+		h->seg = seg;
+		h->addr0 = (uintptr_t)addr;
+		h->length0 = length;
+		h->iova0 = res->iova;
+		/* The MR's whole range, in this process's addresses. */
+		h->start = h->addr0 - (uintptr_t)(res->iova - res->mr_iova);
+		h->end = h->start + res->mr_length;
+		h->handle = res->handle;
+		h->ticket = res->ticket;
+		h->slot = res->slot;
+		h->generation = res->generation;
+		h->lkey = res->lkey;
+		h->rkey = res->rkey;
+		h->access = res->has_access ? res->access : q->access;
+		h->kind = q->kind;
+		h->remote = h->access & (ODPD__ACCESS__ACCESS_REMOTE_READ |
+					 ODPD__ACCESS__ACCESS_REMOTE_WRITE |
+					 ODPD__ACCESS__ACCESS_REMOTE_ATOMIC);
+		h->users = 1;
+	}
 	tables_lock(c);
 	if (res->cache_hit)
 		c->stats.daemon_hits++;
 	else
 		c->stats.misses++;
-	tables_unlock(c);
-	if (!c->hit_gen || !res->slot || res->slot >= c->hit_slots || !seg || !res->has_mr_range)
-		return 0;
-	h = calloc(1, sizeof(*h));
-	if (!h)
-		return 0;                           /* served by the daemon only */
-	h->seg = seg;
-	h->addr0 = (uintptr_t)addr;
-	h->length0 = length;
-	h->iova0 = res->iova;
-	/* The MR's whole range, in this process's addresses. */
-	h->start = h->addr0 - (uintptr_t)(res->iova - res->mr_iova);
-	h->end = h->start + res->mr_length;
-	h->handle = res->handle;
-	h->ticket = res->ticket;
-	h->slot = res->slot;
-	h->generation = res->generation;
-	h->lkey = res->lkey;
-	h->rkey = res->rkey;
-	h->access = res->has_access ? res->access : q->access;
-	h->kind = q->kind;
-	h->remote = h->access & (ODPD__ACCESS__ACCESS_REMOTE_READ | ODPD__ACCESS__ACCESS_REMOTE_WRITE |
-				 ODPD__ACCESS__ACCESS_REMOTE_ATOMIC);
-	h->users = 1;
-	tables_lock(c);
-	/* The daemon reuses a slot only after we said we forgot what was in it. */
-	old = c->hit_by_slot[h->slot];
-	if (old)
-		ref_forget(c, old);
-	use_mark(c, h);
-	index_add(c, h);
+	if (h) {
+		/* The daemon reuses a slot only after we said we forgot what was in it. */
+		old = c->hit_by_slot[h->slot];
+		if (old)
+			ref_forget(c, old);
+		use_mark(c, h);
+		index_add(c, h);
+	}
 	tables_unlock(c);
 	*ret = h;
 	return 0;

@@ -38,6 +38,12 @@ static size_t table_len(uint32_t slots)
 	return ((size_t)slots * sizeof(uint64_t) + page - 1) / page * page;
 }
 
+static uint32_t slots_clamp(uint32_t want)
+{
+	return want < ODPD_HIT_SLOTS_MIN ? ODPD_HIT_SLOTS_MIN :
+	       want > ODPD_HIT_SLOTS_MAX ? ODPD_HIT_SLOTS_MAX : want;
+}
+
 static int use_map(struct odpd_hittab *t, int fd, struct odpd_err *err)
 {
 	struct stat st;
@@ -96,8 +102,7 @@ int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *r
 
 	if (!t)
 		return err_set(err, ENOMEM, "out of memory");
-	t->slots = want < ODPD_HIT_SLOTS_MIN ? ODPD_HIT_SLOTS_MIN :
-		   want > ODPD_HIT_SLOTS_MAX ? ODPD_HIT_SLOTS_MAX : want;
+	t->slots = slots_clamp(want);
 	t->len = table_len(t->slots);
 	t->free = malloc(t->slots * sizeof(*t->free));
 	t->quar = malloc(t->slots * sizeof(*t->quar));
@@ -132,9 +137,9 @@ void odpd_hittab_close(struct odpd_hittab *t)
 	free(t);
 }
 
-uint64_t odpd_hittab_mapped(uint32_t slots)
+uint64_t odpd_hittab_mapped(uint32_t want)
 {
-	return 2 * (uint64_t)table_len(slots);
+	return 2 * (uint64_t)table_len(slots_clamp(want));
 }
 
 uint32_t odpd_hittab_slots(const struct odpd_hittab *t)

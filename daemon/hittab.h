@@ -51,8 +51,9 @@ int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *r
 void odpd_hittab_close(struct odpd_hittab *t);
 
 uint32_t odpd_hittab_slots(const struct odpd_hittab *t);
-/* Bytes of the daemon's address space it takes (both tables' mappings). */
-uint64_t odpd_hittab_mapped(uint32_t slots);
+/* Bytes of the daemon's address space a table opened for @want slots
+ * takes (both mappings). */
+uint64_t odpd_hittab_mapped(uint32_t want);
 /* Slots held by references (quarantined ones included). */
 uint32_t odpd_hittab_used(const struct odpd_hittab *t);
 

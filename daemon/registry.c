@@ -882,29 +882,33 @@ static void on_hit_timer(evutil_socket_t fd, short what, void *arg)
 	hits_arm(r);
 }
 
+/* Keep @ev firing every @ms while @on; stop it otherwise. */
+static void timer_every(struct event *ev, bool on, uint64_t ms)
+{
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000 * 1000) };
+
+	if (!on)
+		evtimer_del(ev);
+	else if (!evtimer_pending(ev, NULL))
+		evtimer_add(ev, &tv);
+}
+
 /* Every relaxed window while any client has a hit table. */
 static void hits_arm(struct odpd_registry *r)
 {
-	uint64_t ms = r->conf->relaxed_window_ms ? r->conf->relaxed_window_ms : 1;
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000 * 1000) };
+	uint64_t ms = r->conf->relaxed_window_ms;
 
-	if (r->n_hit_tables == 0)
-		evtimer_del(r->hit_timer);
-	else if (!evtimer_pending(r->hit_timer, NULL))
-		evtimer_add(r->hit_timer, &tv);
+	timer_every(r->hit_timer, r->n_hit_tables > 0, ms ? ms : 1);
 }
 
 int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, int use_fd,
 			    int *ret_gen_fd, struct odpd_err *err)
 {
-	int rc;
-
 	uint64_t charge;
+	int rc;
 
 	if (h->hits)
 		return err_set(err, EALREADY, "this connection has a hit table already");
-	slots = slots < ODPD_HIT_SLOTS_MIN ? ODPD_HIT_SLOTS_MIN : slots > ODPD_HIT_SLOTS_MAX ?
-		ODPD_HIT_SLOTS_MAX : slots;
 	/* its two mappings are odpd address space the user pays for */
 	charge = odpd_hittab_mapped(slots);
 	rc = odpd_account_may(h->acct, &h->limit, ODPD_UL_MAPPED, charge, err);
@@ -1359,56 +1363,54 @@ static void retire_stale(struct odpd_registry *r, struct odpd_mr *stale)
 
 /*
  * Holes under what client libraries serve by themselves (hit tables): a
- * pinned MR whose pages a punched hole replaced is retired as a lookup
- * would (its slots marked invalid), so that no local hit serves it again.
- * The daemon's own lookups find such MRs when they reach them; a library
- * answering in-process never asks, so the daemon looks: every
+ * pinned MR of @h's table whose pages a punched hole replaced is retired as
+ * a lookup would (its slots marked invalid), so that no local hit serves it
+ * again. The daemon's own lookups find such MRs when they reach them; a
+ * library answering in-process never asks, so the daemon looks: every
  * hole-check-ms while any slot covers a pinned MR, and at every flush of
- * the holders it selects (@only: one holder; NULL: all).
+ * the holders it selects. A pass starts with ++r->hole_pass.
  */
-static unsigned holes_check(struct odpd_registry *r, const struct odpd_flush_sel *sel)
+static void holes_check(struct odpd_registry *r, struct odpd_holder *h)
 {
 	struct lookup l = { .r = r };
-	struct odpd_holder *h;
 	struct odpd_ref *ref;
 	unsigned n = 0;
 
-	r->hole_pass++;
-	LIST_FOREACH(h, &r->holders, rlink) {
-		if (!h->hits || (sel && !flush_selects(sel, h)))
-			continue;
-		LIST_FOREACH(ref, &h->refs, hlink) {
-			struct odpd_mr *mr = ref->mr;
-			struct odpd_mapping *map = mr->map;
+	LIST_FOREACH(ref, &h->refs, hlink) {
+		struct odpd_mr *mr = ref->mr;
+		struct odpd_mapping *map = mr->map;
 
-			/* not in the cache (retired already): its slots are invalid */
-			if (!ref->slot || !mr->pinned || !mr->bucket || mr->state != ODPD_MR_LIVE)
-				continue;
-			if (map->hole_pass != r->hole_pass) {    /* one fstat per segment and pass */
-				map->hole_pass = r->hole_pass;
-				map->hole_have_ctime = odpd_mapping_ctime(map, &map->hole_ctime) == 0;
-			}
-			l.have_ctime = map->hole_have_ctime;
-			l.ctime = map->hole_ctime;
-			if (pinned_current(mr, &l))
-				continue;
-			mr->batch_next = NULL;
-			retire_stale(r, mr);
-			n++;
+		/* not in the cache (retired already): its slots are invalid */
+		if (!ref->slot || !mr->pinned || !mr->bucket || mr->state != ODPD_MR_LIVE)
+			continue;
+		if (map->hole_pass != r->hole_pass) {    /* one fstat per segment and pass */
+			map->hole_pass = r->hole_pass;
+			map->hole_have_ctime = odpd_mapping_ctime(map, &map->hole_ctime) == 0;
 		}
+		l.have_ctime = map->hole_have_ctime;
+		l.ctime = map->hole_ctime;
+		if (pinned_current(mr, &l))
+			continue;
+		mr->batch_next = NULL;
+		retire_stale(r, mr);
+		n++;
 	}
 	if (n)
-		log_debug("registry: %u pinned MR(s) over punched holes retired for client caches", n);
-	return n;
+		log_debug("registry: %u pinned MR(s) over punched holes retired for client %" PRIu64 "'s cache",
+			  n, h->id);
 }
 
 static void on_hole_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct odpd_registry *r = arg;
+	struct odpd_holder *h;
 
 	(void)fd;
 	(void)what;
-	holes_check(r, NULL);
+	r->hole_pass++;
+	LIST_FOREACH(h, &r->holders, rlink)
+		if (h->hits)
+			holes_check(r, h);
 	holes_arm(r);
 }
 
@@ -1416,12 +1418,8 @@ static void on_hole_timer(evutil_socket_t fd, short what, void *arg)
 static void holes_arm(struct odpd_registry *r)
 {
 	uint64_t ms = r->conf->hole_check_ms;
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000 * 1000) };
 
-	if (r->n_hit_pinned == 0 || ms == 0)
-		evtimer_del(r->hole_timer);
-	else if (!evtimer_pending(r->hole_timer, NULL))
-		evtimer_add(r->hole_timer, &tv);
+	timer_every(r->hole_timer, r->n_hit_pinned > 0 && ms > 0, ms);
 }
 
 static struct odpd_mr *cache_lookup(struct odpd_registry *r, struct odpd_domain *d, const struct odpd_reg_req *q,
@@ -2024,10 +2022,13 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 
 	/* What client caches keep unused is released first (relaxed), then
 	 * flushed with the rest. */
-	holes_check(r, sel);
-	LIST_FOREACH(h, &r->holders, rlink)
-		if (h->hits && flush_selects(sel, h))
-			holder_revoke(r, h, false, &list);
+	r->hole_pass++;
+	LIST_FOREACH(h, &r->holders, rlink) {
+		if (!h->hits || !flush_selects(sel, h))
+			continue;
+		holes_check(r, h);
+		holder_revoke(r, h, false, &list);
+	}
 	collect_relaxed(r, match_sel, sel, &list);
 	relaxed_arm(r);
 	if (!list && LIST_EMPTY(&r->batches))
