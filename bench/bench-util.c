@@ -111,6 +111,7 @@ void summarize(struct series *s)
 	s->median = s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
 	s->p10 = pct(v, s->n, 0.10);
 	s->p90 = pct(v, s->n, 0.90);
+	s->p99 = pct(v, s->n, 0.99);
 	free(v);
 }
 

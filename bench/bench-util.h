@@ -45,7 +45,7 @@ struct series {
 	char name[48];
 	double *us;
 	unsigned n, cap;
-	double median, p10, p90;
+	double median, p10, p90, p99;
 };
 
 __attribute__((format(printf, 2, 3))) struct series *series_new(unsigned cap, const char *fmt, ...);
@@ -53,7 +53,7 @@ __attribute__((format(printf, 2, 3))) struct series *series_new(unsigned cap, co
 /* One sample; those beyond the capacity are dropped. */
 void add(struct series *s, double us);
 
-/* Median, p10 and p90 (nearest rank) of the samples; dies without any.
+/* Median, p10, p90 and p99 (nearest rank) of the samples; dies without any.
  * Sorts a copy: the samples stay in the order they were taken (for the CSV). */
 void summarize(struct series *s);
 
