@@ -462,12 +462,6 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg)
 
 /* ---------------------------------------------------------------- lifetime */
 
-void odpd_client_submit(struct odpd_client *c, struct odpd_job *job)
-{
-	odpd_client_wait(c);
-	odpd_pool_submit(c->m->pool, job);
-}
-
 void odpd_client_wait(struct odpd_client *c)
 {
 	c->busy = true;                      /* client_on_read reads no more until done */

@@ -75,8 +75,6 @@ void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd);
 /* Send an error reply (status = @err code) for request @id. */
 void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const char *msg);
 
-/* Hand a job to the pool: stops reading from the client until it completes. */
-void odpd_client_submit(struct odpd_client *c, struct odpd_job *job);
 /* An answer will come later (a registry callback): stop reading until then. */
 void odpd_client_wait(struct odpd_client *c);
 /* Called when the job or callback is done: resumes reading, or tears a dead

@@ -10,10 +10,20 @@
 #include "log.h"
 #include "pool.h"
 
+/* The queued jobs of one lane, oldest first. */
+struct lane {
+	unsigned long key;
+	struct odpd_job *head, **tail;
+	struct lane *next;                   /* in turns, or in spare */
+};
+
 struct odpd_pool {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct odpd_job *todo, **todo_tail;  /* FIFO */
+	struct lane *turns, **turns_tail;    /* lanes with jobs, the next to serve first */
+	struct lane *spare;                  /* empty lanes, for reuse */
+	struct lane daemon_lane;             /* also where jobs go when no lane can be made */
+	unsigned queued;                     /* jobs in lanes */
 	struct odpd_job *finished;           /* LIFO, reversed when drained */
 	bool notified;                       /* the eventfd was written since the loop drained */
 	unsigned idle;                       /* workers waiting for a job */
@@ -27,23 +37,74 @@ struct odpd_pool {
 	pthread_t threads[];
 };
 
-/* The first job this worker may take, unlinked: the oldest small one, or
- * the oldest big one while fewer than big_max run. Under the lock. */
-static struct odpd_job *take(struct odpd_pool *p)
+/* The first job of @l this worker may take, unlinked: the oldest small one,
+ * or the oldest big one while fewer than big_max run. Under the lock. */
+static struct odpd_job *take_from(struct odpd_pool *p, struct lane *l)
 {
 	struct odpd_job **pp, *job;
 
-	for (pp = &p->todo; (job = *pp); pp = &job->next)
+	for (pp = &l->head; (job = *pp); pp = &job->next)
 		if (!job->big || p->big_running < p->big_max)
 			break;
 	if (!job)
 		return NULL;
 	*pp = job->next;
-	if (p->todo_tail == &job->next)
-		p->todo_tail = pp;
+	if (l->tail == &job->next)
+		l->tail = pp;
 	if (job->big)
 		p->big_running++;
+	p->queued--;
 	return job;
+}
+
+/* The next job, round robin over the lanes: the lane served goes to the back
+ * of the turns, or to the spares once empty. Under the lock. */
+static struct odpd_job *take(struct odpd_pool *p)
+{
+	struct lane **lp, *l;
+	struct odpd_job *job = NULL;
+
+	for (lp = &p->turns; (l = *lp); lp = &l->next)
+		if ((job = take_from(p, l)))
+			break;
+	if (!job)
+		return NULL;
+	*lp = l->next;                       /* out of the turns ... */
+	if (p->turns_tail == &l->next)
+		p->turns_tail = lp;
+	if (l->head) {                       /* ... and in again at the back */
+		l->next = NULL;
+		*p->turns_tail = l;
+		p->turns_tail = &l->next;
+	} else if (l != &p->daemon_lane) {
+		l->next = p->spare;
+		p->spare = l;
+	}
+	return job;
+}
+
+/* The lane of @key with jobs queued, else a spare or new one put at the
+ * back of the turns; the daemon's lane when none can be made. Under the lock. */
+static struct lane *lane_get(struct odpd_pool *p, unsigned long key)
+{
+	struct lane *l;
+
+	for (l = p->turns; l; l = l->next)
+		if (l->key == key)
+			return l;
+	if (key == ODPD_LANE_DAEMON)
+		l = &p->daemon_lane;
+	else if ((l = p->spare))
+		p->spare = l->next;
+	else if (!(l = malloc(sizeof(*l))))
+		return lane_get(p, ODPD_LANE_DAEMON);
+	l->key = key;
+	l->head = NULL;
+	l->tail = &l->head;
+	l->next = NULL;
+	*p->turns_tail = l;
+	p->turns_tail = &l->next;
+	return l;
 }
 
 static void *worker_main(void *arg)
@@ -67,7 +128,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		job->next = p->finished;
 		p->finished = job;
-		if (job->big && p->big_running-- == p->big_max && p->todo && p->idle)
+		if (job->big && p->big_running-- == p->big_max && p->queued && p->idle)
 			pthread_cond_signal(&p->cond);  /* a big job may have been waiting */
 		/* One wake-up of the loop for all that completes before it drains. */
 		if (!p->notified) {
@@ -124,7 +185,7 @@ int odpd_pool_new(struct event_base *base, unsigned nthreads, struct odpd_pool *
 		return -ENOMEM;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
-	p->todo_tail = &p->todo;
+	p->turns_tail = &p->turns;
 	/* Big jobs leave a worker to the others (one of one, else all but one). */
 	p->big_max = nthreads > 1 ? nthreads - 1 : 1;
 	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -151,13 +212,16 @@ int odpd_pool_new(struct event_base *base, unsigned nthreads, struct odpd_pool *
 
 void odpd_pool_submit(struct odpd_pool *p, struct odpd_job *job)
 {
+	struct lane *l;
 	bool wake;
 
 	job->next = NULL;
 	p->pending++;
 	pthread_mutex_lock(&p->lock);
-	*p->todo_tail = job;
-	p->todo_tail = &job->next;
+	l = lane_get(p, job->lane);
+	*l->tail = job;
+	l->tail = &job->next;
+	p->queued++;
 	/* Only an idle worker needs waking: a busy one takes the job when it
 	 * is done with its own. Signalled after the unlock, so that the woken
 	 * worker does not block on the lock at once. */
@@ -188,6 +252,12 @@ void odpd_pool_free(struct odpd_pool *p)
 	for (unsigned i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
 	run_finished(p);
+	while (p->spare) {
+		struct lane *l = p->spare;
+
+		p->spare = l->next;
+		free(l);
+	}
 	if (p->ev)
 		event_free(p->ev);
 	close(p->efd);

@@ -9,11 +9,20 @@
  * (registration, deregistration, verify, teardown). The event loop queues a
  * job; a worker runs job->run; the loop then runs job->done. The loop never
  * waits for a worker.
+ *
+ * Jobs queue in lanes, one per user (job->lane): a lane's jobs start in the
+ * order they came, and the lanes with work take turns, so a user with many
+ * connections (each has at most one job at a time) queues no more than one
+ * job ahead of another user's next one.
  */
+#define ODPD_LANE_DAEMON 0ul                 /* the daemon's own work */
+#define ODPD_LANE_USER(uid) ((unsigned long)(uid) + 1)
+
 struct odpd_job {
 	void (*run)(struct odpd_job *job);   /* on a worker thread */
 	void (*done)(struct odpd_job *job);  /* on the event loop, after run */
 	struct odpd_job *next;               /* owned by the pool while queued */
+	unsigned long lane;                  /* ODPD_LANE_USER(uid) or ODPD_LANE_DAEMON */
 	bool big;                            /* long (a large registration): at most all
 					      * workers but one run big jobs at a time */
 };

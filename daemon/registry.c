@@ -1843,6 +1843,7 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	op->job.done = reg_done;
 	/* Pinning 16 MiB and more takes long: it leaves a worker to others. */
 	op->job.big = mr->pinned && mr->length >= (16u << 20);
+	op->job.lane = ODPD_LANE_USER(op->h->uid);
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
 }
@@ -1931,6 +1932,7 @@ static int reg_implicit(struct reg_op *op, struct odpd_err *err)
 	op->ibv_access = access_to_ibv(op->q.access);
 	op->job.run = implicit_run;
 	op->job.done = reg_done;
+	op->job.lane = ODPD_LANE_USER(op->h->uid);
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
 }
@@ -2126,7 +2128,7 @@ static void verify_done(struct odpd_job *job)
 
 static int verify_start(struct odpd_registry *r, struct odpd_mr *mr, uint64_t iova, uint64_t length,
 			const uint32_t *probe_rkey, size_t buf_size, odpd_verify_cb cb, void *arg, bool anon,
-			struct odpd_err *err)
+			unsigned long lane, struct odpd_err *err)
 {
 	struct verify_op *op = calloc(1, sizeof(*op));
 
@@ -2147,6 +2149,7 @@ static int verify_start(struct odpd_registry *r, struct odpd_mr *mr, uint64_t io
 	op->arg = arg;
 	op->job.run = verify_run;
 	op->job.done = verify_done;
+	op->job.lane = lane;
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
 }
@@ -2175,7 +2178,8 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 		 * a reference over any part of it */
 		return err_set(err, EINVAL, "verify range is not inside the MR");
 	}
-	return verify_start(r, ref->mr, iova, length, probe_rkey, buf_size, cb, arg, false, err);
+	return verify_start(r, ref->mr, iova, length, probe_rkey, buf_size, cb, arg, false,
+			    ODPD_LANE_USER(ref->holder->uid), err);
 }
 
 int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_size, odpd_verify_cb cb,
@@ -2197,7 +2201,8 @@ int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_
 	if (mr->implicit)
 		return err_set(err, EINVAL, "MR %" PRIu64 " is implicit ODP: it has no range to read",
 			       mr_id);
-	return verify_start(r, mr, mr->iova, mr->length, NULL, buf_size, cb, arg, true, err);
+	return verify_start(r, mr, mr->iova, mr->length, NULL, buf_size, cb, arg, true, ODPD_LANE_DAEMON,
+			    err);
 }
 
 /* ---------------------------------------------------------------- prefetch (ibv_advise_mr) */
@@ -2341,6 +2346,7 @@ int odpd_registry_advise(struct odpd_registry *r, struct odpd_holder *h, uint32_
 						.lkey = sges[i].lkey };
 	op->job.run = advise_run;
 	op->job.done = advise_done;
+	op->job.lane = ODPD_LANE_USER(h->uid);
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
 }
@@ -2424,6 +2430,7 @@ int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, stru
 	op->fd = -1;
 	op->job.run = export_run;
 	op->job.done = export_done;
+	op->job.lane = ODPD_LANE_USER(h->uid);
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
 }

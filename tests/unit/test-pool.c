@@ -348,6 +348,56 @@ static void test_big_jobs_leave_a_worker(void **state)
 	assert_int_equal(f->done_order[2], 1);
 }
 
+/*
+ * One worker, busy (a gate job) while user 1 queues five jobs, user 2 one
+ * and then user 1 one more: user 2's job runs second, not sixth (lanes take
+ * turns); each user's jobs run in the order they came.
+ */
+static void test_lanes_take_turns(void **state)
+{
+	struct fixture *f = *state;
+	const unsigned long lane_of[8] = { ODPD_LANE_DAEMON, ODPD_LANE_USER(1), ODPD_LANE_USER(1),
+					   ODPD_LANE_USER(1), ODPD_LANE_USER(1), ODPD_LANE_USER(1),
+					   ODPD_LANE_USER(2), ODPD_LANE_USER(1) };
+	const int want[8] = { 0, 1, 6, 2, 3, 4, 5, 7 };
+
+	assert_int_equal(odpd_pool_new(f->base, 1, &f->pool), 0);
+	for (int i = 0; i < 8; i++) {
+		init_job(f, i, 0);
+		f->jobs[i].job.lane = lane_of[i];
+		if (i == 0)
+			f->jobs[i].job.run = gate_run;
+		odpd_pool_submit(f->pool, &f->jobs[i].job);
+	}
+	usleep(20 * 1000);                       /* the worker waits at the gate */
+	pthread_mutex_lock(&f->lock);
+	f->met = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	loop_until(f, 8);
+	check_threads(f, 8);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(f->done_order[i], want[i]);
+
+	/* the lanes are reused once empty: the same again */
+	f->ndone = 0;
+	f->met = false;
+	for (int i = 0; i < 8; i++) {
+		init_job(f, i, 0);
+		f->jobs[i].job.lane = lane_of[i];
+		if (i == 0)
+			f->jobs[i].job.run = gate_run;
+		odpd_pool_submit(f->pool, &f->jobs[i].job);
+	}
+	pthread_mutex_lock(&f->lock);
+	f->met = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	loop_until(f, 8);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(f->done_order[i], want[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -358,6 +408,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_free_drains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_idle, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_big_jobs_leave_a_worker, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lanes_take_turns, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
