@@ -156,6 +156,7 @@ struct odpd_segment {
 	bool owns_fd;                   /* odpd_alloc(): close on detach */
 	bool owns_map;                  /* mapped by the library: munmap on detach */
 	bool writable;                  /* mapped PROT_WRITE here (populate for writing) */
+	bool no_populate;               /* ODPD_ALLOC_NO_POPULATE: registrations never fault it in */
 	unsigned n_mrs;                 /* MRs of this connection inside */
 };
 
@@ -224,8 +225,11 @@ void segments_release_all(struct odpd_conn *c);
  * writable, else (or if the kernel refuses that for the mapping)
  * MADV_POPULATE_READ. EINVAL from madvise (a kernel before 5.14, or a
  * mapping that cannot be populated) is ignored: 0. Other errors of madvise
- * are returned, with a message naming @what. Caller holds c->lock.
+ * are returned, with a message naming @what. A range of 16 MiB or more is
+ * split over up to populate_threads() threads. The caller keeps @seg
+ * attached meanwhile (c->lock, or a segment nobody else knows yet).
  */
+unsigned populate_threads(void);
 int segment_populate(const struct odpd_segment *seg, const char *what, const void *addr,
 		     size_t length);
 

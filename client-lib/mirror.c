@@ -203,7 +203,7 @@ static int mirror_reg_locked(struct odpd_conn *c, const char *what, struct rdma_
 	if (r >= 0)
 		r = segment_lookup(c, what, addr, length, &e->seg);
 	/* pinned: fault the pages here, so that this process's cgroup pays */
-	if (r >= 0)
+	if (r >= 0 && !e->seg->no_populate)
 		r = segment_populate(e->seg, what, addr, length);
 	if (r >= 0)
 		r = mr_register(c, what, addr, length, q, &res);

@@ -199,7 +199,8 @@ static int mr_reg_locked(struct odpd_conn *c, const char *what, void *addr, size
 	r = conn_check(c, what);
 	if (r >= 0 && q->kind != ODPD__MR_KIND__MR_IMPLICIT_ODP)
 		r = segment_lookup(c, what, addr, length, &seg);
-	if (r >= 0 && q->kind == ODPD__MR_KIND__MR_PINNED && !(a->flags & ODPD_REG_NO_POPULATE))
+	if (r >= 0 && q->kind == ODPD__MR_KIND__MR_PINNED && !(a->flags & ODPD_REG_NO_POPULATE) &&
+	    !seg->no_populate)
 		r = segment_populate(seg, what, addr, length);
 	if (r >= 0)
 		r = mr_register(c, what, addr, length, q, &res);

@@ -44,7 +44,7 @@ struct rdma_cm_id;
  * odpd_advise_mr() and ODPD_REG_PREFETCH (ODPD_1.2).
  */
 #define ODPD_VERSION_MAJOR 1
-#define ODPD_VERSION_MINOR 3
+#define ODPD_VERSION_MINOR 4
 
 /* Environment variable naming the daemon's socket; default below. */
 #define ODPD_SOCKET_ENV "ODPD_SOCKET"
@@ -126,6 +126,16 @@ int odpd_query_device(const struct odpd_conn *conn, unsigned index,
 
 /* odpd_alloc() flags */
 #define ODPD_ALLOC_HUGETLB (1u << 0)   /* MFD_HUGETLB: default huge page size */
+/* Pre-fault policy "on attach" (since 1.4): fault every page of the segment
+ * in before odpd_alloc() returns, in this process (its memory cgroup pays),
+ * in parallel parts as odpd_populate(); a pinned registration then only
+ * pins. */
+#define ODPD_ALLOC_POPULATE (1u << 1)
+/* Pre-fault policy "never" (since 1.4), for sparse segments: a pinned
+ * registration over this segment does not fault its range in first (as
+ * ODPD_REG_NO_POPULATE on every registration): the daemon's pin faults in
+ * what is missing, charged to odpd's memory cgroup. */
+#define ODPD_ALLOC_NO_POPULATE (1u << 2)
 
 /*
  * Allocate a segment of @length bytes (rounded up to the page size, or the
@@ -135,8 +145,11 @@ int odpd_query_device(const struct odpd_conn *conn, unsigned index,
  * address on both sides. If that address is taken here, the library maps it
  * elsewhere and attaches it at that address instead (pinned MRs still work;
  * see odpd_attach()). The memory is zero-filled, readable and writable.
- * Errors: EINVAL (@length 0, unknown @flags), ENOMEM (no memory, @length
- * too large, or the daemon's window is full), EFBIG (larger than the
+ * Errors: EINVAL (@length 0, unknown @flags, ODPD_ALLOC_POPULATE with
+ * ODPD_ALLOC_NO_POPULATE), ENOMEM (no memory, @length too large, the
+ * daemon's window is full, or with ODPD_ALLOC_POPULATE the pages do not fit
+ * in the memory cgroup), EFAULT (ODPD_ALLOC_POPULATE with
+ * ODPD_ALLOC_HUGETLB: not enough free huge pages), EFBIG (larger than the
  * daemon's segment limit), EMFILE (the daemon's limit of segments per
  * connection), ENOTCONN (connection lost, or inherited across fork), and
  * the errors of memfd_create(2), ftruncate(2) and mmap(2).
@@ -169,6 +182,26 @@ struct odpd_segment *odpd_alloc(struct odpd_conn *conn, size_t length, unsigned 
  * its huge page size.
  */
 struct odpd_segment *odpd_attach(struct odpd_conn *conn, int fd, void *addr, size_t length);
+
+/*
+ * Pre-fault policy "on hint" (since 1.4): fault the pages of [@addr, @addr +
+ * @length) (rounded out to pages; inside @seg) in now, in this process, so
+ * that the pinned registrations of that range that follow only pin (their
+ * own fault pass then finds every page resident and skips it, see
+ * odpd_reg()). madvise(2) MADV_POPULATE_WRITE (MADV_POPULATE_READ where the
+ * segment is mapped read-only) - in parallel parts of at least 16 MiB on up
+ * to as many threads as the CPUs this process may run on (at most 8;
+ * environment ODPD_POPULATE_THREADS=N sets N, 1 never splits), which the
+ * call starts and joins, with every signal blocked on them. Pages already
+ * resident are not walked again. Blocks until done; the connection stays
+ * usable by other threads meanwhile; do not detach @seg meanwhile.
+ * No daemon round trip. A kernel before 5.14 (no MADV_POPULATE_*) makes
+ * it a no-op that returns 0.
+ * Errors: EINVAL (@seg NULL, @length 0, the range not inside @seg), ENOMEM
+ * (out of memory or over the memory cgroup's limit), EFAULT (no memory
+ * behind the mapping, e.g. no free huge pages), EHWPOISON.
+ */
+int odpd_populate(struct odpd_segment *seg, void *addr, size_t length);
 
 /* Address of the segment's first byte in this process. */
 void *odpd_segment_addr(const struct odpd_segment *seg);

@@ -7,9 +7,13 @@
  * iova == address on both sides. If the address is taken here, the segment
  * is detached, mapped anywhere, and attached again at that address.
  * odpd_attach(fd, addr, length) attaches a mapping the caller made.
- * segment_populate() faults a range in here before a pinned registration.
+ * segment_populate() faults a range in here before a pinned registration,
+ * in parallel chunks when it is large; odpd_populate() does it on request.
  */
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -153,7 +157,7 @@ int segment_lookup(struct odpd_conn *c, const char *what, const void *addr, size
 
 /* ---------------------------------------------------------------- populate */
 
-static int populate(void *start, size_t length, int advice)
+static int populate_one(void *start, size_t length, int advice)
 {
 	int r;
 
@@ -161,6 +165,99 @@ static int populate(void *start, size_t length, int advice)
 		r = madvise(start, length, advice);
 	while (r < 0 && errno == EINTR);
 	return r < 0 ? -errno : 0;
+}
+
+/*
+ * Faulting pages in is mostly zeroing them, which scales with CPUs: a range
+ * of POPULATE_CHUNK_MIN or more is split into as many parts as there are
+ * threads to run them, at most populate_threads() (the CPUs this process
+ * may run on, at most 8; ODPD_POPULATE_THREADS overrides, 1: never split).
+ */
+#define POPULATE_CHUNK_MIN (16ul << 20)
+#define POPULATE_THREADS_MAX 8u
+
+static unsigned populate_nthreads = 1;
+static pthread_once_t populate_once = PTHREAD_ONCE_INIT;
+
+static void populate_init(void)
+{
+	const char *env = getenv("ODPD_POPULATE_THREADS");
+	cpu_set_t set;
+	unsigned n = 1;
+
+	if (env && *env) {
+		char *end;
+		unsigned long v = strtoul(env, &end, 10);
+
+		if (!*end && v >= 1)
+			n = v < 64 ? (unsigned)v : 64;
+	} else if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+		n = (unsigned)CPU_COUNT(&set);
+		n = n < POPULATE_THREADS_MAX ? n : POPULATE_THREADS_MAX;
+	}
+	populate_nthreads = n ? n : 1;
+}
+
+unsigned populate_threads(void)
+{
+	pthread_once(&populate_once, populate_init);
+	return populate_nthreads;
+}
+
+struct populate_part {
+	uint8_t *start;
+	size_t length;
+	int advice, r;
+	pthread_t thread;
+	bool started;
+};
+
+static void *populate_thread(void *arg)
+{
+	struct populate_part *p = arg;
+
+	p->r = populate_one(p->start, p->length, p->advice);
+	return NULL;
+}
+
+/* [start, start + length) (whole pages) with @advice, in parts on helper
+ * threads (signals blocked there: the application's handlers never run on
+ * them) and this one. The first error of any part. */
+static int populate(void *start, size_t length, int advice)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = length / page, per;
+	unsigned n = populate_threads();
+	struct populate_part parts[64];
+	sigset_t all, old;
+	int r = 0;
+
+	if (length / POPULATE_CHUNK_MIN < n)
+		n = (unsigned)(length / POPULATE_CHUNK_MIN);
+	if (n <= 1)
+		return populate_one(start, length, advice);
+	per = (pages + n - 1) / n;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	for (unsigned i = 0; i < n; i++) {
+		size_t first = per * i, count = first >= pages ? 0 : pages - first < per ? pages - first : per;
+
+		parts[i] = (struct populate_part){ .start = (uint8_t *)start + first * page,
+						   .length = count * page, .advice = advice };
+		/* part 0 runs here; a thread that cannot start runs here too */
+		if (i > 0 && count)
+			parts[i].started = pthread_create(&parts[i].thread, NULL, populate_thread,
+							  &parts[i]) == 0;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	for (unsigned i = 0; i < n; i++) {
+		if (parts[i].started)
+			pthread_join(parts[i].thread, NULL);
+		else if (parts[i].length)
+			populate_thread(&parts[i]);
+		if (!r && parts[i].r)
+			r = parts[i].r;
+	}
+	return r;
 }
 
 /*
@@ -211,7 +308,7 @@ int segment_populate(const struct odpd_segment *seg, const char *what, const voi
 	if (r == -EINVAL)
 		return 0;
 	if (r < 0)
-		return errmsg_set(r, "%s: faulting in [%p, %p) with %s before registering: %m%s", what,
+		return errmsg_set(r, "%s: faulting in [%p, %p) with %s: %m%s", what,
 				  (void *)start, (void *)end,
 				  advice == MADV_POPULATE_WRITE ? "MADV_POPULATE_WRITE" : "MADV_POPULATE_READ",
 				  r == -ENOMEM ? " (out of memory, over the memory cgroup's limit, or part of "
@@ -297,6 +394,10 @@ static int segment_map_whole(struct odpd_conn *c, const char *what, int fd, uint
 
 /* ---------------------------------------------------------------- odpd_alloc */
 
+static int segment_detach(struct odpd_segment *seg);
+
+#define ALLOC_FLAGS_KNOWN (ODPD_ALLOC_HUGETLB | ODPD_ALLOC_POPULATE | ODPD_ALLOC_NO_POPULATE)
+
 /* @length rounded up to the (huge) page size of the memfd @fd. */
 static int alloc_round(const char *what, int fd, size_t length, bool huge, size_t *ret)
 {
@@ -348,8 +449,11 @@ static int segment_alloc(struct odpd_conn *c, size_t length, unsigned flags,
 	size_t size = 0;
 	int fd = -1, r;
 
-	if (length == 0 || (flags & ~ODPD_ALLOC_HUGETLB))
+	if (length == 0 || (flags & ~ALLOC_FLAGS_KNOWN))
 		return errmsg_set(-EINVAL, "%s: %s", what, length == 0 ? "length is 0" : "unknown flags");
+	if ((flags & ODPD_ALLOC_POPULATE) && (flags & ODPD_ALLOC_NO_POPULATE))
+		return errmsg_set(-EINVAL, "%s: ODPD_ALLOC_POPULATE and ODPD_ALLOC_NO_POPULATE together",
+				  what);
 	seg = calloc(1, sizeof(*seg));
 	if (!seg)
 		return errmsg_set(-ENOMEM, "%s: %m", what);
@@ -363,6 +467,7 @@ static int segment_alloc(struct odpd_conn *c, size_t length, unsigned flags,
 	r = segment_map_whole(c, what, fd, size, PROT_READ | PROT_WRITE, seg);
 	if (r >= 0) {
 		seg->owns_fd = true;
+		seg->no_populate = flags & ODPD_ALLOC_NO_POPULATE;
 		segment_insert(c, seg);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -370,6 +475,15 @@ static int segment_alloc(struct odpd_conn *c, size_t length, unsigned flags,
 		close(fd);
 		free(seg);
 		return r;
+	}
+	/* Policy "on attach": every page now, outside the connection's lock
+	 * (nobody else knows @seg yet). */
+	if ((flags & ODPD_ALLOC_POPULATE) && (r = segment_populate(seg, what, seg->addr, seg->length)) < 0) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", odpd_errmsg());
+		segment_detach(seg);
+		return errmsg_set(r, "%s", msg);
 	}
 	*ret = seg;
 	return 0;
@@ -591,6 +705,24 @@ _public_ int odpd_detach(struct odpd_segment *seg)
 	if (!seg)
 		return public_int(errmsg_set(-EINVAL, "odpd_detach: segment is NULL"));
 	return public_int(segment_detach(seg));
+}
+
+_public_ int odpd_populate(struct odpd_segment *seg, void *addr, size_t length)
+{
+	const char *what = "odpd_populate";
+	int r;
+
+	errmsg_clear();
+	if (!seg)
+		r = errmsg_set(-EINVAL, "%s: segment is NULL", what);
+	else if (length == 0 || (uintptr_t)addr < (uintptr_t)seg->addr ||
+		 (uintptr_t)addr - (uintptr_t)seg->addr > seg->length ||
+		 length > seg->length - ((uintptr_t)addr - (uintptr_t)seg->addr))
+		r = errmsg_set(-EINVAL, "%s: [%p, +%zu) is not inside the segment [%p, +%zu)", what, addr,
+			       length, (void *)seg->addr, seg->length);
+	else
+		r = segment_populate(seg, what, addr, length);
+	return public_int(r);
 }
 
 _public_ void *odpd_segment_addr(const struct odpd_segment *seg)

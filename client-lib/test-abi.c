@@ -4,7 +4,7 @@
  * calls that need no daemon behave as odpd.h says, the structs only ever
  * grew at their end, and (with nm) the library exports exactly the
  * functions odpd.h declares, each as the default version of the node of the
- * release that added it (ODPD_1.0, ODPD_1.1, ODPD_1.2, ODPD_1.3), and no other node; the newest
+ * release that added it (ODPD_1.0 ... ODPD_1.4), and no other node; the newest
  * node and the file name (libodpd.so.MAJOR.MINOR.0) agree with
  * ODPD_VERSION_MAJOR and ODPD_VERSION_MINOR.
  *
@@ -59,13 +59,14 @@ static const struct api_fn {
 	FN(odpd_flush_relaxed, "ODPD_1.1"), FN(odpd_join_pd, "ODPD_1.1"),
 	FN(odpd_import_pd, "ODPD_1.2"), FN(odpd_advise_mr, "ODPD_1.2"),
 	FN(odpd_stats, "ODPD_1.3"),
+	FN(odpd_populate, "ODPD_1.4"),
 #undef FN
 };
 
 #define API_N (sizeof(api) / sizeof(api[0]))
 
 /* The version nodes, oldest first; the last is ODPD_VERSION_MAJOR.MINOR. */
-static const char *const nodes[] = { "ODPD_1.0", "ODPD_1.1", "ODPD_1.2", "ODPD_1.3" };
+static const char *const nodes[] = { "ODPD_1.0", "ODPD_1.1", "ODPD_1.2", "ODPD_1.3", "ODPD_1.4" };
 
 #define NODES_N (sizeof(nodes) / sizeof(nodes[0]))
 

@@ -1085,6 +1085,110 @@ static void test_populate(const char *path)
 	odpd_disconnect(c);
 }
 
+/* How many of the @n pages from @p are present in this process's page table. */
+static size_t pages_present(const void *p, size_t n)
+{
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	uint64_t e[512];
+	size_t present = 0;
+
+	CHECK(fd >= 0);
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < 512 ? n - done : 512;
+		off_t at = (off_t)(((uintptr_t)p / page_size() + done) * sizeof(e[0]));
+
+		CHECK(pread(fd, e, k * sizeof(e[0]), at) == (ssize_t)(k * sizeof(e[0])));
+		for (size_t i = 0; i < k; i++)
+			present += e[i] >> 63;
+		done += k;
+	}
+	close(fd);
+	return present;
+}
+
+/*
+ * The pre-fault policies: on attach (ODPD_ALLOC_POPULATE), on hint
+ * (odpd_populate, no request sent), never (ODPD_ALLOC_NO_POPULATE); a large
+ * range is split over threads: every page of it and none beside it, and an
+ * error in any part fails the call.
+ */
+static void test_populate_policy(const char *path)
+{
+	struct odpd_conn *c = odpd_connect(path, NULL);
+	size_t pg = page_size(), big = (48u << 20) + 4 * pg, big_pages = big / pg;
+	struct odpd_segment *seg, *seg2;
+	struct odpd_mr *mr;
+	unsigned regs;
+	uint8_t *p;
+	int fd;
+
+	CHECK(c);
+	if (!populate_supported()) {
+		printf("populate policy: this kernel has no MADV_POPULATE_*: not checked\n");
+		odpd_disconnect(c);
+		return;
+	}
+	CHECK_FAIL(odpd_alloc(c, pg, ODPD_ALLOC_POPULATE | ODPD_ALLOC_NO_POPULATE), EINVAL,
+		   "ODPD_ALLOC_POPULATE and ODPD_ALLOC_NO_POPULATE");
+	CHECK_FAIL(odpd_alloc(c, pg, 1u << 7), EINVAL, "unknown flags");
+
+	/* on attach: all 8 pages, faulted for writing, before odpd_alloc returns */
+	seg = odpd_alloc(c, 8 * pg, ODPD_ALLOC_POPULATE);
+	CHECK(seg && pages_present(odpd_segment_addr(seg), 8) == 8);
+	CHECK(mapping_dirty(odpd_segment_addr(seg)) == 8 * pg);
+	CHECK(odpd_detach(seg) == 0);
+
+	/* never: a pinned registration leaves the faulting to the daemon */
+	seg = odpd_alloc(c, 4 * pg, ODPD_ALLOC_NO_POPULATE);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	mr = odpd_reg(c, p, 2 * pg, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && flog->reg_pages == 2 && flog->reg_resident == 0 && pages_present(p, 4) == 0);
+	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg) == 0);
+
+	/* on hint: just the range, rounded out to pages, and no request */
+	seg = odpd_alloc(c, 8 * pg, 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	regs = flog->regs;
+	CHECK(odpd_populate(seg, p + pg + 10, 2 * pg) == 0);
+	CHECK(!page_present(p) && pages_present(p + pg, 3) == 3 && pages_present(p + 4 * pg, 4) == 0);
+	CHECK(flog->regs == regs && flog->attaches > 0);
+	mr = odpd_reg(c, p + pg, 3 * pg, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && flog->reg_pages == 3 && flog->reg_resident == 3);
+	CHECK(odpd_dereg(mr) == 0);
+	CHECK_FAIL(odpd_populate(NULL, p, pg) == 0, EINVAL, "segment is NULL");
+	CHECK_FAIL(odpd_populate(seg, p, 0) == 0, EINVAL, "not inside the segment");
+	CHECK_FAIL(odpd_populate(seg, p - pg, 2 * pg) == 0, EINVAL, "not inside the segment");
+	CHECK_FAIL(odpd_populate(seg, p + 7 * pg, 2 * pg) == 0, EINVAL, "not inside the segment");
+	CHECK_FAIL(odpd_populate(seg, p + pg, SIZE_MAX) == 0, EINVAL, "not inside the segment");
+	CHECK(pages_present(p + 4 * pg, 4) == 0);
+	CHECK(odpd_detach(seg) == 0);
+
+	/* a large range, in 3 parts on 2 threads and this one (ODPD_POPULATE_THREADS=4) */
+	seg = odpd_alloc(c, big + 2 * pg, 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	CHECK(odpd_populate(seg, p + pg, big) == 0);
+	CHECK(!page_present(p) && pages_present(p + pg, big_pages) == big_pages);
+	CHECK(!page_present(p + pg + big));
+	CHECK(mapping_dirty(p) == big);
+	CHECK(odpd_detach(seg) == 0);
+
+	/* an error in the last part (a page no longer mapped) fails the call */
+	p = map_memfd(big_pages, PROT_READ | PROT_WRITE, &fd);
+	seg2 = odpd_attach(c, fd, p, big);
+	CHECK(seg2 && munmap(p + big - 2 * pg, pg) == 0);
+	CHECK_FAIL(odpd_populate(seg2, p, big) == 0, ENOMEM, "MADV_POPULATE_WRITE");
+	/* every part ran: the third up to the hole */
+	CHECK(pages_present(p, big_pages - 2) == big_pages - 2 && !page_present(p + big - pg));
+	CHECK(odpd_detach(seg2) == 0);
+	munmap(p, big - 2 * pg);
+	munmap(p + big - pg, pg);
+	close(fd);
+	odpd_disconnect(c);
+}
+
 /* The daemon's answer with errno and message, for a quota refusal. */
 static void test_daemon_error(const char *path)
 {
@@ -1413,6 +1517,8 @@ int main(void)
 	char path[128];
 	pid_t pid;
 
+	/* large ranges in 3 parts (48 MiB / 16 MiB), on any machine */
+	setenv("ODPD_POPULATE_THREADS", "4", 1);
 	flog = mmap(NULL, sizeof(*flog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK(flog != MAP_FAILED);
 	flog->next_window = FAKE_WINDOW;
@@ -1429,6 +1535,7 @@ int main(void)
 	test_relaxed(path);
 	test_join_pd(path);
 	test_populate(path);
+	test_populate_policy(path);
 	test_daemon_error(path);
 	test_alloc_taken(path);
 	test_attach(path);
