@@ -59,6 +59,31 @@ static int detach_request(struct odpd_conn *c, const char *what, uint64_t handle
 	return conn_call(c, what, &req, NULL, 0, ODPD__REPLY__BODY__NOT_SET, NULL);
 }
 
+/*
+ * odpd maps its own view of [@addr, @addr + @length) of @seg, which this
+ * process has just faulted in (MapSegment), so that registrations there do
+ * not wait for it. A hint: a daemon older than libodpd 1.4 (EOPNOTSUPP) or
+ * any other refusal changes nothing for the caller.
+ */
+static void map_request(struct odpd_segment *seg, const char *what, const void *addr, size_t length)
+{
+	Odpd__MapSegment m = ODPD__MAP_SEGMENT__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	struct odpd_conn *c = seg->conn;
+
+	m.has_segment = m.has_offset = m.has_length = true;
+	m.segment = seg->handle;
+	m.offset = (uintptr_t)addr - (uintptr_t)seg->addr;
+	m.length = length;
+	req.body_case = ODPD__REQUEST__BODY_MAP_SEGMENT;
+	req.map_segment = &m;
+	pthread_mutex_lock(&c->lock);
+	if (conn_check(c, what) >= 0)
+		conn_call(c, what, &req, NULL, 0, ODPD__REPLY__BODY__NOT_SET, NULL);
+	pthread_mutex_unlock(&c->lock);
+	errmsg_clear();
+}
+
 /* Check what the daemon answered; a bad answer is detached again. */
 static int attach_reply(struct odpd_conn *c, const char *what, const Odpd__SegmentReply *s,
 			uint64_t client_addr, struct seg_reply *ret)
@@ -485,6 +510,8 @@ static int segment_alloc(struct odpd_conn *c, size_t length, unsigned flags,
 		segment_detach(seg);
 		return errmsg_set(r, "%s", msg);
 	}
+	if (flags & ODPD_ALLOC_POPULATE)
+		map_request(seg, what, seg->addr, seg->length);
 	*ret = seg;
 	return 0;
 }
@@ -720,8 +747,8 @@ _public_ int odpd_populate(struct odpd_segment *seg, void *addr, size_t length)
 		 length > seg->length - ((uintptr_t)addr - (uintptr_t)seg->addr))
 		r = errmsg_set(-EINVAL, "%s: [%p, +%zu) is not inside the segment [%p, +%zu)", what, addr,
 			       length, (void *)seg->addr, seg->length);
-	else
-		r = segment_populate(seg, what, addr, length);
+	else if ((r = segment_populate(seg, what, addr, length)) >= 0)
+		map_request(seg, what, addr, length);
 	return public_int(r);
 }
 

@@ -98,6 +98,8 @@ struct fake_log {
 	int flush_fields;               /* the last Flush had a field set */
 	unsigned joins;
 	char join_name[128];
+	unsigned maps;                  /* MapSegment requests; the last one's range */
+	uint64_t map_offset, map_length;
 };
 
 struct fake_opts {
@@ -466,6 +468,11 @@ static bool fake_dispatch(struct fake_client *c, const Odpd__Request *q, const s
 		return true;
 	case ODPD__REQUEST__BODY_JOIN_PD:
 		fake_join(c, q->join_pd, f);
+		return true;
+	case ODPD__REQUEST__BODY_MAP_SEGMENT:
+		flog->maps++;
+		flog->map_offset = q->map_segment->offset;
+		flog->map_length = q->map_segment->length;
 		return true;
 	default:
 		fake_fail(f, EINVAL, "fake: unknown request");
@@ -1118,7 +1125,7 @@ static void test_populate_policy(const char *path)
 	size_t pg = page_size(), big = (48u << 20) + 4 * pg, big_pages = big / pg;
 	struct odpd_segment *seg, *seg2;
 	struct odpd_mr *mr;
-	unsigned regs;
+	unsigned regs, maps;
 	uint8_t *p;
 	int fd;
 
@@ -1132,9 +1139,12 @@ static void test_populate_policy(const char *path)
 		   "ODPD_ALLOC_POPULATE and ODPD_ALLOC_NO_POPULATE");
 	CHECK_FAIL(odpd_alloc(c, pg, 1u << 7), EINVAL, "unknown flags");
 
-	/* on attach: all 8 pages, faulted for writing, before odpd_alloc returns */
+	/* on attach: all 8 pages, faulted for writing, before odpd_alloc returns;
+	 * then odpd maps its view of them (MapSegment) */
+	maps = flog->maps;
 	seg = odpd_alloc(c, 8 * pg, ODPD_ALLOC_POPULATE);
 	CHECK(seg && pages_present(odpd_segment_addr(seg), 8) == 8);
+	CHECK(flog->maps == maps + 1 && flog->map_offset == 0 && flog->map_length == 8 * pg);
 	CHECK(mapping_dirty(odpd_segment_addr(seg)) == 8 * pg);
 	CHECK(odpd_detach(seg) == 0);
 
@@ -1151,9 +1161,11 @@ static void test_populate_policy(const char *path)
 	CHECK(seg);
 	p = odpd_segment_addr(seg);
 	regs = flog->regs;
+	maps = flog->maps;
 	CHECK(odpd_populate(seg, p + pg + 10, 2 * pg) == 0);
 	CHECK(!page_present(p) && pages_present(p + pg, 3) == 3 && pages_present(p + 4 * pg, 4) == 0);
-	CHECK(flog->regs == regs && flog->attaches > 0);
+	CHECK(flog->regs == regs && flog->maps == maps + 1);
+	CHECK(flog->map_offset == pg + 10 && flog->map_length == 2 * pg);
 	mr = odpd_reg(c, p + pg, 3 * pg, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(mr && flog->reg_pages == 3 && flog->reg_resident == 3);
 	CHECK(odpd_dereg(mr) == 0);
@@ -1162,7 +1174,7 @@ static void test_populate_policy(const char *path)
 	CHECK_FAIL(odpd_populate(seg, p - pg, 2 * pg) == 0, EINVAL, "not inside the segment");
 	CHECK_FAIL(odpd_populate(seg, p + 7 * pg, 2 * pg) == 0, EINVAL, "not inside the segment");
 	CHECK_FAIL(odpd_populate(seg, p + pg, SIZE_MAX) == 0, EINVAL, "not inside the segment");
-	CHECK(pages_present(p + 4 * pg, 4) == 0);
+	CHECK(pages_present(p + 4 * pg, 4) == 0 && flog->maps == maps + 1);
 	CHECK(odpd_detach(seg) == 0);
 
 	/* a large range, in 3 parts on 2 threads and this one (ODPD_POPULATE_THREADS=4) */

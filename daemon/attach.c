@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "implicit.h"
@@ -326,4 +327,91 @@ void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachS
 	reply.has_id = reply.has_status = 1;
 	reply.id = id;
 	odpd_client_send(c, &reply);
+}
+
+/* ---------------------------------------------------------------- MapSegment */
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+struct map_op {
+	struct odpd_job job;
+	struct odpd_client *c;
+	uint64_t id;
+	uint8_t *addr;
+	size_t length;
+	int rc;                             /* errno of madvise */
+};
+
+static void map_run(struct odpd_job *job)
+{
+	struct map_op *op = (struct map_op *)job;
+
+	/* Resident pages, as the client says: read faults map them, writable
+	 * (shmem needs no write notification), without allocating. */
+	op->rc = madvise(op->addr, op->length, MADV_POPULATE_READ) < 0 ? errno : 0;
+}
+
+static void map_done(struct odpd_job *job)
+{
+	struct map_op *op = (struct map_op *)job;
+	struct odpd_client *c = op->c;
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	char msg[160];
+
+	if (c->dead) {
+		/* torn down in odpd_client_job_done */
+	} else if (op->rc && op->rc != EINVAL) {     /* EINVAL: a kernel before 5.14 */
+		snprintf(msg, sizeof(msg), "mapping odpd's view of the range: madvise(MADV_POPULATE_READ): %s",
+			 strerror(op->rc));
+		odpd_client_send_error(c, op->id, op->rc, msg);
+	} else {
+		reply.has_id = reply.has_status = 1;
+		reply.id = op->id;
+		odpd_client_send(c, &reply);
+	}
+	free(op);
+	odpd_client_job_done(c);
+}
+
+void odpd_map_segment(struct odpd_client *c, uint64_t id, const Odpd__MapSegment *req)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off, len, start, end;
+	struct odpd_cseg *s;
+	struct map_op *op;
+
+	LIST_FOREACH(s, &c->segs, link)
+		if (s->handle == req->segment)
+			break;
+	if (!s) {
+		odpd_client_send_error(c, id, ENOENT, "no such segment");
+		return;
+	}
+	off = req->has_offset ? req->offset : 0;
+	len = req->has_length && req->length ? req->length : s->length - (off < s->length ? off : s->length);
+	if (off >= s->length || len == 0 || len > s->length - off) {
+		odpd_client_send_error(c, id, EINVAL, "MapSegment: the range is not inside the segment");
+		return;
+	}
+	/* file offsets, pages rounded out (the segment lies within the mapping) */
+	start = (s->file_offset + off) / page * page;
+	end = (s->file_offset + off + len + page - 1) / page * page;
+	if (end > s->map->size)
+		end = s->map->size;
+	op = calloc(1, sizeof(*op));
+	if (!op) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		return;
+	}
+	op->c = c;
+	op->id = id;
+	op->addr = s->map->addr + start;
+	op->length = end - start;
+	op->job.run = map_run;
+	op->job.done = map_done;
+	op->job.lane = ODPD_LANE_USER(c->cred.uid);
+	op->job.big = op->length >= (16u << 20);
+	odpd_client_wait(c);
+	odpd_pool_submit(c->m->pool, &op->job);
 }

@@ -116,6 +116,9 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 	case ODPD__REQUEST__BODY_DETACH_SEGMENT:
 		odpd_detach_segment(c, id, req->detach_segment);
 		break;
+	case ODPD__REQUEST__BODY_MAP_SEGMENT:
+		odpd_map_segment(c, id, req->map_segment);
+		break;
 	case ODPD__REQUEST__BODY_REG_MR:
 		pkt->nfds = 0;
 		odpd_reg_mr(c, id, req->reg_mr, fd);

@@ -20,6 +20,7 @@ void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *e
 /* Segments (attach.c). @fd is consumed. */
 void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachSegment *req, int fd);
 void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachSegment *req);
+void odpd_map_segment(struct odpd_client *c, uint64_t id, const Odpd__MapSegment *req);
 /* Forget @s: its mapping reference and what its user was charged for it. */
 void odpd_cseg_drop(struct odpd_client *c, struct odpd_cseg *s);
 

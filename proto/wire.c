@@ -144,6 +144,7 @@ const char *odpd_request_name(Odpd__Request__BodyCase c)
 	case ODPD__REQUEST__BODY_HELLO: return "hello";
 	case ODPD__REQUEST__BODY_ATTACH_SEGMENT: return "attach_segment";
 	case ODPD__REQUEST__BODY_DETACH_SEGMENT: return "detach_segment";
+	case ODPD__REQUEST__BODY_MAP_SEGMENT: return "map_segment";
 	case ODPD__REQUEST__BODY_REG_MR: return "reg_mr";
 	case ODPD__REQUEST__BODY_DEREG_MR: return "dereg_mr";
 	case ODPD__REQUEST__BODY_VERIFY: return "verify";

@@ -449,6 +449,86 @@ static void test_attach_and_detach(void **state)
 	close(conn);
 }
 
+/* Rss in kB of odpd's mapping that starts at @addr (/proc/PID/smaps), -1: none. */
+static long daemon_rss_kb_at(uint64_t addr)
+{
+	char path[64], line[256];
+	unsigned long start;
+	long kb = -1;
+	bool in = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)test_daemon.pid);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-", &start) == 1 && strchr(line, '-') && strchr(line, ' ') > strchr(line, '-'))
+			in = start == addr;
+		else if (in && sscanf(line, "Rss: %ld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb;
+}
+
+/*
+ * MapSegment: odpd maps its view of pages the client has faulted in (what
+ * libodpd's pre-fault policies ask for): just that range, answered when
+ * done; refusals for an unknown segment and a range outside it.
+ */
+static void test_map_segment(void **state)
+{
+	const size_t len = 4 << 20;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__MapSegment m = ODPD__MAP_SEGMENT__INIT;
+	int conn = raw_connect_hello(test_daemon.sock);
+	int fd = sealed_memfd(len);
+	Odpd__Reply *r = attach_ok(conn, fd);
+	uint64_t addr = r->segment->addr;
+	uint8_t *p;
+	long kb;
+
+	(void)state;
+	p = mmap((void *)(uintptr_t)addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+	assert_ptr_equal(p, (void *)(uintptr_t)addr);
+	memset(p, 7, len);                               /* resident, charged to us */
+	assert_int_equal(daemon_rss_kb_at(addr), 0);     /* odpd never touched its view */
+	m.has_segment = m.has_offset = m.has_length = 1;
+	m.segment = r->segment->segment;
+	odpd__reply__free_unpacked(r, NULL);
+	m.offset = 1 << 20;
+	m.length = (1 << 20) - 100;                      /* rounded out to pages */
+	req.body_case = ODPD__REQUEST__BODY_MAP_SEGMENT;
+	req.map_segment = &m;
+	r = raw_call(conn, 30, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	kb = daemon_rss_kb_at(addr);
+	assert_true(kb >= 1024 && kb <= 1024 + 128);     /* fault-around: a window at most */
+	m.offset = 0;
+	m.length = 0;                                    /* to the end */
+	r = raw_call(conn, 31, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_int_equal(daemon_rss_kb_at(addr), 4096);
+	/* refusals; the connection stays usable */
+	m.offset = len;
+	raw_expect_error(conn, 32, &req, NULL, 0, EINVAL);
+	m.offset = 4096;
+	m.length = len;
+	raw_expect_error(conn, 33, &req, NULL, 0, EINVAL);
+	m.offset = 0;
+	m.length = UINT64_MAX;
+	raw_expect_error(conn, 34, &req, NULL, 0, EINVAL);
+	m.length = 4096;
+	m.segment += 1000;
+	raw_expect_error(conn, 35, &req, NULL, 0, ENOENT);
+	assert_usable(conn);
+	munmap(p, len);
+	close(fd);
+	close(conn);
+}
+
 static void test_attach_at_client_address(void **state)
 {
 	const size_t len = 2 << 20;
@@ -1357,6 +1437,7 @@ int main(void)
 		cmocka_unit_test_setup(test_attach_map_private, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_unmapped_or_wrong_range, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_and_detach, harness_test_setup),
+		cmocka_unit_test_setup(test_map_segment, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_at_client_address, harness_test_setup),
 		cmocka_unit_test_setup(test_reg_bad_ranges_and_flags, harness_test_setup),
 		cmocka_unit_test_setup(test_reg_write_on_read_only_segment, harness_test_setup),

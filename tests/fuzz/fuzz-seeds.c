@@ -49,6 +49,7 @@ int main(int argc, char **argv)
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__AttachSegment att = ODPD__ATTACH_SEGMENT__INIT;
 	Odpd__DetachSegment det = ODPD__DETACH_SEGMENT__INIT;
+	Odpd__MapSegment map = ODPD__MAP_SEGMENT__INIT;
 	Odpd__RegMr reg = ODPD__REG_MR__INIT;
 	Odpd__DeregMr dereg = ODPD__DEREG_MR__INIT;
 	Odpd__Verify ver = ODPD__VERIFY__INIT;
@@ -68,6 +69,12 @@ int main(int argc, char **argv)
 	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
 	req.attach_segment = &att;
 	record(FUZZ_FD_MEMFD, &req, 2);
+	map.has_segment = map.has_offset = map.has_length = 1;
+	map.segment = 1;
+	map.length = 8192;
+	req.body_case = ODPD__REQUEST__BODY_MAP_SEGMENT;
+	req.map_segment = &map;
+	record(0, &req, 7);
 	reg.has_addr = reg.has_length = reg.has_access = 1;
 	reg.addr = 0x7f0000000000ull;
 	reg.length = 4096;
