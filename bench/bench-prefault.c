@@ -7,7 +7,7 @@
  *   verbs-fresh      ibv_reg_mr of pages never touched (the pin faults them)
  *   verbs-resident   ibv_reg_mr of pages written before
  *   odpd-miss        odpd_reg of a new segment's untouched range: libodpd
- *                    faults it in (parallel parts from 16 MiB) and odpd pins
+ *                    faults it in (parallel parts of 8 MiB or more) and odpd pins
  *   odpd-prefaulted  odpd_reg of a segment made with ODPD_ALLOC_POPULATE
  *                    (policy "on attach": the faulting is off the clock)
  *   odpd-again       odpd_reg of a pre-faulted range odpd registered and
@@ -18,7 +18,8 @@
  *   odpd-relaxed     odpd_dereg_relaxed of a prefaulted miss (the release)
  *   populate-1       madvise(MADV_POPULATE_WRITE) of a fresh range, one call
  *   populate-par     odpd_populate of a fresh segment (policy "on hint":
- *                    parallel parts on up to 8 threads)
+ *                    parallel parts on up to 8 threads, then odpd maps its
+ *                    own view of the range: one request)
  * and, from 64 MiB, how a large registration is best served on this device:
  *   bulk-one         one ibv_reg_mr of the whole range (resident pages)
  *   bulk-4-serial    4 MRs of a quarter each, one after another
@@ -344,7 +345,8 @@ int main(int argc, char **argv)
 		      p[C_PRE].s[REG]->median, 1.0, true);
 		ratio("ibv_dereg_mr / ibv_reg_mr (resident)", p[C_VRES].s[DEREG]->median,
 		      p[C_VRES].s[REG]->median, 0, true);
-		ratio("odpd_populate (parallel) / one MADV_POPULATE_WRITE", p[C_POPN].s[REG]->median,
+		ratio("odpd_populate (parallel, + odpd maps its view) / one MADV_POPULATE_WRITE",
+		      p[C_POPN].s[REG]->median,
 		      p[C_POP1].s[REG]->median, 0, true);
 		if (bulk) {
 			ratio("4 MRs one after another / 1 MR (reg)", p[C_BULK4S].s[REG]->median,

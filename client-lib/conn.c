@@ -493,6 +493,7 @@ static struct odpd_conn *conn_new(void)
 	link_init(&c->link);
 	link_init(&c->segments);
 	link_init(&c->mrs);
+	link_init(&c->spare_mrs);
 	link_init(&c->mirror_mrs);
 	link_init(&c->hit_refs);
 	link_init(&c->lazy);

@@ -122,6 +122,10 @@ struct odpd_conn {
 	uint64_t client_id;
 	struct odpd_link segments;      /* struct odpd_segment */
 	struct odpd_link mrs;           /* struct mr_entry (mr.c) */
+	/* Entries of MRs released in-process, for the next local hit: no
+	 * allocation on the fast path (mr.c). Under tables_lock. */
+	struct odpd_link spare_mrs;
+	unsigned n_spare_mrs;
 	struct odpd_link mirror_mrs;    /* struct mirror_entry (mirror.c) */
 	/* odpd_import_pd() (import.c): the daemon's context and PD, imported */
 	struct ibv_context *imp_ctx;
@@ -226,8 +230,9 @@ void segments_release_all(struct odpd_conn *c);
  * MADV_POPULATE_READ. EINVAL from madvise (a kernel before 5.14, or a
  * mapping that cannot be populated) is ignored: 0. Other errors of madvise
  * are returned, with a message naming @what. A range of 16 MiB or more is
- * split over up to populate_threads() threads. The caller keeps @seg
- * attached meanwhile (c->lock, or a segment nobody else knows yet).
+ * split in parts of at least 8 MiB, at most populate_threads() of them,
+ * each on a thread of its own. The caller keeps @seg attached meanwhile
+ * (c->lock, or a segment nobody else knows yet).
  */
 unsigned populate_threads(void);
 int segment_populate(const struct odpd_segment *seg, const char *what, const void *addr,

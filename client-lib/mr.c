@@ -125,9 +125,43 @@ static void mr_remove(struct mr_entry *e)
 	tables_unlock(e->conn);
 }
 
+/* At most this many entries wait for reuse per connection (~100 B each). */
+#define SPARE_MAX 64
+
+/* A zeroed entry: a spare one, else NULL. Caller holds the tables lock. */
+static struct mr_entry *spare_take_locked(struct odpd_conn *c)
+{
+	struct mr_entry *e;
+
+	if (!c->n_spare_mrs)
+		return NULL;
+	e = container_of(c->spare_mrs.next, struct mr_entry, link);
+	link_del(&e->link);
+	c->n_spare_mrs--;
+	memset(e, 0, sizeof(*e));
+	return e;
+}
+
+/* Keep @e (out of every list) for reuse: true, else the caller frees it.
+ * Caller holds the tables lock. */
+static bool spare_put_locked(struct odpd_conn *c, struct mr_entry *e)
+{
+	if (c->n_spare_mrs >= SPARE_MAX)
+		return false;
+	link_add_tail(&c->spare_mrs, &e->link);
+	c->n_spare_mrs++;
+	return true;
+}
+
 void mrs_release_all(struct odpd_conn *c)
 {
 	struct odpd_link *l, *tmp;
+
+	link_for_each_safe(l, tmp, &c->spare_mrs) {
+		link_del(l);
+		free(container_of(l, struct mr_entry, link));
+	}
+	c->n_spare_mrs = 0;
 
 	link_for_each_safe(l, tmp, &c->mrs) {
 		struct mr_entry *e = container_of(l, struct mr_entry, link);
@@ -237,13 +271,17 @@ static int mr_reg(struct odpd_conn *c, const char *what, void *addr, size_t leng
 		q.flags |= ODPD__REG_FLAGS__REG_NO_CACHE;
 	if (a->flags & ODPD_REG_PREFETCH)
 		q.flags |= ODPD__REG_FLAGS__REG_PREFETCH;
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return errmsg_set(-ENOMEM, "%s: %m", what);
-
 	/* A range this process holds, or keeps unused: answered here, under
-	 * one lock. */
+	 * one lock, with an entry a local release left (no allocation). */
 	tables_lock(c);
+	e = spare_take_locked(c);
+	if (!e) {
+		tables_unlock(c);
+		e = calloc(1, sizeof(*e));
+		if (!e)
+			return errmsg_set(-ENOMEM, "%s: %m", what);
+		tables_lock(c);
+	}
 	if (hit_lookup(c, addr, length, &q, &res, &e->ref)) {
 		mr_fill(&e->mr, addr, length, a->access, q.kind, &res);
 		mr_insert_locked(c, e, e->ref->seg);
@@ -311,6 +349,8 @@ static bool mr_dereg_local(struct mr_entry *e, const char *what, bool relaxed)
 	if (fate == HIT_RELEASE_DONE) {
 		link_del(&e->link);
 		e->seg->n_mrs--;
+		if (spare_put_locked(c, e))
+			e = NULL;
 	}
 	tables_unlock(c);
 	if (fate != HIT_RELEASE_DONE)

@@ -189,7 +189,7 @@ struct odpd_segment *odpd_attach(struct odpd_conn *conn, int fd, void *addr, siz
  * that the pinned registrations of that range that follow only pin (their
  * own fault pass then finds every page resident and skips it, see
  * odpd_reg()). madvise(2) MADV_POPULATE_WRITE (MADV_POPULATE_READ where the
- * segment is mapped read-only) - in parallel parts of at least 16 MiB on up
+ * segment is mapped read-only) - in parallel parts of at least 8 MiB on up
  * to as many threads as the CPUs this process may run on (at most 8;
  * environment ODPD_POPULATE_THREADS=N sets N, 1 never splits), which the
  * call starts and joins, with every signal blocked on them. Pages already

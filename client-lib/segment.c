@@ -194,11 +194,12 @@ static int populate_one(void *start, size_t length, int advice)
 
 /*
  * Faulting pages in is mostly zeroing them, which scales with CPUs: a range
- * of POPULATE_CHUNK_MIN or more is split into as many parts as there are
- * threads to run them, at most populate_threads() (the CPUs this process
- * may run on, at most 8; ODPD_POPULATE_THREADS overrides, 1: never split).
+ * of twice POPULATE_CHUNK_MIN or more is split into parts of at least
+ * POPULATE_CHUNK_MIN, at most populate_threads() of them (the CPUs this
+ * process may run on, at most 8; ODPD_POPULATE_THREADS overrides, 1: never
+ * split), each on a thread of its own.
  */
-#define POPULATE_CHUNK_MIN (16ul << 20)
+#define POPULATE_CHUNK_MIN (8ul << 20)
 #define POPULATE_THREADS_MAX 8u
 
 static unsigned populate_nthreads = 1;

@@ -1177,7 +1177,7 @@ static void test_populate_policy(const char *path)
 	CHECK(pages_present(p + 4 * pg, 4) == 0 && flog->maps == maps + 1);
 	CHECK(odpd_detach(seg) == 0);
 
-	/* a large range, in 3 parts on 2 threads and this one (ODPD_POPULATE_THREADS=4) */
+	/* a large range, in 4 parts on 3 threads and this one (ODPD_POPULATE_THREADS=4) */
 	seg = odpd_alloc(c, big + 2 * pg, 0);
 	CHECK(seg);
 	p = odpd_segment_addr(seg);
@@ -1529,7 +1529,7 @@ int main(void)
 	char path[128];
 	pid_t pid;
 
-	/* large ranges in 3 parts (48 MiB / 16 MiB), on any machine */
+	/* large ranges in 4 parts (ODPD_POPULATE_THREADS; 8 MiB each at least), on any machine */
 	setenv("ODPD_POPULATE_THREADS", "4", 1);
 	flog = mmap(NULL, sizeof(*flog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK(flog != MAP_FAILED);

@@ -3,7 +3,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "implicit.h"
@@ -331,16 +330,12 @@ void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachS
 
 /* ---------------------------------------------------------------- MapSegment */
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-
 struct map_op {
 	struct odpd_job job;
 	struct odpd_client *c;
 	uint64_t id;
-	uint8_t *addr;
-	size_t length;
+	struct odpd_mapping *map;           /* the client's segment holds it */
+	uint64_t start, length;             /* file offsets, whole pages */
 	int rc;                             /* errno of madvise */
 };
 
@@ -350,7 +345,7 @@ static void map_run(struct odpd_job *job)
 
 	/* Resident pages, as the client says: read faults map them, writable
 	 * (shmem needs no write notification), without allocating. */
-	op->rc = madvise(op->addr, op->length, MADV_POPULATE_READ) < 0 ? errno : 0;
+	op->rc = odpd_registry_map_ahead(op->map, op->start, op->length);
 }
 
 static void map_done(struct odpd_job *job)
@@ -406,7 +401,8 @@ void odpd_map_segment(struct odpd_client *c, uint64_t id, const Odpd__MapSegment
 	}
 	op->c = c;
 	op->id = id;
-	op->addr = s->map->addr + start;
+	op->map = s->map;
+	op->start = start;
 	op->length = end - start;
 	op->job.run = map_run;
 	op->job.done = map_done;

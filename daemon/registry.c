@@ -471,17 +471,42 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr, int stat_
 	if (!map->witness)
 		return;
 	w = map->witness + mr->offset;
-	odpd_covmap_for_each_gap(&map->witness_cov, mr->offset, mr->offset + mr->length,
-				 witness_populate, map);
-	/* Pages other MRs' witness covers, zapped: a hole was punched there
-	 * since their pins. This MR needs them back; a new epoch keeps the
-	 * older MRs of the segment from ever proving current again. */
-	if (!pages_present(r, (uintptr_t)w, mr->length, false)) {
-		atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
-		madvise(w, mr->length, MADV_POPULATE_READ);
+	/* Every witness page there present (PAGEMAP_SCAN: one walk without
+	 * touching the pages, cheaper than populating): nothing to put back. */
+	if (!(r->pagemap_scan && pages_present(r, (uintptr_t)w, mr->length, false))) {
+		odpd_covmap_for_each_gap(&map->witness_cov, mr->offset, mr->offset + mr->length,
+					 witness_populate, map);
+		/* Pages other MRs' witness covers, zapped: a hole was punched
+		 * there since their pins. This MR needs them back; a new epoch
+		 * keeps the older MRs of the segment from ever proving current
+		 * again. */
+		if (!pages_present(r, (uintptr_t)w, mr->length, false)) {
+			atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
+			madvise(w, mr->length, MADV_POPULATE_READ);
+		}
 	}
 	mr->witness_epoch = atomic_load_explicit(&map->witness_epoch, memory_order_acquire);
 	mr->witnessed = odpd_covmap_add(&map->witness_cov, mr->offset, mr->offset + mr->length) >= 0;
+}
+
+/*
+ * Worker: map odpd's view of [@start, @start + @length) of @map (file
+ * offsets, whole pages) ahead of registrations (MapSegment), and the witness
+ * pages there that no MR relies on (its gaps: putting those back proves
+ * nothing wrong for anyone; covered ones stay as a hole punch left them).
+ * Read faults: where the client's pages are resident, nothing is allocated.
+ * 0 or an errno of madvise.
+ */
+int odpd_registry_map_ahead(struct odpd_mapping *map, uint64_t start, uint64_t length)
+{
+	int rc = madvise(map->addr + start, length, MADV_POPULATE_READ) < 0 ? errno : 0;
+
+	if (!rc && map->witness) {
+		pthread_mutex_lock(&map->witness_lock);
+		odpd_covmap_for_each_gap(&map->witness_cov, start, start + length, witness_populate, map);
+		pthread_mutex_unlock(&map->witness_lock);
+	}
+	return rc;
 }
 
 static void witness_end(struct odpd_mr *mr)
@@ -1583,8 +1608,11 @@ static void reg_run(struct odpd_job *job)
 	 * notification they map them writable, so the pin faults nothing. A pin
 	 * that faults writes page by page took 207 ms for 256 MiB in the VM,
 	 * this 58 + 18 ms; and write faults would move the segment's ctime.
+	 * Mapped already (MapSegment, an earlier MR there): one PAGEMAP_SCAN
+	 * walk finds that faster than populating walks the pages again.
 	 */
-	madvise(op->daemon_addr, mr->length, MADV_POPULATE_READ);
+	if (!(op->r->pagemap_scan && pages_present(op->r, (uintptr_t)op->daemon_addr, mr->length, false)))
+		madvise(op->daemon_addr, mr->length, MADV_POPULATE_READ);
 	/* Witness, then pin, as one step among the segment's registrations. */
 	pthread_mutex_lock(&mr->map->witness_lock);
 	witness_begin(op->r, mr, op->stat_fd);

@@ -212,6 +212,10 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 		       struct odpd_devices *devices);
 /* At shutdown, after every holder is gone and the pool drained. */
 void odpd_registry_finish(struct odpd_registry *r);
+
+/* Worker: map odpd's view of a range of @map ahead of its registrations
+ * (MapSegment); registry.c. 0 or an errno of madvise. */
+int odpd_registry_map_ahead(struct odpd_mapping *map, uint64_t start, uint64_t length);
 /* Nothing in flight, nothing to release: shutdown may proceed. */
 bool odpd_registry_idle(const struct odpd_registry *r);
 
