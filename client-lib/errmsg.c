@@ -13,9 +13,12 @@ _public_ const char *odpd_errmsg(void)
 	return errmsg_buf;
 }
 
-void errmsg_clear(void)
+_Thread_local bool errmsg_dirty __attribute__((tls_model("initial-exec")));
+
+void errmsg_reset(void)
 {
 	errmsg_buf[0] = '\0';
+	errmsg_dirty = false;
 }
 
 int errmsg_set(int r, const char *fmt, ...)
@@ -26,5 +29,6 @@ int errmsg_set(int r, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(errmsg_buf, sizeof(errmsg_buf), fmt, ap);
 	va_end(ap);
+	errmsg_dirty = true;
 	return r;
 }

@@ -67,8 +67,18 @@ static inline void link_del(struct odpd_link *n)
 
 /* ---------------------------------------------------------------- errors */
 
+/* This thread's error message is not "": one byte of static TLS
+ * (initial-exec), so that errmsg_clear() on every call's fast path needs no
+ * __tls_get_addr for the message itself. */
+extern _Thread_local bool errmsg_dirty __attribute__((tls_model("initial-exec")));
+void errmsg_reset(void);
+
 /* Reset this thread's error message to "". */
-void errmsg_clear(void);
+static inline void errmsg_clear(void)
+{
+	if (errmsg_dirty)
+		errmsg_reset();
+}
 
 /*
  * Store "@fmt ..." as this thread's error message and return @r (a negative
