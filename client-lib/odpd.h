@@ -193,13 +193,15 @@ struct odpd_segment *odpd_attach(struct odpd_conn *conn, int fd, void *addr, siz
  * to as many threads as the CPUs this process may run on (at most 8;
  * environment ODPD_POPULATE_THREADS=N sets N, 1 never splits), which the
  * call starts and joins, with every signal blocked on them. Pages already
- * resident are not walked again. Blocks until done; the connection stays
- * usable by other threads meanwhile; do not detach @seg meanwhile.
- * No daemon round trip. A kernel before 5.14 (no MADV_POPULATE_*) makes
- * it a no-op that returns 0.
+ * resident are not walked again. Then one request (MapSegment) has odpd map
+ * its own view of the range on a worker; meanwhile other threads' calls on
+ * the connection wait. Blocks until done; do not detach @seg meanwhile. A
+ * kernel before 5.14 (no MADV_POPULATE_*) makes the faulting a no-op.
  * Errors: EINVAL (@seg NULL, @length 0, the range not inside @seg), ENOMEM
  * (out of memory or over the memory cgroup's limit), EFAULT (no memory
- * behind the mapping, e.g. no free huge pages), EHWPOISON.
+ * behind the mapping, e.g. no free huge pages), EHWPOISON. The daemon's
+ * answer is not an error of the call (an older daemon does not know the
+ * request; a lost connection changes nothing here).
  */
 int odpd_populate(struct odpd_segment *seg, void *addr, size_t length);
 

@@ -508,7 +508,13 @@ static int segment_alloc(struct odpd_conn *c, size_t length, unsigned flags,
 		char msg[512];
 
 		snprintf(msg, sizeof(msg), "%s", odpd_errmsg());
-		segment_detach(seg);
+		if (segment_detach(seg) < 0) {
+			/* a lost connection: the daemon's side is gone with it */
+			tables_lock(c);
+			link_del(&seg->link);
+			tables_unlock(c);
+			segment_free(seg);
+		}
 		return errmsg_set(r, "%s", msg);
 	}
 	if (flags & ODPD_ALLOC_POPULATE)

@@ -1115,7 +1115,8 @@ static size_t pages_present(const void *p, size_t n)
 
 /*
  * The pre-fault policies: on attach (ODPD_ALLOC_POPULATE), on hint
- * (odpd_populate, no request sent), never (ODPD_ALLOC_NO_POPULATE); a large
+ * (odpd_populate: no registration, one MapSegment), never
+ * (ODPD_ALLOC_NO_POPULATE); a large
  * range is split over threads: every page of it and none beside it, and an
  * error in any part fails the call.
  */
@@ -1156,7 +1157,7 @@ static void test_populate_policy(const char *path)
 	CHECK(mr && flog->reg_pages == 2 && flog->reg_resident == 0 && pages_present(p, 4) == 0);
 	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg) == 0);
 
-	/* on hint: just the range, rounded out to pages, and no request */
+	/* on hint: just the range, rounded out to pages; one MapSegment, no RegMr */
 	seg = odpd_alloc(c, 8 * pg, 0);
 	CHECK(seg);
 	p = odpd_segment_addr(seg);

@@ -345,7 +345,7 @@ static void map_run(struct odpd_job *job)
 
 	/* Resident pages, as the client says: read faults map them, writable
 	 * (shmem needs no write notification), without allocating. */
-	op->rc = odpd_registry_map_ahead(op->map, op->start, op->length);
+	op->rc = odpd_registry_map_ahead(&op->c->m->registry, op->map, op->start, op->length);
 }
 
 static void map_done(struct odpd_job *job)

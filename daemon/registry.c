@@ -458,6 +458,52 @@ static void witness_populate(uint64_t s, uint64_t e, void *arg)
  */
 static bool pages_present(struct odpd_registry *r, uintptr_t addr, uint64_t length, bool loop);
 
+/*
+ * A read fault maps the page cache pages around it too (fault-around, up to
+ * the page table it lands in; a huge page maps whole), covered witness
+ * pages included: one a hole punch zapped from under an MR, whose offset
+ * the file has a page for again since, would come back and make that MR
+ * look current while it pins the orphan. So before witness pages of [@s,
+ * @e) are populated, every covered witness page within that reach must be
+ * present; if one is not, the epoch moves first, and no MR pinned before
+ * proves current again. Workers, under witness_lock.
+ */
+struct witness_guard {
+	struct odpd_registry *r;
+	struct odpd_mapping *map;
+	uint64_t at;                        /* start of the covered stretch in view */
+	bool absent;
+};
+
+static void guard_covered(struct witness_guard *g, uint64_t s, uint64_t e)
+{
+	if (!g->absent && s < e && !pages_present(g->r, (uintptr_t)(g->map->witness + s), e - s, false))
+		g->absent = true;
+}
+
+static void guard_gap(uint64_t s, uint64_t e, void *arg)
+{
+	struct witness_guard *g = arg;
+
+	guard_covered(g, g->at, s);
+	g->at = e;
+}
+
+static void witness_guard(struct odpd_registry *r, struct odpd_mapping *map, uint64_t s, uint64_t e)
+{
+	/* a page table's span: 512 entries of 4 KiB, 2 MiB */
+	const uint64_t reach = (PAGE / 8) * PAGE;
+	uint64_t lo = s / reach * reach, hi = (e + reach - 1) / reach * reach;
+	struct witness_guard g = { .r = r, .map = map, .at = lo };
+
+	if (hi > map->size)
+		hi = map->size;
+	odpd_covmap_for_each_gap(&map->witness_cov, lo, hi, guard_gap, &g);
+	guard_covered(&g, g.at, hi);
+	if (g.absent)
+		atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
+}
+
 static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr, int stat_fd)
 {
 	struct odpd_mapping *map = mr->map;
@@ -474,12 +520,13 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr, int stat_
 	/* Every witness page there present (PAGEMAP_SCAN: one walk without
 	 * touching the pages, cheaper than populating): nothing to put back. */
 	if (!(r->pagemap_scan && pages_present(r, (uintptr_t)w, mr->length, false))) {
+		witness_guard(r, map, mr->offset, mr->offset + mr->length);
 		odpd_covmap_for_each_gap(&map->witness_cov, mr->offset, mr->offset + mr->length,
 					 witness_populate, map);
 		/* Pages other MRs' witness covers, zapped: a hole was punched
 		 * there since their pins. This MR needs them back; a new epoch
 		 * keeps the older MRs of the segment from ever proving current
-		 * again. */
+		 * again (witness_guard moved it already where it saw that). */
 		if (!pages_present(r, (uintptr_t)w, mr->length, false)) {
 			atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
 			madvise(w, mr->length, MADV_POPULATE_READ);
@@ -489,24 +536,81 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr, int stat_
 	mr->witnessed = odpd_covmap_add(&map->witness_cov, mr->offset, mr->offset + mr->length) >= 0;
 }
 
+/* Resident runs of [@addr, @addr + @length) of a shared file mapping
+ * (mincore(2): the page cache), each handed to @fn. */
+static void for_each_resident_run(uint8_t *addr, uint64_t length, void (*fn)(uint8_t *a, uint64_t n, void *arg),
+				  void *arg)
+{
+	unsigned char vec[4096];
+	uint8_t *run = NULL;
+
+	for (uint64_t done = 0; done < length;) {
+		uint64_t n = length - done < sizeof(vec) * PAGE ? length - done : sizeof(vec) * PAGE;
+
+		if (mincore(addr + done, n, vec) < 0)
+			memset(vec, 0, sizeof(vec));   /* nothing known resident: nothing mapped */
+		for (uint64_t i = 0; i < n / PAGE; i++) {
+			uint8_t *pg = addr + done + i * PAGE;
+
+			if ((vec[i] & 1) && !run)
+				run = pg;
+			else if (!(vec[i] & 1) && run) {
+				fn(run, (uint64_t)(pg - run), arg);
+				run = NULL;
+			}
+		}
+		done += n;
+	}
+	if (run)
+		fn(run, (uint64_t)(addr + length - run), arg);
+}
+
+static void populate_run(uint8_t *a, uint64_t n, void *arg)
+{
+	int *rc = arg;
+
+	if (madvise(a, n, MADV_POPULATE_READ) < 0 && !*rc)
+		*rc = errno;
+}
+
+struct ahead {
+	struct odpd_mapping *map;
+	int rc;
+};
+
+static void ahead_gap(uint64_t s, uint64_t e, void *arg)
+{
+	struct ahead *a = arg;
+
+	for_each_resident_run(a->map->witness + s, e - s, populate_run, &a->rc);
+}
+
 /*
  * Worker: map odpd's view of [@start, @start + @length) of @map (file
  * offsets, whole pages) ahead of registrations (MapSegment), and the witness
- * pages there that no MR relies on (its gaps: putting those back proves
- * nothing wrong for anyone; covered ones stay as a hole punch left them).
- * Read faults: where the client's pages are resident, nothing is allocated.
+ * pages there that no MR relies on. Only pages the page cache has (the
+ * client faulted them in, as it says): read faults on them allocate
+ * nothing, so a client cannot make odpd's cgroup pay. The witness part goes
+ * in steps of 16 MiB, each under witness_lock and after witness_guard.
  * 0 or an errno of madvise.
  */
-int odpd_registry_map_ahead(struct odpd_mapping *map, uint64_t start, uint64_t length)
+int odpd_registry_map_ahead(struct odpd_registry *r, struct odpd_mapping *map, uint64_t start, uint64_t length)
 {
-	int rc = madvise(map->addr + start, length, MADV_POPULATE_READ) < 0 ? errno : 0;
+	const uint64_t step = 16u << 20;
+	struct ahead a = { .map = map };
 
-	if (!rc && map->witness) {
+	if (r->pagemap_scan && pages_present(r, (uintptr_t)(map->addr + start), length, false))
+		return 0;                    /* mapped already (an earlier MapSegment or MR) */
+	for_each_resident_run(map->addr + start, length, populate_run, &a.rc);
+	for (uint64_t s = start; !a.rc && map->witness && s < start + length; s += step) {
+		uint64_t e = start + length - s < step ? start + length : s + step;
+
 		pthread_mutex_lock(&map->witness_lock);
-		odpd_covmap_for_each_gap(&map->witness_cov, start, start + length, witness_populate, map);
+		witness_guard(r, map, s, e);
+		odpd_covmap_for_each_gap(&map->witness_cov, s, e, ahead_gap, &a);
 		pthread_mutex_unlock(&map->witness_lock);
 	}
-	return rc;
+	return a.rc;
 }
 
 static void witness_end(struct odpd_mr *mr)

@@ -201,7 +201,7 @@ struct odpd_registry {
 	LIST_HEAD(, odpd_waiter) waiters;
 	uint64_t next_mr_id, generation, batch_seq;
 	int pagemap_fd;                     /* /proc/self/pagemap: witness pages present? */
-	bool pagemap_scan;                  /* the kernel has PAGEMAP_SCAN */
+	_Atomic bool pagemap_scan;          /* the kernel has PAGEMAP_SCAN (read by workers) */
 	unsigned pending;                   /* jobs in flight that are not a client's */
 	struct odpd_cache_stats stats;
 	struct odpd_odp_stats odp;
@@ -215,7 +215,8 @@ void odpd_registry_finish(struct odpd_registry *r);
 
 /* Worker: map odpd's view of a range of @map ahead of its registrations
  * (MapSegment); registry.c. 0 or an errno of madvise. */
-int odpd_registry_map_ahead(struct odpd_mapping *map, uint64_t start, uint64_t length);
+int odpd_registry_map_ahead(struct odpd_registry *r, struct odpd_mapping *map, uint64_t start,
+			    uint64_t length);
 /* Nothing in flight, nothing to release: shutdown may proceed. */
 bool odpd_registry_idle(const struct odpd_registry *r);
 

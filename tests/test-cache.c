@@ -944,6 +944,61 @@ static void test_punched_hole_found_by_flush(void **state)
 	punched_hole_replaces_pinned_mr(HOLE_BY_FLUSH);
 }
 
+/*
+ * A stale MR stays stale when a registration or a MapSegment next to it
+ * maps witness pages: their read faults map the page cache pages around
+ * them too (fault-around), among them the new pages the file got where a
+ * hole was punched under the old MR. Pages 0-3 are pinned by @old; a hole
+ * is punched there and written again; then pages 8-9 (same page table) are
+ * registered or faulted in with odpd_populate (MapSegment). A registration
+ * of pages 0-3 must then be a miss that reads the new bytes, not @old.
+ */
+static void stale_mr_stays_stale(bool by_populate)
+{
+	const size_t pg = 4096;
+	struct odpd_conn *c = connect_cache(false);      /* odpd's lookup decides */
+	struct odpd_segment *seg = odpd_alloc(c, 64 * pg, 0);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *old, *near = NULL, *fresh;
+	uint32_t crc_old, crc_new;
+
+	fill(p, 4 * pg, 3);
+	crc_old = crc_of(p, 4 * pg);
+	old = reg_or_fail(c, p, 4 * pg, IBV_ACCESS_LOCAL_WRITE);
+	assert_int_equal(verify_or_fail(old), crc_old);
+	assert_int_equal(fallocate(odpd_segment_fd(seg), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+				   (off_t)(4 * pg)), 0);
+	fill(p, 4 * pg, 4);                              /* new pages in the file */
+	crc_new = crc_of(p, 4 * pg);
+	assert_int_not_equal(crc_new, crc_old);
+	if (by_populate)
+		assert_int_equal(odpd_populate(seg, p + 8 * pg, 2 * pg), 0);
+	else
+		near = reg_or_fail(c, p + 8 * pg, 2 * pg, IBV_ACCESS_LOCAL_WRITE);
+	fresh = reg_or_fail(c, p, 4 * pg, IBV_ACCESS_LOCAL_WRITE);
+	assert_false(fresh->cache_hit);
+	assert_int_not_equal(fresh->lkey, old->lkey);
+	assert_int_equal(verify_or_fail(fresh), crc_new);
+	odpd_dereg(fresh);
+	if (near)
+		odpd_dereg(near);
+	odpd_dereg(old);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
+static void test_stale_mr_stays_stale_beside_registration(void **state)
+{
+	(void)state;
+	stale_mr_stays_stale(false);
+}
+
+static void test_stale_mr_stays_stale_beside_populate(void **state)
+{
+	(void)state;
+	stale_mr_stays_stale(true);
+}
+
 /* ---------------------------------------------------------------- shared PDs */
 
 struct shared_child {
@@ -1564,6 +1619,8 @@ int main(void)
 		cmocka_unit_test_setup(test_punched_hole_replaces_pinned_mr, harness_test_setup),
 		cmocka_unit_test_setup(test_punched_hole_found_by_hole_check, harness_test_setup),
 		cmocka_unit_test_setup(test_punched_hole_found_by_flush, harness_test_setup),
+		cmocka_unit_test_setup(test_stale_mr_stays_stale_beside_registration, harness_test_setup),
+		cmocka_unit_test_setup(test_stale_mr_stays_stale_beside_populate, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_same_keys, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_remote_keys_stay_with_owner, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_policy, harness_test_setup),
