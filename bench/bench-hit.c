@@ -328,16 +328,7 @@ int main(int argc, char **argv)
 		case 's': sock = optarg; break;
 		case 'r': rounds = parse_n(optarg, 100000); break;
 		case 'o': out = optarg; break;
-		case 'z': {
-			char *save = NULL, *tok, *copy = strdup(optarg);
-
-			n_sizes = 0;
-			for (tok = strtok_r(copy, ",", &save); tok && n_sizes < MAX_SIZES;
-			     tok = strtok_r(NULL, ",", &save))
-				sizes[n_sizes++] = (size_t)strtoull(tok, NULL, 0);
-			free(copy);
-			break;
-		}
+		case 'z': n_sizes = parse_sizes(optarg, sizes, MAX_SIZES, 1024 * MiB); break;
 		case 'h': usage(); return 0;
 		default: usage(); return 2;
 		}

@@ -96,18 +96,7 @@ static void pair_free(struct pair *p)
 /* A memfd mapping of @len bytes, never touched (or written, @touch). */
 static void *buffer(size_t len, bool touch)
 {
-	int fd = memfd_create(bench_name, MFD_CLOEXEC);
-	void *p;
-
-	if (fd < 0 || ftruncate(fd, (off_t)len) < 0)
-		die("memfd of %zu bytes: %s", len, strerror(errno));
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		die("mmap %zu bytes: %s", len, strerror(errno));
-	close(fd);
-	if (touch)
-		memset(p, 0xa5, len);
-	return p;
+	return touch ? memfd_buffer(len) : memfd_buffer_fresh(len);
 }
 
 static void verbs_case(struct pair *p, size_t len, bool fresh)
@@ -271,16 +260,7 @@ int main(int argc, char **argv)
 		case 's': sock = optarg; break;
 		case 'r': max_rounds = parse_n(optarg, 10000); break;
 		case 'o': out = optarg; break;
-		case 'z': {
-			char *save = NULL, *tok, *copy = strdup(optarg);
-
-			n_sizes = 0;
-			for (tok = strtok_r(copy, ",", &save); tok && n_sizes < MAX_SIZES;
-			     tok = strtok_r(NULL, ",", &save))
-				sizes[n_sizes++] = (size_t)strtoull(tok, NULL, 0);
-			free(copy);
-			break;
-		}
+		case 'z': n_sizes = parse_sizes(optarg, sizes, MAX_SIZES, 1024 * MiB); break;
 		default:
 			die("usage: bench-prefault --socket PATH [--sizes N,...] [--rounds N] [--out DIR]");
 		}

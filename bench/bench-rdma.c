@@ -657,35 +657,6 @@ static void report(struct point *pts, unsigned nsizes, unsigned rounds, unsigned
 
 /* ---------------------------------------------------------------- main */
 
-static unsigned parse_sizes(const char *s, size_t *sizes, unsigned max)
-{
-	char buf[256], *save = NULL;
-	unsigned n = 0;
-
-	if (strlen(s) >= sizeof(buf))
-		die("--sizes: too long");
-	strcpy(buf, s);
-	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		char *end;
-		unsigned long long v = strtoull(t, &end, 10);
-
-		if (*t < '1' || *t > '9')
-			die("--sizes: bad size %s", t);
-		if (*end == 'K')
-			v *= KiB, end++;
-		else if (*end == 'M')
-			v *= MiB, end++;
-		if (*end || v > 64 * MiB)
-			die("--sizes: bad size %s (1 .. 64M bytes; suffixes K and M)", t);
-		if (n == max)
-			die("--sizes: at most %u sizes", max);
-		sizes[n++] = (size_t)v;
-	}
-	if (!n)
-		die("--sizes: no size");
-	return n;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: bench-rdma [--socket PATH] [--out DIR] [--sizes LIST] [--rounds N]\n"
@@ -737,7 +708,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's': sock = optarg; break;
 		case 'o': out_dir = optarg; break;
-		case 'S': nsizes = parse_sizes(optarg, sizes, MAX_SIZES); break;
+		case 'S': nsizes = parse_sizes(optarg, sizes, MAX_SIZES, 64 * MiB); break;
 		case 'r': rounds = parse_n(optarg, 10000); break;
 		case 'z': seconds = parse_n(optarg, 86400); break;
 		case 'l': lat = parse_n(optarg, 1000000); break;

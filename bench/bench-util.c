@@ -47,6 +47,35 @@ unsigned parse_n(const char *s, unsigned max)
 	return (unsigned)v;
 }
 
+unsigned parse_sizes(const char *s, size_t *sizes, unsigned max, size_t max_bytes)
+{
+	char buf[256], *save = NULL;
+	unsigned n = 0;
+
+	if (strlen(s) >= sizeof(buf))
+		die("--sizes: too long");
+	strcpy(buf, s);
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		char *end;
+		unsigned long long v = strtoull(t, &end, 10);
+
+		if (*t < '1' || *t > '9')
+			die("--sizes: bad size %s", t);
+		if (*end == 'K')
+			v *= KiB, end++;
+		else if (*end == 'M')
+			v *= MiB, end++;
+		if (*end || v > max_bytes)
+			die("--sizes: bad size %s (1 .. %zu bytes; suffixes K and M)", t, max_bytes);
+		if (n == max)
+			die("--sizes: at most %u sizes", max);
+		sizes[n++] = (size_t)v;
+	}
+	if (!n)
+		die("--sizes: no size");
+	return n;
+}
+
 void print_command(int argc, char **argv)
 {
 	struct utsname u;
@@ -157,7 +186,7 @@ void verbs_reg_dereg(const struct verbs *v, void *buf, size_t len, int access, d
 		die("ibv_dereg_mr: %s", strerror(errno));
 }
 
-void *memfd_buffer(size_t len)
+void *memfd_buffer_fresh(size_t len)
 {
 	int fd = memfd_create(bench_name, MFD_CLOEXEC);
 	void *p;
@@ -168,6 +197,13 @@ void *memfd_buffer(size_t len)
 	if (p == MAP_FAILED)
 		die("mmap %zu bytes: %s", len, strerror(errno));
 	close(fd);
+	return p;
+}
+
+void *memfd_buffer(size_t len)
+{
+	void *p = memfd_buffer_fresh(len);
+
 	memset(p, 0xa5, len);
 	return p;
 }

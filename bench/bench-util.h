@@ -36,6 +36,10 @@ void csv_close(FILE *f, const char *dir, const char *name);
 /* A count of 1..@max, else die(). */
 unsigned parse_n(const char *s, unsigned max);
 
+/* "N,N,...": sizes in bytes (suffixes K and M: KiB, MiB), 1 .. @max_bytes,
+ * at most @max of them, into @sizes; their count. Else die(). */
+unsigned parse_sizes(const char *s, size_t *sizes, unsigned max, size_t max_bytes);
+
 /* "PROGRAM: ARGV...\nkernel RELEASE MACHINE", no newline: the caller ends the line. */
 void print_command(int argc, char **argv);
 
@@ -75,6 +79,8 @@ void verbs_reg_dereg(const struct verbs *v, void *buf, size_t len, int access, d
 
 /* A MAP_SHARED memfd of @len bytes with every page written. */
 void *memfd_buffer(size_t len);
+/* The same, never touched: no page exists yet. */
+void *memfd_buffer_fresh(size_t len);
 
 /* ---------------------------------------------------------------- odpd */
 

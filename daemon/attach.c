@@ -303,18 +303,25 @@ fail:
 	odpd_reply_err(c, id, &err);
 }
 
-void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachSegment *req)
+/* The client's segment @handle; else NULL, and request @id got ENOENT. */
+static struct odpd_cseg *cseg_find(struct odpd_client *c, uint64_t id, uint64_t handle)
 {
-	Odpd__Reply reply = ODPD__REPLY__INIT;
 	struct odpd_cseg *s;
 
 	LIST_FOREACH(s, &c->segs, link)
-		if (s->handle == req->segment)
-			break;
-	if (!s) {
-		odpd_client_send_error(c, id, ENOENT, "no such segment");
+		if (s->handle == handle)
+			return s;
+	odpd_client_send_error(c, id, ENOENT, "no such segment");
+	return NULL;
+}
+
+void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachSegment *req)
+{
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	struct odpd_cseg *s = cseg_find(c, id, req->segment);
+
+	if (!s)
 		return;
-	}
 	if (s->n_mrs) {
 		odpd_client_send_error(c, id, EBUSY, "MRs over the segment are still registered");
 		return;
@@ -373,16 +380,11 @@ static void map_done(struct odpd_job *job)
 void odpd_map_segment(struct odpd_client *c, uint64_t id, const Odpd__MapSegment *req)
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off, len, start, end;
-	struct odpd_cseg *s;
+	struct odpd_cseg *s = cseg_find(c, id, req->segment);
 	struct map_op *op;
 
-	LIST_FOREACH(s, &c->segs, link)
-		if (s->handle == req->segment)
-			break;
-	if (!s) {
-		odpd_client_send_error(c, id, ENOENT, "no such segment");
+	if (!s)
 		return;
-	}
 	off = req->has_offset ? req->offset : 0;
 	len = req->has_length && req->length ? req->length : s->length - (off < s->length ? off : s->length);
 	if (off >= s->length || len == 0 || len > s->length - off) {

@@ -305,6 +305,15 @@ static void test_free_idle(void **state)
 	check_threads(f, 1);
 }
 
+/* Let every gate_run job go on. */
+static void open_gate(struct fixture *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->met = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+}
+
 /* A big job that runs until the test opens the gate (f->met). */
 static void gate_run(struct odpd_job *job)
 {
@@ -339,10 +348,7 @@ static void test_big_jobs_leave_a_worker(void **state)
 	assert_int_equal(f->done_order[0], 2);
 	usleep(100 * 1000);
 	assert_int_equal(f->jobs[1].runs, 0);          /* not while the first big one runs */
-	pthread_mutex_lock(&f->lock);
-	f->met = true;
-	pthread_cond_broadcast(&f->cond);
-	pthread_mutex_unlock(&f->lock);
+	open_gate(f);
 	loop_until(f, 3);
 	assert_int_equal(f->done_order[1], 0);
 	assert_int_equal(f->done_order[2], 1);
@@ -362,40 +368,24 @@ static void test_lanes_take_turns(void **state)
 	const int want[8] = { 0, 1, 6, 2, 3, 4, 5, 7 };
 
 	assert_int_equal(odpd_pool_new(f->base, 1, &f->pool), 0);
-	for (int i = 0; i < 8; i++) {
-		init_job(f, i, 0);
-		f->jobs[i].job.lane = lane_of[i];
-		if (i == 0)
-			f->jobs[i].job.run = gate_run;
-		odpd_pool_submit(f->pool, &f->jobs[i].job);
+	/* the second round: with the lanes of the first, reused once empty */
+	for (int round = 0; round < 2; round++) {
+		f->ndone = 0;
+		f->met = false;
+		for (int i = 0; i < 8; i++) {
+			init_job(f, i, 0);
+			f->jobs[i].job.lane = lane_of[i];
+			if (i == 0)
+				f->jobs[i].job.run = gate_run;
+			odpd_pool_submit(f->pool, &f->jobs[i].job);
+		}
+		usleep(20 * 1000);               /* the worker waits at the gate */
+		open_gate(f);
+		loop_until(f, 8);
+		check_threads(f, 8);
+		for (int i = 0; i < 8; i++)
+			assert_int_equal(f->done_order[i], want[i]);
 	}
-	usleep(20 * 1000);                       /* the worker waits at the gate */
-	pthread_mutex_lock(&f->lock);
-	f->met = true;
-	pthread_cond_broadcast(&f->cond);
-	pthread_mutex_unlock(&f->lock);
-	loop_until(f, 8);
-	check_threads(f, 8);
-	for (int i = 0; i < 8; i++)
-		assert_int_equal(f->done_order[i], want[i]);
-
-	/* the lanes are reused once empty: the same again */
-	f->ndone = 0;
-	f->met = false;
-	for (int i = 0; i < 8; i++) {
-		init_job(f, i, 0);
-		f->jobs[i].job.lane = lane_of[i];
-		if (i == 0)
-			f->jobs[i].job.run = gate_run;
-		odpd_pool_submit(f->pool, &f->jobs[i].job);
-	}
-	pthread_mutex_lock(&f->lock);
-	f->met = true;
-	pthread_cond_broadcast(&f->cond);
-	pthread_mutex_unlock(&f->lock);
-	loop_until(f, 8);
-	for (int i = 0; i < 8; i++)
-		assert_int_equal(f->done_order[i], want[i]);
 }
 
 int main(void)
