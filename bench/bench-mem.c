@@ -2,8 +2,9 @@
 /*
  * bench-mem: odpd's own memory per cached MR (issue 11: at most 256 bytes,
  * measured over 100,000 MRs). Client processes (one per 50,000 MRs, the
- * per-connection limit being 65,536) each pre-fault a segment of one page
- * per MR and register every page as a pinned MR of its own, all misses, and
+ * per-connection limit being 65,536) each pre-fault a segment of two pages
+ * per MR and register every other page as a pinned MR of its own (MRs that
+ * do not touch: odpd's coverage maps cannot merge them), all misses, and
  * hold them; meanwhile the parent reads odpd's RssAnon (/proc/PID/status:
  * its heap, libibverbs' and the provider's objects, not the segments, which
  * are shmem) before, with every MR held, and after they are deregistered.
@@ -83,12 +84,12 @@ static void client(const char *sock, unsigned n, int ready, int go)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	setenv("ODPD_CACHE", "0", 1);            /* the daemon's cache, no process cache */
 	c = odpd_connect(sock, NULL);
-	s = c ? odpd_alloc(c, (size_t)n * pg, ODPD_ALLOC_POPULATE) : NULL;
+	s = c ? odpd_alloc(c, (size_t)n * 2 * pg, ODPD_ALLOC_POPULATE) : NULL;
 	if (!mrs || !s)
 		die("client: %s", odpd_errmsg());
 	p = odpd_segment_addr(s);
 	for (unsigned i = 0; i < n; i++)
-		if (!(mrs[i] = odpd_reg(c, p + (size_t)i * pg, pg, IBV_ACCESS_LOCAL_WRITE)))
+		if (!(mrs[i] = odpd_reg(c, p + (size_t)i * 2 * pg, pg, IBV_ACCESS_LOCAL_WRITE)))
 			die("odpd_reg #%u: %s", i, odpd_errmsg());
 	if (write(ready, &b, 1) != 1 || read(go, &b, 1) != 1)
 		_exit(1);

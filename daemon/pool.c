@@ -111,6 +111,7 @@ static void *worker_main(void *arg)
 {
 	struct odpd_pool *p = arg;
 	struct odpd_job *job;
+	bool wake_worker, notify;
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
@@ -128,15 +129,20 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		job->next = p->finished;
 		p->finished = job;
-		if (job->big && p->big_running-- == p->big_max && p->queued && p->idle)
-			pthread_cond_signal(&p->cond);  /* a big job may have been waiting */
+		/* a big job may have been waiting for this one's place */
+		wake_worker = job->big && p->big_running-- == p->big_max && p->queued && p->idle;
 		/* One wake-up of the loop for all that completes before it drains. */
-		if (!p->notified) {
-			uint64_t one = 1;
-
-			p->notified = true;
-			if (write(p->efd, &one, sizeof(one)) < 0)
+		notify = !p->notified;
+		p->notified = true;
+		if (wake_worker || notify) {
+			/* Woken after the unlock: neither the loop nor a worker
+			 * wakes up only to wait for this lock. */
+			pthread_mutex_unlock(&p->lock);
+			if (wake_worker)
+				pthread_cond_signal(&p->cond);
+			if (notify && write(p->efd, &(uint64_t){ 1 }, sizeof(uint64_t)) < 0)
 				log_error("pool: eventfd write failed");
+			pthread_mutex_lock(&p->lock);
 		}
 	}
 	pthread_mutex_unlock(&p->lock);

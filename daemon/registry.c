@@ -1079,6 +1079,46 @@ void odpd_registry_hits_report(struct odpd_registry *r, struct odpd_holder *h, b
 
 /* ---------------------------------------------------------------- references */
 
+/* Handles are a client's sequence numbers: their low bits spread them. */
+static void ref_index_put(struct odpd_ref **index, uint32_t size, struct odpd_ref *ref)
+{
+	struct odpd_ref **b = &index[ref->handle & (size - 1)];
+
+	ref->index_next = *b;
+	*b = ref;
+}
+
+/* Rebuild the index with twice the slots (at least 64) when the references
+ * outnumber them: true, and every reference is in it. False: unchanged
+ * (out of memory: its chains get longer; no index: lookups scan refs). */
+static bool ref_index_grow(struct odpd_holder *h)
+{
+	uint32_t size = h->ref_index_size ? h->ref_index_size * 2 : 64;
+	struct odpd_ref **index, *ref;
+
+	if (h->n_refs <= h->ref_index_size || size > (1u << 30) || !(index = calloc(size, sizeof(*index))))
+		return false;
+	LIST_FOREACH(ref, &h->refs, hlink)
+		ref_index_put(index, size, ref);
+	free(h->ref_index);
+	h->ref_index = index;
+	h->ref_index_size = size;
+	return true;
+}
+
+static void ref_index_del(struct odpd_holder *h, struct odpd_ref *ref)
+{
+	struct odpd_ref **pp;
+
+	if (!h->ref_index)
+		return;
+	for (pp = &h->ref_index[ref->handle & (h->ref_index_size - 1)]; *pp; pp = &(*pp)->index_next)
+		if (*pp == ref) {
+			*pp = ref->index_next;
+			return;
+		}
+}
+
 static struct odpd_ref *ref_new(struct odpd_registry *r, struct odpd_holder *h, struct odpd_mr *mr,
 				const struct odpd_reg_req *q)
 {
@@ -1094,6 +1134,8 @@ static struct odpd_ref *ref_new(struct odpd_registry *r, struct odpd_holder *h, 
 	ref->cookie = q->cookie;
 	LIST_INSERT_HEAD(&h->refs, ref, hlink);
 	h->n_refs++;
+	if (!(h->n_refs > h->ref_index_size && ref_index_grow(h)) && h->ref_index)
+		ref_index_put(h->ref_index, h->ref_index_size, ref);
 	odpd_account_hold(h->acct, ODPD_UL_MRS, 1);
 	LIST_INSERT_HEAD(&mr->holders, ref, mlink);
 	mr->refs++;
@@ -1105,6 +1147,12 @@ struct odpd_ref *odpd_holder_find_ref(struct odpd_holder *h, uint64_t handle)
 {
 	struct odpd_ref *ref;
 
+	if (h->ref_index) {
+		for (ref = h->ref_index[handle & (h->ref_index_size - 1)]; ref; ref = ref->index_next)
+			if (ref->handle == handle)
+				return ref;
+		return NULL;
+	}
 	LIST_FOREACH(ref, &h->refs, hlink)
 		if (ref->handle == handle)
 			return ref;
@@ -1119,6 +1167,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 	struct odpd_charge *c = charge_find(mr, h->acct);
 
 	LIST_REMOVE(ref, hlink);
+	ref_index_del(h, ref);
 	h->n_refs--;
 	odpd_account_hold(h->acct, ODPD_UL_MRS, -1);
 	LIST_REMOVE(ref, mlink);
@@ -1347,6 +1396,9 @@ void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
 		start_batch(r, list, false, NULL);
 	holder_drop_client_ctxs(r, h);
 	relaxed_arm(r);
+	free(h->ref_index);
+	h->ref_index = NULL;
+	h->ref_index_size = 0;
 	free(h->domains);
 	h->domains = NULL;
 	odpd_account_put(&r->quota, h->acct);

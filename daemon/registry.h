@@ -62,6 +62,7 @@ struct odpd_ref {
 	bool claimed;                       /* the client's use word moved since the slot was given */
 	uint64_t ticket;
 	uint64_t last_use;                  /* the use word at the last look */
+	struct odpd_ref *index_next;        /* in holder->ref_index[handle & mask] */
 };
 
 /* A holder's charge for one MR: its account pins the MR's pages. */
@@ -148,6 +149,10 @@ struct odpd_holder {
 	unsigned n_cctxs;
 	LIST_HEAD(, odpd_ref) refs;
 	unsigned n_refs;
+	/* refs by handle: a power-of-two table, at least as large as n_refs
+	 * while memory allows (NULL: look through refs) */
+	struct odpd_ref **ref_index;
+	uint32_t ref_index_size;
 	struct odpd_hittab *hits;           /* OpenHitTable, or NULL */
 	uint64_t local_hits;                /* as its library last reported */
 };
