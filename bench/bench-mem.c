@@ -71,8 +71,10 @@ static long kernel_mrs(void)
 	return n;
 }
 
-/* Register @n one-page MRs, report through @ready, wait for @go, deregister. */
-static void client(const char *sock, unsigned n, int ready, int go)
+/* Register @n one-page MRs, report through @ready, wait for EOF on @go
+ * (whose write end @go_w it closes: the parent's close is the signal),
+ * deregister. */
+static void client(const char *sock, unsigned n, int ready, int go, int go_w)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	struct odpd_conn *c;
@@ -82,16 +84,29 @@ static void client(const char *sock, unsigned n, int ready, int go)
 	uint8_t *p;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	close(go_w);
 	setenv("ODPD_CACHE", "0", 1);            /* the daemon's cache, no process cache */
 	c = odpd_connect(sock, NULL);
 	s = c ? odpd_alloc(c, (size_t)n * 2 * pg, ODPD_ALLOC_POPULATE) : NULL;
 	if (!mrs || !s)
 		die("client: %s", odpd_errmsg());
 	p = odpd_segment_addr(s);
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0, step = n / 10 ? n / 10 : 1; i < n; i++) {
+		static double t0;
+
+		if (i % step == 0) {                 /* progress, and whether a registration slows down */
+			double t = now_us();
+
+			if (i)
+				printf("  client %d: %u MRs held, the last %u took %.0f us each\n", (int)getpid(),
+				       i, step, (t - t0) / step);
+			fflush(stdout);
+			t0 = t;
+		}
 		if (!(mrs[i] = odpd_reg(c, p + (size_t)i * 2 * pg, pg, IBV_ACCESS_LOCAL_WRITE)))
 			die("odpd_reg #%u: %s", i, odpd_errmsg());
-	if (write(ready, &b, 1) != 1 || read(go, &b, 1) != 1)
+	}
+	if (write(ready, &b, 1) != 1 || read(go, &b, 1) != 0)
 		_exit(1);
 	for (unsigned i = 0; i < n; i++)
 		if (odpd_dereg(mrs[i]) < 0)
@@ -143,7 +158,7 @@ int main(int argc, char **argv)
 		if (pid < 0)
 			die("fork: %s", strerror(errno));
 		if (pid == 0)
-			client(sock, n, ready[1], go[0]);
+			client(sock, n, ready[1], go[0], go[1]);
 	}
 	for (unsigned i = 0; i < n_clients; i++)
 		if (read(ready[0], &b, 1) != 1)
@@ -151,7 +166,12 @@ int main(int argc, char **argv)
 	t1 = now_us();
 	anon1 = status_kb("RssAnon");
 	rss1 = status_kb("VmRSS");
+	printf("all %u MRs held after %.1f s; counting the kernel's\n", n_mrs, (t1 - t0) / 1e6);
+	fflush(stdout);
 	kmrs = kernel_mrs();
+	printf("the kernel's count took %.1f s; deregistering\n", (now_us() - t1) / 1e6);
+	fflush(stdout);
+	t1 = now_us();
 	close(go[1]);                             /* EOF: every client deregisters */
 	for (unsigned i = 0; i < n_clients; i++)
 		if (read(ready[0], &b, 1) != 1)

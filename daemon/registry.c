@@ -457,6 +457,8 @@ static void witness_populate(uint64_t s, uint64_t e, void *arg)
  * misses, and at the clock's tick granularity it could miss a punch.
  */
 static bool pages_present(struct odpd_registry *r, uintptr_t addr, uint64_t length, bool loop);
+static int scan_absent(int pagemap_fd, uintptr_t start, uintptr_t end,
+		       bool (*fn)(uintptr_t s, uintptr_t e, void *arg), void *arg);
 
 /*
  * A read fault maps the page cache pages around it too (fault-around, up to
@@ -489,17 +491,35 @@ static void guard_gap(uint64_t s, uint64_t e, void *arg)
 	g->at = e;
 }
 
+/* An absent run of witness pages: does an MR's witness cover any of it? */
+static bool absent_covered(uintptr_t s, uintptr_t e, void *arg)
+{
+	struct witness_guard *g = arg;
+	uint64_t fs = s - (uintptr_t)g->map->witness, fe = e - (uintptr_t)g->map->witness;
+
+	return odpd_covmap_uncovered(&g->map->witness_cov, fs, fe) < fe - fs;
+}
+
 static void witness_guard(struct odpd_registry *r, struct odpd_mapping *map, uint64_t s, uint64_t e)
 {
 	/* a page table's span: 512 entries of 4 KiB, 2 MiB */
 	const uint64_t reach = (PAGE / 8) * PAGE;
 	uint64_t lo = s / reach * reach, hi = (e + reach - 1) / reach * reach;
 	struct witness_guard g = { .r = r, .map = map, .at = lo };
+	int k = -1;
 
 	if (hi > map->size)
 		hi = map->size;
-	odpd_covmap_for_each_gap(&map->witness_cov, lo, hi, guard_gap, &g);
-	guard_covered(&g, g.at, hi);
+	/* One walk for the absent runs (PAGEMAP_SCAN), not one per covered stretch. */
+	if (r->pagemap_scan)
+		k = scan_absent(r->pagemap_fd, (uintptr_t)(map->witness + lo), (uintptr_t)(map->witness + hi),
+				absent_covered, &g);
+	if (k >= 0) {
+		g.absent = k == 1;
+	} else {
+		odpd_covmap_for_each_gap(&map->witness_cov, lo, hi, guard_gap, &g);
+		guard_covered(&g, g.at, hi);
+	}
 	if (g.absent)
 		atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
 }
@@ -657,6 +677,33 @@ static int scan_present(int pagemap_fd, uintptr_t start, uintptr_t end)
 	if (n < 0)
 		return errno == ENOTTY || errno == EINVAL ? -1 : 0;
 	return n == 0 && arg.walk_end == end;
+}
+
+/* Each run of absent pages in [start, end), to @fn until it returns true
+ * (then true). -1: no PAGEMAP_SCAN here, or it failed. */
+static int scan_absent(int pagemap_fd, uintptr_t start, uintptr_t end,
+		       bool (*fn)(uintptr_t s, uintptr_t e, void *arg), void *arg)
+{
+	/* zeroed: valgrind cannot know that the kernel writes them */
+	struct page_region runs[64] = { { 0 } };
+
+	while (start < end) {
+		struct pm_scan_arg a = {
+			.size = sizeof(a), .start = start, .end = end,
+			.vec = (uintptr_t)runs, .vec_len = 64,
+			.category_inverted = PAGE_IS_PRESENT, .category_mask = PAGE_IS_PRESENT,
+			.return_mask = PAGE_IS_PRESENT,
+		};
+		int n = ioctl(pagemap_fd, PAGEMAP_SCAN, &a);
+
+		if (n < 0 || a.walk_end <= start)
+			return -1;
+		for (int i = 0; i < n; i++)
+			if (fn(runs[i].start, runs[i].end, arg))
+				return 1;
+		start = a.walk_end;
+	}
+	return 0;
 }
 
 /* Are the witness view's pages of [@addr, +@length) all present? On the
