@@ -62,7 +62,8 @@ static long kernel_mrs(void)
 	long n = -1;
 	FILE *p;
 
-	snprintf(cmd, sizeof(cmd), "rdma resource show mr 2>/dev/null | grep -c 'pid %d '", (int)odpd_pid);
+	snprintf(cmd, sizeof(cmd), "rdma -j resource show mr 2>/dev/null | grep -o '\"pid\":%d[,}]' | wc -l",
+		 (int)odpd_pid);
 	p = popen(cmd, "r");
 	if (p && fgets(buf, sizeof(buf), p))
 		n = strtol(buf, NULL, 10);
