@@ -987,6 +987,40 @@ static void stale_mr_stays_stale(bool by_populate)
 	odpd_disconnect(c);
 }
 
+/*
+ * Many references on one connection (odpd indexes them by handle, in a
+ * table that grows at 64, 128, 256): each deregistration finds its own, in
+ * any order, and leaves nothing in the kernel.
+ */
+static void test_many_references(void **state)
+{
+	enum { N = 300 };
+	const size_t pg = 4096;
+	struct odpd_conn *c = connect_cache(false);
+	struct odpd_segment *seg = odpd_alloc(c, 2 * N * pg, ODPD_ALLOC_POPULATE);
+	uint8_t *p = odpd_segment_addr(seg);
+	struct odpd_mr *m[N];
+	int kernel0;
+
+	(void)state;
+	assert_non_null(seg);
+	for (unsigned i = 0; i < N; i++)
+		m[i] = reg_or_fail(c, p + 2 * i * pg, pg, IBV_ACCESS_LOCAL_WRITE);
+	/* verify one (its verifier's own MRs stay with the connection), then
+	 * count: odd ones first, then the even ones backwards */
+	assert_int_equal(verify_or_fail(m[N - 1]), crc_of(p + 2 * (N - 1) * pg, pg));
+	kernel0 = kmrs() - N;
+	for (unsigned i = 1; i < N; i += 2)
+		assert_int_equal(odpd_dereg(m[i]), 0);
+	assert_int_equal(kmrs(), kernel0 + N / 2);
+	assert_int_equal(verify_or_fail(m[N - 2]), crc_of(p + 2 * (N - 2) * pg, pg));
+	for (int i = N - 2; i >= 0; i -= 2)
+		assert_int_equal(odpd_dereg(m[i]), 0);
+	assert_int_equal(kmrs(), kernel0);
+	assert_int_equal(odpd_detach(seg), 0);
+	odpd_disconnect(c);
+}
+
 static void test_stale_mr_stays_stale_beside_registration(void **state)
 {
 	(void)state;
@@ -1620,6 +1654,7 @@ int main(void)
 		cmocka_unit_test_setup(test_punched_hole_found_by_hole_check, harness_test_setup),
 		cmocka_unit_test_setup(test_punched_hole_found_by_flush, harness_test_setup),
 		cmocka_unit_test_setup(test_stale_mr_stays_stale_beside_registration, harness_test_setup),
+		cmocka_unit_test_setup(test_many_references, harness_test_setup),
 		cmocka_unit_test_setup(test_stale_mr_stays_stale_beside_populate, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_same_keys, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_remote_keys_stay_with_owner, harness_test_setup),
