@@ -524,13 +524,13 @@ static void witness_guard(struct odpd_registry *r, struct odpd_mapping *map, uin
 		atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
 }
 
-static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr, int stat_fd)
+static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 {
 	struct odpd_mapping *map = mr->map;
 	uint8_t *w;
 	struct stat st;
 
-	if (fstat(stat_fd, &st) == 0) {
+	if (fstat(map->fd, &st) == 0) {       /* open while the MR holds the mapping */
 		mr->ctime = st.st_ctim;
 		mr->ctime_ok = ctime_settled(&mr->ctime);
 	}
@@ -1727,7 +1727,6 @@ struct reg_op {
 	bool evicted;
 	void *daemon_addr;
 	int ibv_access;
-	int stat_fd;                        /* a dup of the segment's fd, for its ctime */
 	struct reg_op *next_joiner;         /* waiting for the same REGISTERING MR */
 	struct odpd_client_ctx *cctx;       /* client-PD mode: a reference, until the MR takes it */
 	int prefetch_rc;                    /* REG_PREFETCH: ibv_advise_mr's result (errno) */
@@ -1818,7 +1817,7 @@ static void reg_run(struct odpd_job *job)
 		madvise(op->daemon_addr, mr->length, MADV_POPULATE_READ);
 	/* Witness, then pin, as one step among the segment's registrations. */
 	pthread_mutex_lock(&mr->map->witness_lock);
-	witness_begin(op->r, mr, op->stat_fd);
+	witness_begin(op->r, mr);
 	if ((uintptr_t)op->daemon_addr == mr->iova)
 		mr->mr = ibv_reg_mr(pd, op->daemon_addr, mr->length, op->ibv_access);
 	else
@@ -1861,8 +1860,6 @@ static void reg_done(struct odpd_job *job)
 	struct odpd_ref *ref = NULL;
 
 	mr->joiners = NULL;
-	if (op->stat_fd >= 0)
-		close(op->stat_fd);
 	/* The device went away meanwhile: whatever the verb said, it is gone. */
 	if (op->q.dev->removed) {
 		char was[sizeof(op->err.msg)];
@@ -2042,19 +2039,13 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 		return rc;
 	if (evict)
 		return evict_then_retry(op, evict, err);
-	op->stat_fd = fcntl(op->q.map->fd, F_DUPFD_CLOEXEC, 0);
-	if (op->stat_fd < 0)
-		return err_set(err, errno, "dup of the segment fd: %s", strerror(errno));
 	mr = mr_new(r, op, d, s, e);
-	if (!mr) {
-		close(op->stat_fd);
+	if (!mr)
 		return err_set(err, ENOMEM, "out of memory");
-	}
 	/* Reserve the quota now, so that requests in flight cannot overbook it. */
 	if (global_charge(r, mr) < 0 || (charge_add(r, mr, op->h->acct, &c) < 0 &&
 					 (global_uncharge(r, mr), true))) {
 		free(mr);
-		close(op->stat_fd);
 		return err_set(err, ENOMEM, "out of memory");
 	}
 	odpd_mapping_ref(mr->map);
@@ -2143,7 +2134,6 @@ static int reg_implicit(struct reg_op *op, struct odpd_err *err)
 		return rc;
 	if (evict)
 		return evict_then_retry(op, evict, err);
-	op->stat_fd = -1;
 	mr = mr_new(r, op, d, 0, UINT64_MAX);
 	if (!mr)
 		return err_set(err, ENOMEM, "out of memory");
