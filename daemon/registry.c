@@ -502,9 +502,13 @@ static bool absent_covered(uintptr_t s, uintptr_t e, void *arg)
 
 static void witness_guard(struct odpd_registry *r, struct odpd_mapping *map, uint64_t s, uint64_t e)
 {
-	/* a page table's span: 512 entries of 4 KiB, 2 MiB */
-	const uint64_t reach = (PAGE / 8) * PAGE;
-	uint64_t lo = s / reach * reach, hi = (e + reach - 1) / reach * reach;
+	/* Fault-around stays within the page table of the faulting address (a
+	 * span of 512 entries of 4 KiB, 2 MiB, aligned in the address space,
+	 * not in the file); a huge page maps whole. */
+	const uint64_t reach = map->page_size > (PAGE / 8) * PAGE ? map->page_size : (PAGE / 8) * PAGE;
+	uintptr_t w = (uintptr_t)map->witness, vlo = (w + s) & ~(uintptr_t)(reach - 1),
+		  vhi = (w + e + reach - 1) & ~(uintptr_t)(reach - 1);
+	uint64_t lo = vlo < w ? 0 : vlo - w, hi = vhi - w;
 	struct witness_guard g = { .r = r, .map = map, .at = lo };
 	int k = -1;
 

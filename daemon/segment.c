@@ -125,8 +125,15 @@ static int mapping_make_writable(struct odpd_mapping *m, int fd, struct odpd_err
 		return err_set(err, e, "remapping the segment writable: %s", strerror(e));
 	}
 	mapping_dontdump(m);
-	close(m->fd);
-	m->fd = fd;
+	/* The same fd number, now of the writable file: workers may fstat()
+	 * m->fd meanwhile (a registration's ctime), so it is never closed
+	 * under them. */
+	if (dup3(fd, m->fd, O_CLOEXEC) < 0) {
+		int e = errno;
+		close(fd);
+		return err_set(err, e, "replacing the segment's fd: %s", strerror(e));
+	}
+	close(fd);
 	m->writable = true;
 	return 0;
 }
@@ -159,6 +166,7 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	m->ino = info->ino;
 	m->fd = fd;
 	m->size = (info->size + info->page_size - 1) & ~(uint64_t)(info->page_size - 1);
+	m->page_size = info->page_size;
 	m->writable = info->writable;
 	r = mapping_place(t, m, want_addr, align, err);
 	if (r < 0) {

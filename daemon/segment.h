@@ -34,9 +34,10 @@ int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, s
 struct odpd_mapping {
 	dev_t dev;
 	ino_t ino;
-	int fd;                 /* owned */
+	int fd;                 /* owned; its number never changes (workers fstat it) */
 	uint8_t *addr;          /* file offset 0 in odpd */
 	size_t size;            /* bytes mapped (the file size, page rounded) */
+	size_t page_size;       /* the file's: 4 KiB, or a hugetlb page size */
 	bool writable;
 	bool in_window;
 	unsigned refs;                  /* client attachments and MRs */
