@@ -621,17 +621,20 @@ static void ahead_gap(uint64_t s, uint64_t e, void *arg)
 int odpd_registry_map_ahead(struct odpd_registry *r, struct odpd_mapping *map, uint64_t start, uint64_t length)
 {
 	const uint64_t step = 16u << 20;
-	struct ahead a = { .map = map };
+	struct ahead a = { .map = map }, w = { .map = map };
 
-	if (r->pagemap_scan && pages_present(r, (uintptr_t)(map->addr + start), length, false))
-		return 0;                    /* mapped already (an earlier MapSegment or MR) */
-	for_each_resident_run(map->addr + start, length, populate_run, &a.rc);
+	/* mapped already (an earlier MapSegment or MR): one scan says so */
+	if (!(r->pagemap_scan && pages_present(r, (uintptr_t)(map->addr + start), length, false)))
+		for_each_resident_run(map->addr + start, length, populate_run, &a.rc);
+	/* the witness only helps: its errors leave pages for the registration */
 	for (uint64_t s = start; !a.rc && map->witness && s < start + length; s += step) {
 		uint64_t e = start + length - s < step ? start + length : s + step;
 
+		if (r->pagemap_scan && pages_present(r, (uintptr_t)(map->witness + s), e - s, false))
+			continue;
 		pthread_mutex_lock(&map->witness_lock);
 		witness_guard(r, map, s, e);
-		odpd_covmap_for_each_gap(&map->witness_cov, s, e, ahead_gap, &a);
+		odpd_covmap_for_each_gap(&map->witness_cov, s, e, ahead_gap, &w);
 		pthread_mutex_unlock(&map->witness_lock);
 	}
 	return a.rc;
