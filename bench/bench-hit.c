@@ -293,17 +293,6 @@ static void usage(void)
 	printf("usage: bench-hit --socket PATH [--sizes N,N,...] [--rounds N] [--out DIR]\n");
 }
 
-static void ratio(const char *what, double a, double b, double target, bool at_most)
-{
-	double r = a / b;
-
-	if (target > 0)
-		printf("  %-58s %8.2f   target %s %.2f: %s\n", what, r, at_most ? "<=" : ">=", target,
-		       (at_most ? r <= target : r >= target) ? "met" : "MISSED");
-	else
-		printf("  %-58s %8.2f\n", what, r);
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -416,16 +405,16 @@ int main(int argc, char **argv)
 		       (unsigned long long)st.cached_mrs);
 		printf("ratios at %zu bytes (medians, this run):\n", len);
 		if (f_hit > 0)
-			ratio("local hit (reg+dereg) / libfabric MR-cache hit", l_hit, f_hit, 2.0, true);
+			print_ratio("local hit (reg+dereg) / libfabric MR-cache hit", l_hit, f_hit, 2.0, true);
 		if (u_hit > 0)
-			ratio("local hit (reg+dereg) / UCX ucp_mem_map rcache hit", l_hit, u_hit, 0, true);
+			print_ratio("local hit (reg+dereg) / UCX ucp_mem_map rcache hit", l_hit, u_hit, 0, true);
 		if (f_hit > 0)
-			ratio("local relaxed reuse / libfabric MR-cache hit", l_rel, f_hit, 0, true);
-		ratio("daemon hit (one request) / bare SEQPACKET round trip", d_hit, rtt, 1.2, true);
-		ratio("miss (one request) / (ibv_reg_mr + 1.5 round trips)", miss, direct + 1.5 * rtt,
+			print_ratio("local relaxed reuse / libfabric MR-cache hit", l_rel, f_hit, 0, true);
+		print_ratio("daemon hit (one request) / bare SEQPACKET round trip", d_hit, rtt, 1.2, true);
+		print_ratio("miss (one request) / (ibv_reg_mr + 1.5 round trips)", miss, direct + 1.5 * rtt,
 		      len <= 4096 ? 1.0 : 0, true);
-		ratio("daemon hit / local hit", d_hit, l_hit, 0, false);
-		ratio("miss / ibv_reg_mr", miss, direct, 0, false);
+		print_ratio("daemon hit / local hit", d_hit, l_hit, 0, false);
+		print_ratio("miss / ibv_reg_mr", miss, direct, 0, false);
 		dereg(held, false);
 		dereg(held0, false);
 		odpd_detach(seg);

@@ -223,17 +223,6 @@ static void bulk_case(struct pair *p, uint8_t *buf, size_t len, int how)
 
 /* ---------------------------------------------------------------- main */
 
-static void ratio(const char *what, double a, double b, double target, bool at_most)
-{
-	double r = a / b;
-
-	if (target > 0)
-		printf("  %-62s %8.3f   target %s %.2f: %s\n", what, r, at_most ? "<=" : ">=", target,
-		       (at_most ? r <= target : r >= target) ? "met" : "MISSED");
-	else
-		printf("  %-62s %8.3f\n", what, r);
-}
-
 enum { C_VFRESH, C_VRES, C_MISS, C_PRE, C_AGAIN, C_NEVER, C_RELAXED, C_POP1, C_POPN, C_BULK1, C_BULK4S, C_BULK4P, N_C };
 static const char *const case_names[N_C] = {
 	"verbs-fresh", "verbs-resident", "odpd-miss", "odpd-prefaulted", "odpd-again", "odpd-never", "odpd-relaxed",
@@ -307,33 +296,33 @@ int main(int argc, char **argv)
 		for (int k = 0; k < N_C; k++)
 			pair_report(&p[k], len);
 		printf("ratios at %zu bytes (medians, this run):\n", len);
-		ratio("pre-faulted miss / ibv_reg_mr of fresh pages", p[C_PRE].s[REG]->median,
+		print_ratio("pre-faulted miss / ibv_reg_mr of fresh pages", p[C_PRE].s[REG]->median,
 		      p[C_VFRESH].s[REG]->median, len >= (1u << 20) ? 0.3 : 0, true);
-		ratio("miss (libodpd faults first) / ibv_reg_mr of fresh pages", p[C_MISS].s[REG]->median,
+		print_ratio("miss (libodpd faults first) / ibv_reg_mr of fresh pages", p[C_MISS].s[REG]->median,
 		      p[C_VFRESH].s[REG]->median, 0, true);
-		ratio("miss, policy never (odpd faults) / ibv_reg_mr of fresh pages",
+		print_ratio("miss, policy never (odpd faults) / ibv_reg_mr of fresh pages",
 		      p[C_NEVER].s[REG]->median, p[C_VFRESH].s[REG]->median, 0, true);
-		ratio("pre-faulted miss / ibv_reg_mr of resident pages", p[C_PRE].s[REG]->median,
+		print_ratio("pre-faulted miss / ibv_reg_mr of resident pages", p[C_PRE].s[REG]->median,
 		      p[C_VRES].s[REG]->median, 0, true);
-		ratio("miss over pages odpd mapped before / ibv_reg_mr of resident pages",
+		print_ratio("miss over pages odpd mapped before / ibv_reg_mr of resident pages",
 		      p[C_AGAIN].s[REG]->median, p[C_VRES].s[REG]->median, 0, true);
-		ratio("odpd_dereg / odpd_reg (pre-faulted miss)", p[C_PRE].s[DEREG]->median,
+		print_ratio("odpd_dereg / odpd_reg (pre-faulted miss)", p[C_PRE].s[DEREG]->median,
 		      p[C_PRE].s[REG]->median, 1.0, true);
-		ratio("odpd_dereg / odpd_reg (miss)", p[C_MISS].s[DEREG]->median, p[C_MISS].s[REG]->median,
+		print_ratio("odpd_dereg / odpd_reg (miss)", p[C_MISS].s[DEREG]->median, p[C_MISS].s[REG]->median,
 		      1.0, true);
-		ratio("odpd_dereg_relaxed / odpd_reg (pre-faulted miss)", p[C_RELAXED].s[DEREG]->median,
+		print_ratio("odpd_dereg_relaxed / odpd_reg (pre-faulted miss)", p[C_RELAXED].s[DEREG]->median,
 		      p[C_PRE].s[REG]->median, 1.0, true);
-		ratio("ibv_dereg_mr / ibv_reg_mr (resident)", p[C_VRES].s[DEREG]->median,
+		print_ratio("ibv_dereg_mr / ibv_reg_mr (resident)", p[C_VRES].s[DEREG]->median,
 		      p[C_VRES].s[REG]->median, 0, true);
-		ratio("odpd_populate (parallel, + odpd maps its view) / one MADV_POPULATE_WRITE",
+		print_ratio("odpd_populate (parallel, + odpd maps its view) / one MADV_POPULATE_WRITE",
 		      p[C_POPN].s[REG]->median,
 		      p[C_POP1].s[REG]->median, 0, true);
 		if (bulk) {
-			ratio("4 MRs one after another / 1 MR (reg)", p[C_BULK4S].s[REG]->median,
+			print_ratio("4 MRs one after another / 1 MR (reg)", p[C_BULK4S].s[REG]->median,
 			      p[C_BULK1].s[REG]->median, 0, true);
-			ratio("4 MRs on 2 threads / 1 MR (reg)", p[C_BULK4P].s[REG]->median,
+			print_ratio("4 MRs on 2 threads / 1 MR (reg)", p[C_BULK4P].s[REG]->median,
 			      p[C_BULK1].s[REG]->median, 0, true);
-			ratio("4 MRs on 2 threads / 1 MR (dereg)", p[C_BULK4P].s[DEREG]->median,
+			print_ratio("4 MRs on 2 threads / 1 MR (dereg)", p[C_BULK4P].s[DEREG]->median,
 			      p[C_BULK1].s[DEREG]->median, 0, true);
 			munmap(bulk, len);
 		}

@@ -76,6 +76,17 @@ unsigned parse_sizes(const char *s, size_t *sizes, unsigned max, size_t max_byte
 	return n;
 }
 
+void print_ratio(const char *what, double a, double b, double target, bool at_most)
+{
+	double r = a / b;
+
+	if (target > 0)
+		printf("  %-62s %8.3f   target %s %.2f: %s\n", what, r, at_most ? "<=" : ">=", target,
+		       (at_most ? r <= target : r >= target) ? "met" : "MISSED");
+	else
+		printf("  %-62s %8.3f\n", what, r);
+}
+
 void print_command(int argc, char **argv)
 {
 	struct utsname u;

@@ -8,6 +8,7 @@
 #ifndef ODPD_BENCH_UTIL_H
 #define ODPD_BENCH_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -39,6 +40,10 @@ unsigned parse_n(const char *s, unsigned max);
 /* "N,N,...": sizes in bytes (suffixes K and M: KiB, MiB), 1 .. @max_bytes,
  * at most @max of them, into @sizes; their count. Else die(). */
 unsigned parse_sizes(const char *s, size_t *sizes, unsigned max, size_t max_bytes);
+
+/* "  @what  @a/@b", and with @target > 0 whether the ratio is at most
+ * (@at_most) or at least @target: "met" or "MISSED". */
+void print_ratio(const char *what, double a, double b, double target, bool at_most);
 
 /* "PROGRAM: ARGV...\nkernel RELEASE MACHINE", no newline: the caller ends the line. */
 void print_command(int argc, char **argv);

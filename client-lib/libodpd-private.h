@@ -240,11 +240,10 @@ void segments_release_all(struct odpd_conn *c);
  * MADV_POPULATE_READ. EINVAL from madvise (a kernel before 5.14, or a
  * mapping that cannot be populated) is ignored: 0. Other errors of madvise
  * are returned, with a message naming @what. A range of 16 MiB or more is
- * split in parts of at least 8 MiB, at most populate_threads() of them,
+ * split in parts of at least 8 MiB, as many as the CPUs it may use (at most 8),
  * each on a thread of its own. The caller keeps @seg attached meanwhile
  * (c->lock, or a segment nobody else knows yet).
  */
-unsigned populate_threads(void);
 int segment_populate(const struct odpd_segment *seg, const char *what, const void *addr,
 		     size_t length);
 

@@ -78,8 +78,7 @@ static void map_request(struct odpd_segment *seg, const char *what, const void *
 	req.body_case = ODPD__REQUEST__BODY_MAP_SEGMENT;
 	req.map_segment = &m;
 	pthread_mutex_lock(&c->lock);
-	if (conn_check(c, what) >= 0)
-		conn_call(c, what, &req, NULL, 0, ODPD__REPLY__BODY__NOT_SET, NULL);
+	conn_call(c, what, &req, NULL, 0, ODPD__REPLY__BODY__NOT_SET, NULL);   /* checks c first */
 	pthread_mutex_unlock(&c->lock);
 	errmsg_clear();
 }
@@ -224,7 +223,7 @@ static void populate_init(void)
 	populate_nthreads = n ? n : 1;
 }
 
-unsigned populate_threads(void)
+static unsigned populate_threads(void)
 {
 	pthread_once(&populate_once, populate_init);
 	return populate_nthreads;

@@ -460,6 +460,14 @@ static bool pages_present(struct odpd_registry *r, uintptr_t addr, uint64_t leng
 static int scan_absent(int pagemap_fd, uintptr_t start, uintptr_t end,
 		       bool (*fn)(uintptr_t s, uintptr_t e, void *arg), void *arg);
 
+/* Workers: is every page of [@addr, +@length) of one of odpd's views mapped
+ * already? Only asked where PAGEMAP_SCAN answers in one walk, cheaper than
+ * populating pages again; without it: no (populate). */
+static bool mapped_already(struct odpd_registry *r, const void *addr, uint64_t length)
+{
+	return r->pagemap_scan && pages_present(r, (uintptr_t)addr, length, false);
+}
+
 /*
  * A read fault maps the page cache pages around it too (fault-around, up to
  * the page table it lands in; a huge page maps whole), covered witness
@@ -543,7 +551,7 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 	w = map->witness + mr->offset;
 	/* Every witness page there present (PAGEMAP_SCAN: one walk without
 	 * touching the pages, cheaper than populating): nothing to put back. */
-	if (!(r->pagemap_scan && pages_present(r, (uintptr_t)w, mr->length, false))) {
+	if (!mapped_already(r, w, mr->length)) {
 		witness_guard(r, map, mr->offset, mr->offset + mr->length);
 		odpd_covmap_for_each_gap(&map->witness_cov, mr->offset, mr->offset + mr->length,
 					 witness_populate, map);
@@ -624,13 +632,13 @@ int odpd_registry_map_ahead(struct odpd_registry *r, struct odpd_mapping *map, u
 	struct ahead a = { .map = map }, w = { .map = map };
 
 	/* mapped already (an earlier MapSegment or MR): one scan says so */
-	if (!(r->pagemap_scan && pages_present(r, (uintptr_t)(map->addr + start), length, false)))
+	if (!mapped_already(r, map->addr + start, length))
 		for_each_resident_run(map->addr + start, length, populate_run, &a.rc);
 	/* the witness only helps: its errors leave pages for the registration */
 	for (uint64_t s = start; !a.rc && map->witness && s < start + length; s += step) {
 		uint64_t e = start + length - s < step ? start + length : s + step;
 
-		if (r->pagemap_scan && pages_present(r, (uintptr_t)(map->witness + s), e - s, false))
+		if (mapped_already(r, map->witness + s, e - s))
 			continue;
 		pthread_mutex_lock(&map->witness_lock);
 		witness_guard(r, map, s, e);
@@ -1820,7 +1828,7 @@ static void reg_run(struct odpd_job *job)
 	 * Mapped already (MapSegment, an earlier MR there): one PAGEMAP_SCAN
 	 * walk finds that faster than populating walks the pages again.
 	 */
-	if (!(op->r->pagemap_scan && pages_present(op->r, (uintptr_t)op->daemon_addr, mr->length, false)))
+	if (!mapped_already(op->r, op->daemon_addr, mr->length))
 		madvise(op->daemon_addr, mr->length, MADV_POPULATE_READ);
 	/* Witness, then pin, as one step among the segment's registrations. */
 	pthread_mutex_lock(&mr->map->witness_lock);
