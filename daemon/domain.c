@@ -20,7 +20,6 @@ struct odpd_domain *odpd_domain_new(struct odpd_device *dev, unsigned dev_index)
 	d->dev = dev;
 	d->dev_index = dev_index;
 	pthread_mutex_init(&d->lock, NULL);
-	LIST_INIT(&d->buckets);
 	return d;
 }
 

@@ -76,7 +76,6 @@ struct odpd_domain {
 	unsigned n_mrs;
 	unsigned jobs;                      /* verify, advise, export jobs in flight */
 	bool retired;                       /* its device went away: detached, closes when idle */
-	LIST_HEAD(, odpd_bucket) buckets;
 };
 
 /* On the loop: the struct only. NULL on ENOMEM. */

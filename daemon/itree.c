@@ -498,6 +498,40 @@ struct odpd_inode *odpd_itree_find_overlapping(struct odpd_itree *t, uint64_t s,
 	return overlapping(RB_ROOT(&t->root), s, e, fn, arg);
 }
 
+struct uncovered {
+	bool (*pred)(const struct odpd_inode *n, const void *arg);
+	const void *arg;
+	uint64_t pos, e, gap;               /* covered up to pos; gap: uncovered before it */
+};
+
+static bool uncovered_visit(struct odpd_inode *n, void *arg)
+{
+	struct uncovered *u = arg;
+
+	if (u->pos >= u->e)
+		return true;                    /* all of it covered: stop */
+	if (!u->pred(n, u->arg))
+		return false;
+	if (n->start > u->pos) {               /* in ascending start order */
+		u->gap += (n->start < u->e ? n->start : u->e) - u->pos;
+		u->pos = n->start;
+	}
+	if (n->end > u->pos)
+		u->pos = n->end;
+	return false;
+}
+
+uint64_t odpd_itree_uncovered(struct odpd_itree *t, uint64_t s, uint64_t e,
+			      bool (*pred)(const struct odpd_inode *n, const void *arg), const void *arg)
+{
+	struct uncovered u = { .pred = pred, .arg = arg, .pos = s, .e = e };
+
+	if (s >= e)
+		return 0;
+	overlapping(RB_ROOT(&t->root), s, e, uncovered_visit, &u);
+	return u.gap + (u.pos < e ? e - u.pos : 0);
+}
+
 struct odpd_inode *odpd_itree_first(struct odpd_itree *t)
 {
 	return RB_MIN(odpd_itree_rb, &t->root);

@@ -54,6 +54,16 @@ struct odpd_inode *odpd_itree_find_covering(struct odpd_itree *t, uint64_t s, ui
 struct odpd_inode *odpd_itree_find_overlapping(struct odpd_itree *t, uint64_t s, uint64_t e,
 						bool (*fn)(struct odpd_inode *n, void *arg), void *arg);
 
+/*
+ * Bytes of [s, e) that no node for which @pred holds overlaps: the part of
+ * the range the union of those nodes leaves uncovered. One in-order walk of
+ * the nodes overlapping [s, e): O(log n + k). This is how distinct bytes are
+ * counted (pinned pages: overlapping MRs are not counted twice) without a
+ * structure of their own.
+ */
+uint64_t odpd_itree_uncovered(struct odpd_itree *t, uint64_t s, uint64_t e,
+			      bool (*pred)(const struct odpd_inode *n, const void *arg), const void *arg);
+
 /* First node in (start, insertion) order, and the next; NULL at the end. */
 struct odpd_inode *odpd_itree_first(struct odpd_itree *t);
 struct odpd_inode *odpd_itree_next(struct odpd_itree *t, struct odpd_inode *n);

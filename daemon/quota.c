@@ -164,7 +164,6 @@ struct odpd_account *odpd_account_get(struct odpd_quota *q, uid_t uid)
 	a->uid = uid;
 	a->refs = 1;
 	a->limit = ODPD_UNLIMITED;
-	LIST_INIT(&a->segs);
 	LIST_INSERT_HEAD(&q->accounts, a, link);
 	q->n_accounts++;
 	return a;
@@ -174,76 +173,21 @@ void odpd_account_put(struct odpd_quota *q, struct odpd_account *a)
 {
 	if (!a || --a->refs > 0)
 		return;
-	while (!LIST_EMPTY(&a->segs)) {          /* empty by now; be safe */
-		struct odpd_acct_seg *s = LIST_FIRST(&a->segs);
-		LIST_REMOVE(s, link);
-		odpd_covmap_clear(&s->cov);
-		free(s);
-	}
 	LIST_REMOVE(a, link);
 	q->n_accounts--;
 	free(a);
 }
 
-static struct odpd_acct_seg *acct_seg(const struct odpd_account *a, const struct odpd_mapping *map)
+void odpd_account_charge(struct odpd_account *a, uint64_t added)
 {
-	struct odpd_acct_seg *s;
-
-	LIST_FOREACH(s, &a->segs, link)
-		if (s->map == map)
-			return s;
-	return NULL;
-}
-
-uint64_t odpd_account_uncovered(const struct odpd_account *a, const struct odpd_mapping *map,
-				uint64_t s, uint64_t e)
-{
-	const struct odpd_acct_seg *as = acct_seg(a, map);
-
-	return as ? odpd_covmap_uncovered(&as->cov, s, e) : e - s;
-}
-
-int odpd_account_charge(struct odpd_quota *q, struct odpd_account *a, const struct odpd_mapping *map,
-			uint64_t s, uint64_t e)
-{
-	struct odpd_acct_seg *as = acct_seg(a, map);
-	int64_t added;
-
-	(void)q;
-	if (!as) {
-		as = calloc(1, sizeof(*as));
-		if (!as)
-			return -ENOMEM;
-		as->map = map;
-		odpd_covmap_init(&as->cov);
-		LIST_INSERT_HEAD(&a->segs, as, link);
-	}
-	added = odpd_covmap_add(&as->cov, s, e);
-	if (added < 0) {
-		if (as->cov.nsegs == 0) {
-			LIST_REMOVE(as, link);
-			free(as);
-		}
-		return (int)added;
-	}
-	a->pinned += (uint64_t)added;
+	a->pinned += added;
 	a->mrs++;
 	a->refs++;
-	return 0;
 }
 
-void odpd_account_uncharge(struct odpd_quota *q, struct odpd_account *a, const struct odpd_mapping *map,
-			   uint64_t s, uint64_t e)
+void odpd_account_uncharge(struct odpd_quota *q, struct odpd_account *a, uint64_t freed)
 {
-	struct odpd_acct_seg *as = acct_seg(a, map);
-
-	if (as) {
-		a->pinned -= odpd_covmap_remove(&as->cov, s, e);
-		if (as->cov.nsegs == 0) {
-			LIST_REMOVE(as, link);
-			free(as);
-		}
-	}
+	a->pinned -= freed;
 	a->mrs--;
 	odpd_account_put(q, a);
 }

@@ -3,9 +3,11 @@
 
 /*
  * Pinning quotas. Pinned bytes are charged to accounts, one per uid, and
- * counted as distinct pages of each segment (a coverage map per account and
- * segment): overlapping MRs are not counted twice. The daemon as a whole
- * counts distinct pages too (a coverage map per segment mapping).
+ * counted as distinct pages of each segment: overlapping MRs are not
+ * counted twice. The registry works out how many bytes an MR's charge adds
+ * or frees (from the MRs over the segment charged to the account, its
+ * mapping's interval tree); the daemon as a whole counts distinct pages the
+ * same way.
  *
  * A client's limit is fixed at connect: the rule of odpd.conf that matches
  * its user, group or cgroup, else default-pinned, whose default is the
@@ -22,16 +24,8 @@
 
 #include "conf.h"
 #include "error.h"
-#include "itree.h"
 
 struct odpd_mapping;
-
-/* The pages one account has pinned in one segment. */
-struct odpd_acct_seg {
-	LIST_ENTRY(odpd_acct_seg) link;
-	const struct odpd_mapping *map;
-	struct odpd_covmap cov;
-};
 
 struct odpd_account {
 	LIST_ENTRY(odpd_account) link;
@@ -44,7 +38,6 @@ struct odpd_account {
 	unsigned refusing;          /* its connections refused, not closed yet */
 	uint64_t limit;             /* of the client that asked last */
 	char rule[80];              /* where that limit came from */
-	LIST_HEAD(, odpd_acct_seg) segs;
 };
 
 struct odpd_quota {
@@ -89,12 +82,9 @@ int odpd_parse_memlock(const char *limits_text, uint64_t *ret);
 struct odpd_account *odpd_account_get(struct odpd_quota *q, uid_t uid);
 void odpd_account_put(struct odpd_quota *q, struct odpd_account *a);
 
-/* Bytes of [s, e) of @map that @a has not pinned yet. */
-uint64_t odpd_account_uncovered(const struct odpd_account *a, const struct odpd_mapping *map,
-				uint64_t s, uint64_t e);
-/* Charge / uncharge [s, e) of @map (one MR). Charging takes a reference on
- * @a; uncharging drops it (and may free @a: pass @q). */
-int odpd_account_charge(struct odpd_quota *q, struct odpd_account *a, const struct odpd_mapping *map,
-			uint64_t s, uint64_t e);
-void odpd_account_uncharge(struct odpd_quota *q, struct odpd_account *a, const struct odpd_mapping *map,
-			   uint64_t s, uint64_t e);
+/* Charge one MR to @a: @added bytes it pins that @a had not pinned yet (0
+ * for an ODP MR). Takes a reference on @a. */
+void odpd_account_charge(struct odpd_account *a, uint64_t added);
+/* Undo a charge: @freed bytes @a no longer pins. Drops the reference (and
+ * may free @a: pass @q). */
+void odpd_account_uncharge(struct odpd_quota *q, struct odpd_account *a, uint64_t freed);

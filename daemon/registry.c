@@ -87,25 +87,46 @@ static struct odpd_charge *charge_find(const struct odpd_mr *mr, const struct od
 	return NULL;
 }
 
+/*
+ * Distinct pinned bytes, from the MRs over a segment (map->mrs): what of
+ * [s, e) no other pinned MR charged to an account, or counted by the
+ * daemon, covers. An MR asks before its own charge or count is set, and
+ * after it is cleared.
+ */
+static bool charged_to(const struct odpd_inode *n, const void *acct)
+{
+	const struct odpd_mr *mr = (const struct odpd_mr *)n;
+
+	return mr->pinned && charge_find(mr, acct);
+}
+
+static bool counted(const struct odpd_inode *n, const void *arg)
+{
+	(void)arg;
+	return ((const struct odpd_mr *)n)->counted;
+}
+
+static uint64_t account_uncovered(struct odpd_mapping *map, const struct odpd_account *a, uint64_t s, uint64_t e)
+{
+	return odpd_itree_uncovered(&map->mrs, s, e, charged_to, a);
+}
+
+static uint64_t mr_uncovered(struct odpd_mr *mr, bool (*pred)(const struct odpd_inode *n, const void *arg),
+			     const void *arg)
+{
+	return odpd_itree_uncovered(&mr->map->mrs, mr->offset, mr->offset + mr->length, pred, arg);
+}
+
 /* Charge @a for @mr's pages (once per account and MR). */
 static int charge_add(struct odpd_registry *r, struct odpd_mr *mr, struct odpd_account *a,
 		      struct odpd_charge **ret)
 {
 	struct odpd_charge *c = calloc(1, sizeof(*c));
-	int rc;
 
+	(void)r;
 	if (!c)
 		return -ENOMEM;
-	if (mr->pinned) {
-		rc = odpd_account_charge(&r->quota, a, mr->map, mr->offset, mr->offset + mr->length);
-		if (rc < 0) {
-			free(c);
-			return rc;
-		}
-	} else {
-		a->refs++;
-		a->mrs++;
-	}
+	odpd_account_charge(a, mr->pinned ? mr_uncovered(mr, charged_to, a) : 0);
 	c->acct = a;
 	c->next = mr->charges;
 	mr->charges = c;
@@ -120,33 +141,25 @@ static void charge_drop(struct odpd_registry *r, struct odpd_mr *mr, struct odpd
 			*pc = c->next;
 			break;
 		}
-	if (mr->pinned) {
-		odpd_account_uncharge(&r->quota, c->acct, mr->map, mr->offset, mr->offset + mr->length);
-	} else {
-		c->acct->mrs--;
-		odpd_account_put(&r->quota, c->acct);
-	}
+	odpd_account_uncharge(&r->quota, c->acct, mr->pinned ? mr_uncovered(mr, charged_to, c->acct) : 0);
 	free(c);
 }
 
 /* The daemon's own count of distinct pinned pages. */
-static int global_charge(struct odpd_registry *r, struct odpd_mr *mr)
+static void global_charge(struct odpd_registry *r, struct odpd_mr *mr)
 {
-	int64_t added;
-
-	if (!mr->pinned)
-		return 0;
-	added = odpd_covmap_add(&mr->map->pinned, mr->offset, mr->offset + mr->length);
-	if (added < 0)
-		return (int)added;
-	r->pinned += (uint64_t)added;
-	return 0;
+	if (!mr->pinned || mr->counted)
+		return;
+	r->pinned += mr_uncovered(mr, counted, NULL);
+	mr->counted = true;
 }
 
 static void global_uncharge(struct odpd_registry *r, struct odpd_mr *mr)
 {
-	if (mr->pinned)
-		r->pinned -= odpd_covmap_remove(&mr->map->pinned, mr->offset, mr->offset + mr->length);
+	if (!mr->counted)
+		return;
+	mr->counted = false;
+	r->pinned -= mr_uncovered(mr, counted, NULL);
 }
 
 /* ---------------------------------------------------------------- domains */
@@ -183,11 +196,6 @@ static void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, b
 	if (d->registrar) {
 		odpd_registrar_stop(d->registrar);   /* reaped by the close job */
 		r->odp.registrars--;
-	}
-	while (!LIST_EMPTY(&d->buckets)) {       /* empty trees by now */
-		struct odpd_bucket *b = LIST_FIRST(&d->buckets);
-		LIST_REMOVE(b, link);
-		free(b);
 	}
 	j = calloc(1, sizeof(*j));
 	if (!j) {                              /* never leak a context: close it here */
@@ -277,36 +285,11 @@ void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d
 	r->odp.registrars--;
 }
 
-static struct odpd_bucket *bucket_get(struct odpd_domain *d, struct odpd_mapping *map, uint64_t base,
-				      bool create)
-{
-	struct odpd_bucket *b;
-
-	LIST_FOREACH(b, &d->buckets, link)
-		if (b->map == map && b->iova_base == base)
-			return b;
-	if (!create || !(b = calloc(1, sizeof(*b))))
-		return NULL;
-	b->map = map;
-	b->iova_base = base;
-	odpd_itree_init(&b->tree);
-	LIST_INSERT_HEAD(&d->buckets, b, link);
-	return b;
-}
-
-/* Take @mr out of the cache: it is never a hit again. */
+/* Take @mr out of the cache: it is never a hit again. It stays in its
+ * mapping's tree, where its pins count, until it is stripped. */
 static void mr_unindex(struct odpd_mr *mr)
 {
-	struct odpd_bucket *b = mr->bucket;
-
-	if (!b)
-		return;
-	odpd_itree_remove(&b->tree, &mr->node);
-	mr->bucket = NULL;
-	if (odpd_itree_empty(&b->tree)) {
-		LIST_REMOVE(b, link);
-		free(b);
-	}
+	mr->cached = false;
 }
 
 /* ---------------------------------------------------------------- the relaxed queue */
@@ -822,9 +805,14 @@ static void mr_strip(struct odpd_registry *r, struct odpd_mr *mr)
 	if (mr->stripped)
 		return;
 	mr->stripped = true;
+	mr->cached = false;
 	while (mr->charges)
 		charge_drop(r, mr, mr->charges);
 	global_uncharge(r, mr);
+	if (mr->in_map) {
+		odpd_itree_remove(&mr->map->mrs, &mr->node);
+		mr->in_map = false;
+	}
 	if (mr->implicit) {
 		r->odp.mrs--;
 		r->odp.implicit_mrs--;
@@ -1236,7 +1224,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 	mr->refs--;
 	ref_slot_end(r, ref, true);
 	free(ref);
-	if (c && --c->refs == 0 && (mr->refs > 0 || !relaxed || !mr->bucket))
+	if (c && --c->refs == 0 && (mr->refs > 0 || !relaxed || !mr->cached))
 		charge_drop(r, mr, c);
 	if (mr->refs > 0)
 		return;
@@ -1247,7 +1235,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 			mr_free(r, mr);
 		return;
 	}
-	if (relaxed && mr->bucket && mr->state == ODPD_MR_LIVE) {
+	if (relaxed && mr->cached && mr->state == ODPD_MR_LIVE) {
 		/* c (refs 0) stays: the relaxed MR is still charged to its last holder */
 		mr->state = ODPD_MR_RELAXED;
 		mr->relaxed_ns = now_ns();
@@ -1518,11 +1506,15 @@ int odpd_registry_join(struct odpd_registry *r, struct odpd_holder *h, const cha
 struct lookup {
 	struct odpd_registry *r;
 	const struct odpd_holder *h;
+	const struct odpd_domain *dom;      /* MRs of this PD ... */
+	uint64_t base;                      /* ... whose iova - offset is this */
+	struct odpd_mapping *map;
 	uint64_t s, e;
 	uint32_t access;
 	bool odp;                           /* the kind asked for: ODP or pinned */
-	struct timespec ctime;              /* read before any witness check */
+	bool ctime_read;                    /* once, before the first witness check */
 	bool have_ctime;
+	struct timespec ctime;
 	struct odpd_mr *stale;              /* pinned MRs over replaced pages, by batch_next */
 	struct odpd_mr *registering;        /* the first that will serve it once registered */
 };
@@ -1537,8 +1529,12 @@ static bool ts_equal(const struct timespec *a, const struct timespec *b)
  * has not moved since it was last proven. Else its witness pages decide,
  * and a proof moves the baseline to the ctime read before it.
  */
-static bool pinned_current(struct odpd_mr *mr, const struct lookup *l)
+static bool pinned_current(struct odpd_mr *mr, struct lookup *l)
 {
+	if (!l->ctime_read) {
+		l->have_ctime = odpd_mapping_ctime(l->map, &l->ctime) == 0;
+		l->ctime_read = true;
+	}
 	if (!l->have_ctime)
 		return false;
 	if (mr->ctime_ok && ts_equal(&mr->ctime, &l->ctime))
@@ -1555,6 +1551,8 @@ static bool hit_ok(struct odpd_inode *n, void *arg)
 	struct odpd_mr *mr = (struct odpd_mr *)n;
 	struct lookup *l = arg;
 
+	if (!mr->cached || mr->dom != l->dom || mr->iova - mr->offset != l->base)
+		return false;                   /* another PD's, or mapped elsewhere in the client */
 	if (mr->state == ODPD_MR_INVALIDATING)
 		return false;
 	if (mr->pinned == l->odp)               /* the kind asked for only */
@@ -1624,12 +1622,13 @@ static void holes_check(struct odpd_registry *r, struct odpd_holder *h)
 		struct odpd_mapping *map = mr->map;
 
 		/* not in the cache (retired already): its slots are invalid */
-		if (!ref->slot || !mr->pinned || !mr->bucket || mr->state != ODPD_MR_LIVE)
+		if (!ref->slot || !mr->pinned || !mr->cached || mr->state != ODPD_MR_LIVE)
 			continue;
 		if (map->hole_pass != r->hole_pass) {    /* one fstat per segment and pass */
 			map->hole_pass = r->hole_pass;
 			map->hole_have_ctime = odpd_mapping_ctime(map, &map->hole_ctime) == 0;
 		}
+		l.ctime_read = true;
 		l.have_ctime = map->hole_have_ctime;
 		l.ctime = map->hole_ctime;
 		if (pinned_current(mr, &l))
@@ -1668,14 +1667,13 @@ static void holes_arm(struct odpd_registry *r)
 static struct odpd_mr *cache_lookup(struct odpd_registry *r, struct odpd_domain *d, const struct odpd_reg_req *q,
 				    struct lookup *l)
 {
-	struct odpd_bucket *b = bucket_get(d, q->map, q->iova - q->offset, false);
 	struct odpd_inode *n;
 
-	if (!b)
-		return NULL;
-	l->have_ctime = odpd_mapping_ctime(q->map, &l->ctime) == 0;
-	n = odpd_itree_find_covering(&b->tree, l->s, l->e, hit_ok, l);
-	/* retire_stale may free the bucket: it runs after the walk */
+	l->dom = d;
+	l->base = q->iova - q->offset;
+	l->map = q->map;
+	n = odpd_itree_find_covering(&q->map->mrs, l->s, l->e, hit_ok, l);
+	/* retired after the walk: @fn must not change the tree */
 	if (l->stale) {
 		struct odpd_mr *stale = l->stale;
 		l->stale = NULL;
@@ -1702,8 +1700,8 @@ static int quota_check(struct odpd_registry *r, struct odpd_holder *h, struct od
 {
 	const struct odpd_conf *conf = r->conf;
 	struct odpd_account *a = h->acct;
-	uint64_t want = pinned ? odpd_account_uncovered(a, map, s, e) : 0;
-	uint64_t gwant = pinned && need_global ? odpd_covmap_uncovered(&map->pinned, s, e) : 0;
+	uint64_t want = pinned ? account_uncovered(map, a, s, e) : 0;
+	uint64_t gwant = pinned && need_global ? odpd_itree_uncovered(&map->mrs, s, e, counted, NULL) : 0;
 
 	a->limit = h->limit.max_pinned;
 	snprintf(a->rule, sizeof(a->rule), "%s", h->limit.rule);
@@ -2045,7 +2043,6 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 {
 	struct odpd_registry *r = op->r;
 	struct odpd_mr *mr, *evict = NULL;
-	struct odpd_bucket *b;
 	struct odpd_charge *c;
 	int rc;
 
@@ -2057,9 +2054,20 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	mr = mr_new(r, op, d, s, e);
 	if (!mr)
 		return err_set(err, ENOMEM, "out of memory");
+	/* In its mapping's tree from now on, in the cache unless no-cache: a
+	 * request for it meanwhile waits for it. */
+	odpd_itree_insert(&mr->map->mrs, &mr->node);
+	mr->in_map = true;
+	mr->cached = d && !op->q.no_cache;
 	/* Reserve the quota now, so that requests in flight cannot overbook it. */
-	if (global_charge(r, mr) < 0 || (charge_add(r, mr, op->h->acct, &c) < 0 &&
-					 (global_uncharge(r, mr), true))) {
+	global_charge(r, mr);
+	if (charge_add(r, mr, op->h->acct, &c) < 0) {
+		global_uncharge(r, mr);
+		odpd_itree_remove(&mr->map->mrs, &mr->node);
+		if (!mr->pinned) {
+			r->odp.mrs--;
+			r->odp.bytes -= mr->length;
+		}
 		free(mr);
 		return err_set(err, ENOMEM, "out of memory");
 	}
@@ -2068,11 +2076,6 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	r->n_mrs++;
 	if (d)
 		d->n_mrs++;
-	/* In the cache already: a request for it meanwhile waits for it. */
-	if (d && !op->q.no_cache && (b = bucket_get(d, mr->map, mr->iova - mr->offset, true))) {
-		odpd_itree_insert(&b->tree, &mr->node);
-		mr->bucket = b;
-	}
 	op->mr = mr;
 	op->daemon_addr = mr->map->addr + s;
 	op->ibv_access = access_to_ibv(op->q.access) | (op->q.odp ? IBV_ACCESS_ON_DEMAND : 0);

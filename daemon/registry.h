@@ -5,9 +5,12 @@
  * The registry: the one owner of every MR, and the registration cache.
  *
  * MRs live in PDs (struct odpd_domain): a private PD per client and device,
- * or a named shared PD that several clients joined. Per PD, the MRs over
- * one segment mapped at one client address (an iova base) sit in an
- * interval tree over their page-rounded file range. Clients hold
+ * or a named shared PD that several clients joined. The MRs over one
+ * segment, of every PD and client address, sit in one interval tree over
+ * their page-rounded file range (odpd_mapping.mrs); a lookup takes those of
+ * its PD and iova base (client address of file offset 0), and the same tree
+ * counts distinct pinned pages, so an MR costs no coverage structure of its
+ * own. Clients hold
  * references (struct odpd_ref); an MR with no reference is deregistered at
  * once, or, released "relaxed", waits on the invalidation queue — still a
  * cache hit — until a batch invalidates it.
@@ -72,17 +75,9 @@ struct odpd_charge {
 	unsigned refs;                      /* references of this account; 0: the relaxed charge */
 };
 
-/* The MRs of one PD over one segment mapped at one client address. */
-struct odpd_bucket {
-	LIST_ENTRY(odpd_bucket) link;
-	struct odpd_mapping *map;
-	uint64_t iova_base;                 /* client address of file offset 0 */
-	struct odpd_itree tree;
-};
-
 struct odpd_mr {
-	struct odpd_inode node;             /* [offset, offset + length) of the file */
-	struct odpd_bucket *bucket;         /* NULL: not in the cache (stale, no-cache, client PD) */
+	struct odpd_inode node;             /* [offset, offset + length) of the file, in map->mrs
+					     * from its registration until it is stripped (in_map) */
 	TAILQ_ENTRY(odpd_mr) link;          /* registry->mrs, by id */
 	TAILQ_ENTRY(odpd_mr) rlink;         /* registry->relaxed, while RELAXED */
 	struct odpd_mr *batch_next;
@@ -94,6 +89,9 @@ struct odpd_mr {
 	uint64_t iova;                      /* of offset */
 	uint32_t access;                    /* Odpd__Access bits */
 	bool pinned;                        /* counts pinned pages */
+	bool in_map;                        /* in map->mrs */
+	bool cached;                        /* a lookup may serve it (not stale, no-cache, client PD) */
+	bool counted;                       /* its pages count in registry->pinned */
 	bool implicit;                      /* implicit ODP: no segment, iova 0, length UINT64_MAX;
 					     * registered by the domain's registrar (implicit.h) */
 	struct odpd_registrar *registrar;   /* implicit: that registrar, a reference */

@@ -175,7 +175,7 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 		return r;
 	}
 	mapping_dontdump(m);
-	odpd_covmap_init(&m->pinned);
+	odpd_itree_init(&m->mrs);
 	odpd_covmap_init(&m->witness_cov);
 	pthread_mutex_init(&m->witness_lock, NULL);
 	/* Without a witness view pinned MRs over the segment are never served
@@ -229,8 +229,7 @@ static void unmap_done(struct odpd_job *job)
 	t->count--;
 	t->bytes -= m->size;
 	t->unmapping--;
-	odpd_covmap_clear(&m->pinned);
-	odpd_covmap_clear(&m->witness_cov);
+	odpd_covmap_clear(&m->witness_cov);      /* (empty: each MR held a reference) */
 	pthread_mutex_destroy(&m->witness_lock);
 	free(m);
 }

@@ -41,7 +41,10 @@ struct odpd_mapping {
 	bool writable;
 	bool in_window;
 	unsigned refs;                  /* client attachments and MRs */
-	struct odpd_covmap pinned;      /* pages pinned by MRs of any PD */
+	/* The registry's MRs over this mapping, of every PD, by file range
+	 * (struct odpd_mr.node): the registration cache's lookups, and the
+	 * distinct pinned bytes of the daemon and of each account. Loop thread. */
+	struct odpd_itree mrs;
 	/*
 	 * The witness view: a second, read-only mapping of the file that
 	 * nothing faults in but odpd, just before it pins pages that no

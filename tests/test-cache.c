@@ -1047,6 +1047,8 @@ struct shared_child {
 	int start;                    /* pipe: register now */
 	int report;                   /* pipe: lkey, rkey */
 	int go;                       /* pipe: release when readable */
+	const char *pd;               /* the shared PD to join; NULL: its own PD */
+	void *addr;                   /* where the segment is mapped already; NULL: the library maps it */
 };
 
 static int shared_child_main(void *arg)
@@ -1059,8 +1061,8 @@ static int shared_child_main(void *arg)
 	char b;
 
 	CHILD_CHECK(c, 10);
-	CHILD_CHECK(odpd_join_pd(c, "team") == 0, 11);
-	seg = odpd_attach(c, sc->fd, NULL, 0);
+	CHILD_CHECK(!sc->pd || odpd_join_pd(c, sc->pd) == 0, 11);
+	seg = odpd_attach(c, sc->fd, sc->addr, sc->addr ? 8 * MIB : 0);
 	CHILD_CHECK(seg, 12);
 	CHILD_CHECK(write(sc->ready, "r", 1) == 1, 17);
 	CHILD_CHECK(read(sc->start, &b, 1) == 1, 18);
@@ -1139,7 +1141,7 @@ static void test_shared_pd_same_keys(void **state)
 	assert_int_equal(pipe(start), 0);
 	for (int i = 0; i < SHARED_N; i++) {
 		assert_int_equal(pipe(report[i]), 0);
-		sc[i] = (struct shared_child){ fd, ready[1], start[0], report[i][1], go[0] };
+		sc[i] = (struct shared_child){ fd, ready[1], start[0], report[i][1], go[0], "team", NULL };
 		pid[i] = spawn(shared_child_main, &sc[i]);
 		close(report[i][1]);         /* a child that dies is an EOF, not a hang */
 	}
@@ -1175,6 +1177,57 @@ static void test_shared_pd_same_keys(void **state)
 		close(start[i]);
 	}
 	close(ready[0]);
+	close(fd);
+}
+
+/*
+ * Without a shared PD, SHARED_N processes that map one segment at the same
+ * address and register the same range at the same moment get one MR each:
+ * the registration cache over that segment holds every PD's MRs, and a
+ * lookup serves only those of the asker's PD.
+ */
+static void test_own_pds_keep_own_mrs(void **state)
+{
+	struct shared_child sc[SHARED_N];
+	int ready[2], start[2], report[SHARED_N][2], go[2];
+	uint32_t keys[SHARED_N][2];
+	pid_t pid[SHARED_N];
+	int fd = sealed_memfd(8 * MIB), kernel0 = kmrs();
+	void *addr = mmap(NULL, 8 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	char b;
+
+	(void)state;
+	assert_true(addr != MAP_FAILED);
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(start), 0);
+	for (int i = 0; i < SHARED_N; i++) {
+		assert_int_equal(pipe(report[i]), 0);
+		sc[i] = (struct shared_child){ fd, ready[1], start[0], report[i][1], go[0], NULL, addr };
+		pid[i] = spawn(shared_child_main, &sc[i]);
+		close(report[i][1]);
+	}
+	close(ready[1]);
+	for (int i = 0; i < SHARED_N; i++)
+		assert_int_equal(read(ready[0], &b, 1), 1);
+	assert_int_equal(write(start[1], "ssss", SHARED_N), SHARED_N);    /* all at once */
+	for (int i = 0; i < SHARED_N; i++) {
+		assert_int_equal(read(report[i][0], keys[i], sizeof(keys[i])), sizeof(keys[i]));
+		for (int j = 0; j < i; j++)
+			assert_int_not_equal(keys[i][0], keys[j][0]);
+	}
+	assert_int_equal(kmrs(), kernel0 + SHARED_N);   /* one MR per PD */
+	assert_int_equal(write(go[1], "gggg", SHARED_N), SHARED_N);
+	for (int i = 0; i < SHARED_N; i++) {
+		assert_int_equal(child_status(pid[i]), 0);
+		close(report[i][0]);
+	}
+	for (int i = 0; i < 2; i++) {
+		close(go[i]);
+		close(start[i]);
+	}
+	close(ready[0]);
+	munmap(addr, 8 * MIB);
 	close(fd);
 }
 
@@ -1663,6 +1716,7 @@ int main(void)
 		cmocka_unit_test_setup(test_many_references, harness_test_setup),
 		cmocka_unit_test_setup(test_stale_mr_stays_stale_beside_populate, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_same_keys, harness_test_setup),
+		cmocka_unit_test_setup(test_own_pds_keep_own_mrs, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_remote_keys_stay_with_owner, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_policy, harness_test_setup),
 		cmocka_unit_test_setup(test_quota_memlock_and_rule, harness_test_setup),

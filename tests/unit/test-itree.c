@@ -409,6 +409,42 @@ static void random_range(uint64_t *s, uint64_t *e)
 	*e = b * PAGE;
 }
 
+/* Items with an even insertion order: the predicate of the union queries. */
+static bool even_order(const struct odpd_inode *n, const void *arg)
+{
+	(void)arg;
+	return item_of(n)->order % 2 == 0;
+}
+
+static bool any_item(const struct odpd_inode *n, const void *arg)
+{
+	(void)n;
+	(void)arg;
+	return true;
+}
+
+/* odpd_itree_uncovered against a byte-by-byte count (ranges are small). */
+static void check_uncovered(struct model *m, uint64_t s, uint64_t e, bool even)
+{
+	uint64_t want = 0;
+
+	/* a whole page at once where x is page aligned (nodes are whole pages) */
+	for (uint64_t x = s, step; x < e; x += step) {
+		bool covered = false;
+
+		step = x % PAGE == 0 && x + PAGE <= e ? PAGE : 1;
+
+		for (unsigned i = 0; i < m->nin && !covered; i++) {
+			const struct item *it = m->sorted[i];
+
+			covered = (!even || it->order % 2 == 0) && it->n.start <= x && it->n.end > x;
+		}
+		if (!covered)
+			want += step;
+	}
+	assert_int_equal(odpd_itree_uncovered(&m->t, s, e, even ? even_order : any_item, NULL), want);
+}
+
 static void check_model(struct model *m)
 {
 	struct odpd_inode *n;
@@ -429,11 +465,16 @@ static void check_model(struct model *m)
 		random_range(&s, &e);
 		check_query(m, true, s, e);
 		check_query(m, false, s, e);
+		check_uncovered(m, s, e, false);
+		check_uncovered(m, s, e, true);
+		check_uncovered(m, 0, SPAN * PAGE, true);
 		/* a point, a byte-granular range and an empty one */
 		s = rnd(SPAN * PAGE + 1);
 		check_query(m, true, s, s + 1);
 		check_query(m, false, s, s + 1 + rnd(3 * PAGE));
 		check_query(m, false, s, s);
+		check_uncovered(m, s, s + 1 + rnd(3 * PAGE), rnd(2));
+		assert_int_equal(odpd_itree_uncovered(&m->t, s, s, any_item, NULL), 0);
 		/* inside a node that is there: covering has at least one hit */
 		if (m->nin) {
 			const struct odpd_inode *in = &m->sorted[rnd(m->nin)]->n;
