@@ -301,7 +301,7 @@ static void mr_info(const struct odpd_mr *mr, Odpd__MrInfo *o, int32_t *pids, ui
 	o->generation = mr->generation;
 	o->segment_dev = mr->map ? mr->map->dev : 0;     /* implicit: no segment */
 	o->segment_ino = mr->map ? mr->map->ino : 0;
-	o->offset = mr->offset;
+	o->offset = mr->node.start;
 	o->uid = mr->charges ? mr->charges->acct->uid : 0;
 	o->age_ms = mr->state == ODPD_MR_RELAXED ? (now - mr->relaxed_ns) / 1000000 : 0;
 	LIST_FOREACH(ref, &mr->holders, mlink)

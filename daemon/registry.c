@@ -114,18 +114,19 @@ static uint64_t account_uncovered(struct odpd_mapping *map, const struct odpd_ac
 static uint64_t mr_uncovered(struct odpd_mr *mr, bool (*pred)(const struct odpd_inode *n, const void *arg),
 			     const void *arg)
 {
-	return odpd_itree_uncovered(&mr->map->mrs, mr->offset, mr->offset + mr->length, pred, arg);
+	return odpd_itree_uncovered(&mr->map->mrs, mr->node.start, mr->node.start + mr->length, pred, arg);
 }
 
 /* Charge @a for @mr's pages (once per account and MR). */
 static int charge_add(struct odpd_registry *r, struct odpd_mr *mr, struct odpd_account *a,
 		      struct odpd_charge **ret)
 {
-	struct odpd_charge *c = calloc(1, sizeof(*c));
+	struct odpd_charge *c = mr->charge0.acct ? calloc(1, sizeof(*c)) : &mr->charge0;
 
 	(void)r;
 	if (!c)
 		return -ENOMEM;
+	c->refs = 0;
 	odpd_account_charge(a, mr->pinned ? mr_uncovered(mr, charged_to, a) : 0);
 	c->acct = a;
 	c->next = mr->charges;
@@ -142,7 +143,10 @@ static void charge_drop(struct odpd_registry *r, struct odpd_mr *mr, struct odpd
 			break;
 		}
 	odpd_account_uncharge(&r->quota, c->acct, mr->pinned ? mr_uncovered(mr, charged_to, c->acct) : 0);
-	free(c);
+	if (c == &mr->charge0)
+		c->acct = NULL;
+	else
+		free(c);
 }
 
 /* The daemon's own count of distinct pinned pages. */
@@ -413,6 +417,12 @@ static void relaxed_arm(struct odpd_registry *r)
 #define MADV_POPULATE_READ 22
 #endif
 
+/* A file time in ns (unique until 2554). */
+static uint64_t ts_ns(const struct timespec *ts)
+{
+	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
+}
+
 /* Is @ts (a file's ctime) earlier than the current coarse clock, the clock
  * the kernel stamps inodes with? Then any later change stamps a later time. */
 static bool ctime_settled(const struct timespec *ts)
@@ -526,17 +536,17 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 	struct stat st;
 
 	if (fstat(map->fd, &st) == 0) {       /* open while the MR holds the mapping */
-		mr->ctime = st.st_ctim;
-		mr->ctime_ok = ctime_settled(&mr->ctime);
+		mr->ctime_ns = ts_ns(&st.st_ctim);
+		mr->ctime_ok = ctime_settled(&st.st_ctim);
 	}
 	if (!map->witness)
 		return;
-	w = map->witness + mr->offset;
+	w = map->witness + mr->node.start;
 	/* Every witness page there present (PAGEMAP_SCAN: one walk without
 	 * touching the pages, cheaper than populating): nothing to put back. */
 	if (!mapped_already(r, w, mr->length)) {
-		witness_guard(r, map, mr->offset, mr->offset + mr->length);
-		odpd_covmap_for_each_gap(&map->witness_cov, mr->offset, mr->offset + mr->length,
+		witness_guard(r, map, mr->node.start, mr->node.start + mr->length);
+		odpd_covmap_for_each_gap(&map->witness_cov, mr->node.start, mr->node.start + mr->length,
 					 witness_populate, map);
 		/* Pages other MRs' witness covers, zapped: a hole was punched
 		 * there since their pins. This MR needs them back; a new epoch
@@ -548,7 +558,7 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 		}
 	}
 	mr->witness_epoch = atomic_load_explicit(&map->witness_epoch, memory_order_acquire);
-	mr->witnessed = odpd_covmap_add(&map->witness_cov, mr->offset, mr->offset + mr->length) >= 0;
+	mr->witnessed = odpd_covmap_add(&map->witness_cov, mr->node.start, mr->node.start + mr->length) >= 0;
 }
 
 /* Resident runs of [@addr, @addr + @length) of a shared file mapping
@@ -638,7 +648,7 @@ static void witness_end(struct odpd_mr *mr)
 	if (!mr->witnessed)
 		return;
 	pthread_mutex_lock(&map->witness_lock);
-	odpd_covmap_remove(&map->witness_cov, mr->offset, mr->offset + mr->length);
+	odpd_covmap_remove(&map->witness_cov, mr->node.start, mr->node.start + mr->length);
 	pthread_mutex_unlock(&map->witness_lock);
 	mr->witnessed = false;
 }
@@ -743,7 +753,7 @@ static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
 	if (!mr->witnessed ||
 	    mr->witness_epoch != atomic_load_explicit(&mr->map->witness_epoch, memory_order_acquire))
 		return false;
-	return pages_present(r, (uintptr_t)(mr->map->witness + mr->offset), mr->length, true);
+	return pages_present(r, (uintptr_t)(mr->map->witness + mr->node.start), mr->length, true);
 }
 
 /* ---------------------------------------------------------------- batches */
@@ -792,7 +802,8 @@ static void batch_run(struct odpd_job *job)
 			mr->mr = NULL;
 		}
 		witness_end(mr);
-		import_drop(&mr->imp);
+		if (!mr->implicit)                 /* (imp and registrar share their place) */
+			import_drop(&mr->imp);
 	}
 }
 
@@ -834,7 +845,8 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 	r->n_mrs--;
 	if (mr->map)
 		odpd_mapping_put(r->segs, mr->map);
-	odpd_registrar_put(mr->registrar);
+	if (mr->implicit)
+		odpd_registrar_put(mr->registrar);
 	free(mr);
 }
 
@@ -933,7 +945,7 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 	b->flush = flush;
 	for (struct odpd_mr *mr = list; mr; mr = mr->batch_next) {
 		b->n++;
-		b->n_dereg += mr->mr != NULL || mr->imp.cctx != NULL;
+		b->n_dereg += mr->mr != NULL || (!mr->implicit && mr->imp.cctx != NULL);
 		b->bytes += mr->length;
 	}
 	if (w) {
@@ -1519,11 +1531,6 @@ struct lookup {
 	struct odpd_mr *registering;        /* the first that will serve it once registered */
 };
 
-static bool ts_equal(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
-}
-
 /*
  * Does pinned @mr still pin the segment's pages? Fast: the segment's ctime
  * has not moved since it was last proven. Else its witness pages decide,
@@ -1537,11 +1544,11 @@ static bool pinned_current(struct odpd_mr *mr, struct lookup *l)
 	}
 	if (!l->have_ctime)
 		return false;
-	if (mr->ctime_ok && ts_equal(&mr->ctime, &l->ctime))
+	if (mr->ctime_ok && mr->ctime_ns == ts_ns(&l->ctime))
 		return true;
 	if (!witness_present(l->r, mr))
 		return false;
-	mr->ctime = l->ctime;
+	mr->ctime_ns = ts_ns(&l->ctime);
 	mr->ctime_ok = ctime_settled(&l->ctime);
 	return true;
 }
@@ -1551,7 +1558,7 @@ static bool hit_ok(struct odpd_inode *n, void *arg)
 	struct odpd_mr *mr = (struct odpd_mr *)n;
 	struct lookup *l = arg;
 
-	if (!mr->cached || mr->dom != l->dom || mr->iova - mr->offset != l->base)
+	if (!mr->cached || mr->dom != l->dom || mr->iova - mr->node.start != l->base)
 		return false;                   /* another PD's, or mapped elsewhere in the client */
 	if (mr->state == ODPD_MR_INVALIDATING)
 		return false;
@@ -1562,7 +1569,7 @@ static bool hit_ok(struct odpd_inode *n, void *arg)
 	/* A remote key is served again only to its owner, for the same range:
 	 * nobody else may extend its life or its reach. */
 	if ((mr->access & ACCESS_REMOTE) &&
-	    (mr->owner_id != l->h->id || mr->offset != l->s || mr->offset + mr->length != l->e))
+	    (mr->owner_id != l->h->id || mr->node.start != l->s || mr->node.start + mr->length != l->e))
 		return false;
 	if (mr->state == ODPD_MR_REGISTERING) {
 		/* on a worker now: wait for it, unless a registered one serves */
@@ -1899,9 +1906,10 @@ static void reg_done(struct odpd_job *job)
 			mr_invalidate(r, mr, &list);
 			start_batch(r, list, false, NULL);
 		} else {
-			struct odpd_client_ctx *cctx = mr->imp.cctx;
+			struct odpd_client_ctx *cctx = mr->implicit ? NULL : mr->imp.cctx;
 
-			import_drop(&mr->imp);   /* the list's reference keeps it */
+			if (!mr->implicit)
+				import_drop(&mr->imp);   /* the list's reference keeps it */
 			holder_forget_idle(r, op->h, cctx);
 			mr_unindex(mr);
 			mr_free(r, mr);
@@ -1976,7 +1984,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 	if (rc < 0)
 		return rc;
 	if (!c) {
-		rc = quota_check(r, h, mr->map, mr->offset, mr->offset + mr->length, mr->pinned, false,
+		rc = quota_check(r, h, mr->map, mr->node.start, mr->node.start + mr->length, mr->pinned, false,
 				 !op->evicted, &evict, err);
 		if (rc < 0)
 			return rc;
@@ -2017,7 +2025,6 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 	mr->id = ++r->next_mr_id;
 	mr->dom = d;
 	mr->map = op->q.map;                 /* NULL: implicit */
-	mr->offset = s;
 	mr->length = e - s;
 	mr->node.start = s;
 	mr->node.end = e;
@@ -2700,7 +2707,7 @@ static bool mr_on(const struct odpd_mr *mr, const struct odpd_device *dev)
 {
 	if (mr->state == ODPD_MR_REGISTERING)
 		return mr->dom && mr->dom->dev == dev;
-	return mr->dom ? mr->dom->dev == dev : cctx_on(mr->imp.cctx, dev);
+	return mr->dom ? mr->dom->dev == dev : !mr->implicit && cctx_on(mr->imp.cctx, dev);
 }
 
 void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *dev,

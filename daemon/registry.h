@@ -76,47 +76,56 @@ struct odpd_charge {
 };
 
 struct odpd_mr {
-	struct odpd_inode node;             /* [offset, offset + length) of the file, in map->mrs
+	struct odpd_inode node;             /* [start, end) of the file (page rounded), in map->mrs
 					     * from its registration until it is stripped (in_map) */
 	TAILQ_ENTRY(odpd_mr) link;          /* registry->mrs, by id */
-	TAILQ_ENTRY(odpd_mr) rlink;         /* registry->relaxed, while RELAXED */
 	struct odpd_mr *batch_next;
 	uint64_t id;
 	struct odpd_domain *dom;            /* daemon-PD mode */
-	struct odpd_import imp;             /* client-PD mode (imp.ctx) */
 	struct odpd_mapping *map;           /* a reference */
-	uint64_t offset, length;            /* page rounded, bytes */
-	uint64_t iova;                      /* of offset */
+	uint64_t length;                    /* node.end - node.start, bytes */
+	uint64_t iova;                      /* of node.start */
+	struct ibv_mr *mr;
+	uint64_t generation;
+	uint64_t ctime_ns;                  /* the segment's ctime when last proven current */
+	uint64_t owner_id;                  /* the client that registered it */
+	LIST_HEAD(, odpd_ref) holders;
+	struct odpd_charge *charges;
+	union {
+		struct odpd_import imp;     /* client-PD mode (imp.cctx) */
+		struct odpd_registrar *registrar;   /* implicit: the domain's registrar (implicit.h),
+						     * a reference */
+	};
+	union {
+		struct {                    /* RELAXED */
+			TAILQ_ENTRY(odpd_mr) rlink;         /* registry->relaxed */
+			uint64_t relaxed_ns;                /* CLOCK_MONOTONIC when it became RELAXED */
+			uint64_t relaxed_by;                /* the holder (client) that released it last */
+		};
+		struct reg_op *joiners;     /* REGISTERING: requests it will serve */
+	};
+	pid_t relaxed_pid;                  /* RELAXED: the process that released it last */
 	uint32_t access;                    /* Odpd__Access bits */
+	/* Pinned: are its pages still the segment's (see odpd_mapping.witness)? */
+	uint32_t witness_epoch;             /* map->witness_epoch at its pin */
+	unsigned refs;
+	unsigned busy;                      /* verify jobs using mr->mr */
+	uint16_t prefetch_errno;            /* REG_PREFETCH when registered: ibv_advise_mr's errno */
+	uint8_t state;                      /* enum odpd_mr_state */
+	/* DEAD: 1 waits for busy jobs, 2 in a batch, 3 deregistered and
+	 * released (charges, pins, its domain); freed with its last reference. */
+	uint8_t dead_stage;
 	bool pinned;                        /* counts pinned pages */
+	bool implicit;                      /* implicit ODP: no segment, iova 0, length UINT64_MAX;
+					     * registered by the domain's registrar (implicit.h) */
 	bool in_map;                        /* in map->mrs */
 	bool cached;                        /* a lookup may serve it (not stale, no-cache, client PD) */
 	bool counted;                       /* its pages count in registry->pinned */
-	bool implicit;                      /* implicit ODP: no segment, iova 0, length UINT64_MAX;
-					     * registered by the domain's registrar (implicit.h) */
-	struct odpd_registrar *registrar;   /* implicit: that registrar, a reference */
-	struct ibv_mr *mr;
-	enum odpd_mr_state state;
-	uint64_t generation;
-	/* Pinned: are its pages still the segment's (see odpd_mapping.witness)? */
-	bool witnessed;                     /* counted in map->witness_cov */
-	uint32_t witness_epoch;             /* map->witness_epoch at its pin */
-	struct timespec ctime;              /* the segment's ctime when last proven current */
-	bool ctime_ok;                      /* ctime is a valid fast-path baseline */
-	uint64_t owner_id;                  /* the client that registered it */
-	unsigned refs;
-	LIST_HEAD(, odpd_ref) holders;
-	struct odpd_charge *charges;
-	uint64_t relaxed_ns;                /* CLOCK_MONOTONIC when it became RELAXED */
-	pid_t relaxed_pid;                  /* the process that released it last */
-	uint64_t relaxed_by;                /* and its holder (client) id */
-	struct reg_op *joiners;             /* REGISTERING: requests it will serve */
-	int prefetch_errno;                 /* REG_PREFETCH when registered: ibv_advise_mr's errno */
-	unsigned busy;                      /* verify jobs using mr->mr */
-	/* DEAD: 1 waits for busy jobs, 2 in a batch, 3 deregistered and
-	 * released (charges, pins, its domain); freed with its last reference. */
-	unsigned char dead_stage;
+	bool witnessed;                     /* counted in map->witness_cov (set by workers) */
+	bool ctime_ok;                      /* ctime_ns is a valid fast-path baseline */
 	bool stripped;                      /* charges, pins and domain released */
+	struct odpd_charge charge0;         /* the first charge's place (acct NULL: free): most
+					     * MRs have one, and it costs no allocation of its own */
 };
 
 /* A named shared PD: one domain per device, made on first use. */
