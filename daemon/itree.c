@@ -18,310 +18,6 @@ static inline uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
 	return m > c ? m : c;
 }
 
-/* ================================================================ covmap */
-
-/*
- * Generated first, while <bsd/sys/tree.h>'s RB_AUGMENT is still its no-op
- * default: the interval tree below redefines it.
- */
-
-struct odpd_covseg {
-	RB_ENTRY(odpd_covseg) rb;
-	uint64_t start, end;        /* [start, end), disjoint from the others */
-	unsigned count;             /* ranges covering it, >= 1 */
-};
-
-static int covseg_cmp(const struct odpd_covseg *a, const struct odpd_covseg *b)
-{
-	return a->start < b->start ? -1 : a->start > b->start;
-}
-
-ITREE_RB_GENERATE(odpd_covmap_rb, odpd_covseg, covseg_cmp)
-
-#define covseg_next(g) RB_NEXT(odpd_covmap_rb, NULL, g)
-
-static int fail_alloc_after = -1;
-
-void odpd_covmap_test_fail_alloc(int after)
-{
-	fail_alloc_after = after;
-}
-
-static struct odpd_covseg *covseg_alloc(void)
-{
-	if (fail_alloc_after >= 0 && fail_alloc_after-- == 0)
-		return NULL;
-	return malloc(sizeof(struct odpd_covseg));
-}
-
-void odpd_covmap_init(struct odpd_covmap *m)
-{
-	RB_INIT(&m->root);
-	m->covered = 0;
-	m->nsegs = 0;
-}
-
-void odpd_covmap_clear(struct odpd_covmap *m)
-{
-	struct odpd_covseg *g = RB_ROOT(&m->root);
-
-	/* Post-order teardown along the parent links: O(n), no rebalancing. */
-	while (g) {
-		struct odpd_covseg *p;
-
-		if (RB_LEFT(g, rb)) {
-			g = RB_LEFT(g, rb);
-			continue;
-		}
-		if (RB_RIGHT(g, rb)) {
-			g = RB_RIGHT(g, rb);
-			continue;
-		}
-		p = RB_PARENT(g, rb);
-		if (p) {
-			if (RB_LEFT(p, rb) == g)
-				RB_LEFT(p, rb) = NULL;
-			else
-				RB_RIGHT(p, rb) = NULL;
-		}
-		free(g);
-		g = p;
-	}
-	odpd_covmap_init(m);
-}
-
-/*
- * One descent: *floor is the last segment starting at or before @s, *ceil
- * the first starting after it (its in-order successor). Either may be NULL.
- */
-static void covseg_search(const struct odpd_covmap *m, uint64_t s,
-			  struct odpd_covseg **floor, struct odpd_covseg **ceil)
-{
-	struct odpd_covseg *g = RB_ROOT(&m->root);
-
-	*floor = *ceil = NULL;
-	while (g) {
-		if (g->start <= s) {
-			*floor = g;
-			g = RB_RIGHT(g, rb);
-		} else {
-			*ceil = g;
-			g = RB_LEFT(g, rb);
-		}
-	}
-}
-
-/* The first segment ending after @s (the one holding s, or the next). */
-static struct odpd_covseg *covseg_first_after(const struct odpd_covmap *m, uint64_t s)
-{
-	struct odpd_covseg *floor, *ceil;
-
-	covseg_search(m, s, &floor, &ceil);
-	return floor && floor->end > s ? floor : ceil;
-}
-
-/*
- * Link @x between @prev and @next, adjacent in order (NULL: none there), and
- * rebalance. No search: of two adjacent nodes, either the first has no right
- * child or the second no left child; the first of all has no left child.
- * O(1) amortized.
- */
-static void covseg_link(struct odpd_covmap *m, struct odpd_covseg *x,
-			struct odpd_covseg *prev, struct odpd_covseg *next)
-{
-	if (prev && !RB_RIGHT(prev, rb)) {
-		RB_SET(x, prev, rb);
-		RB_RIGHT(prev, rb) = x;
-	} else if (next) {
-		RB_SET(x, next, rb);
-		RB_LEFT(next, rb) = x;
-	} else {
-		RB_SET(x, NULL, rb);
-		RB_ROOT(&m->root) = x;
-	}
-	odpd_covmap_rb_RB_INSERT_COLOR(&m->root, x);
-}
-
-/* Link @x right after @g. */
-static void covseg_link_after(struct odpd_covmap *m, struct odpd_covseg *x, struct odpd_covseg *g)
-{
-	struct odpd_covseg *n = RB_RIGHT(g, rb);
-
-	if (n)
-		while (RB_LEFT(n, rb))
-			n = RB_LEFT(n, rb);
-	covseg_link(m, x, g, n);
-}
-
-/* Take a preallocated segment from @spare (chained through rbe_left). */
-static struct odpd_covseg *covseg_take(struct odpd_covseg **spare, uint64_t start, uint64_t end,
-				       unsigned count)
-{
-	struct odpd_covseg *x = *spare;
-
-	*spare = RB_LEFT(x, rb);
-	x->start = start;
-	x->end = end;
-	x->count = count;
-	return x;
-}
-
-/* Split @g at @at (g->start < at < g->end): @g keeps the head; the tail,
- * with the same count, is linked right after it and returned. */
-static struct odpd_covseg *covseg_split(struct odpd_covmap *m, struct odpd_covseg *g, uint64_t at,
-					struct odpd_covseg **spare)
-{
-	struct odpd_covseg *x = covseg_take(spare, at, g->end, g->count);
-
-	g->end = at;
-	covseg_link_after(m, x, g);
-	return x;
-}
-
-/*
- * Walk [s, e) as odpd_covmap_add would, changing nothing: return the bytes
- * no segment covers, and in *need how many segments add would allocate (one
- * per gap, one per split at s or at e). O(log n + k).
- */
-static uint64_t covmap_plan(const struct odpd_covmap *m, uint64_t s, uint64_t e, size_t *need)
-{
-	struct odpd_covseg *g = covseg_first_after(m, s);
-	uint64_t pos = s, gap = 0;
-	size_t k = 0;
-
-	if (g && g->start < s)
-		k++;                            /* split at s */
-	while (pos < e) {
-		if (!g || g->start >= e) {
-			gap += e - pos;
-			k++;
-			break;
-		}
-		if (g->start > pos) {
-			gap += g->start - pos;
-			k++;
-		}
-		if (g->end > e)
-			k++;                    /* split at e */
-		pos = g->end;
-		g = covseg_next(g);
-	}
-	if (need)
-		*need = k;
-	return gap;
-}
-
-void odpd_covmap_for_each_gap(const struct odpd_covmap *m, uint64_t s, uint64_t e,
-			      void (*fn)(uint64_t gs, uint64_t ge, void *arg), void *arg)
-{
-	const struct odpd_covseg *g = s < e ? covseg_first_after(m, s) : NULL;
-	uint64_t pos = s;
-
-	while (pos < e) {
-		if (!g || g->start >= e) {
-			fn(pos, e, arg);
-			return;
-		}
-		if (g->start > pos)
-			fn(pos, g->start, arg);
-		pos = g->end;
-		g = covseg_next((struct odpd_covseg *)g);
-	}
-}
-
-uint64_t odpd_covmap_uncovered(const struct odpd_covmap *m, uint64_t s, uint64_t e)
-{
-	if (s >= e)
-		return 0;
-	return covmap_plan(m, s, e, NULL);
-}
-
-int64_t odpd_covmap_add(struct odpd_covmap *m, uint64_t s, uint64_t e)
-{
-	struct odpd_covseg *spare = NULL, *floor, *ceil, *prev, *g;
-	uint64_t gained, pos = s;
-	size_t need, i;
-
-	if (s >= e)
-		return 0;
-	gained = covmap_plan(m, s, e, &need);
-
-	/* All the allocations first: past this point nothing can fail. */
-	for (i = 0; i < need; i++) {
-		struct odpd_covseg *x = covseg_alloc();
-
-		if (!x) {
-			while (spare) {
-				x = RB_LEFT(spare, rb);
-				free(spare);
-				spare = x;
-			}
-			return -ENOMEM;
-		}
-		RB_LEFT(x, rb) = spare;
-		spare = x;
-	}
-
-	/* prev and g stay adjacent in order: prev ends at or before pos, g
-	 * (or nothing) is the first segment ending after pos. */
-	covseg_search(m, s, &floor, &ceil);
-	if (floor && floor->end > s) {
-		if (floor->start < s) {
-			prev = floor;
-			g = covseg_split(m, floor, s, &spare);
-		} else {
-			prev = RB_PREV(odpd_covmap_rb, &m->root, floor);
-			g = floor;
-		}
-	} else {
-		prev = floor;
-		g = ceil;
-	}
-	while (pos < e) {
-		if (!g || g->start >= e) {
-			covseg_link(m, covseg_take(&spare, pos, e, 1), prev, g);
-			break;
-		}
-		if (g->start > pos)
-			covseg_link(m, covseg_take(&spare, pos, g->start, 1), prev, g);
-		if (g->end > e)
-			covseg_split(m, g, e, &spare);
-		g->count++;
-		pos = g->end;
-		prev = g;
-		g = covseg_next(g);
-	}
-
-	m->nsegs += need;
-	m->covered += gained;
-	return (int64_t)gained;
-}
-
-uint64_t odpd_covmap_remove(struct odpd_covmap *m, uint64_t s, uint64_t e)
-{
-	struct odpd_covseg *g;
-	uint64_t freed = 0;
-
-	if (s >= e)
-		return 0;
-	/* add split at s and e and nothing merges, so the segments of [s, e)
-	 * lie exactly inside it; a segment that does not (the caller broke the
-	 * contract) is left alone rather than miscounted. */
-	for (g = covseg_first_after(m, s); g && g->start < e;) {
-		struct odpd_covseg *next = covseg_next(g);
-
-		if (g->start >= s && g->end <= e && --g->count == 0) {
-			freed += g->end - g->start;
-			RB_REMOVE(odpd_covmap_rb, &m->root, g);
-			free(g);
-			m->nsegs--;
-		}
-		g = next;
-	}
-	m->covered -= freed;
-	return freed;
-}
-
 /* Red-black shape and parent links of a subtree: its black height, or -1. */
 #define RB_CHECK_FN(fname, type)                                                \
 static int fname(const struct type *x, const struct type *parent)              \
@@ -341,29 +37,6 @@ static int fname(const struct type *x, const struct type *parent)              \
 	if (l < 0 || l != r)                                                    \
 		return -1;                                                      \
 	return l + (RB_COLOR(x, rb) == RB_BLACK);                               \
-}
-
-RB_CHECK_FN(covseg_check_shape, odpd_covseg)
-
-bool odpd_covmap_check(const struct odpd_covmap *m)
-{
-	const struct odpd_covseg *root = RB_ROOT(&m->root), *prev = NULL;
-	struct odpd_covseg *g;
-	uint64_t covered = 0;
-	unsigned n = 0;
-
-	if (root && RB_COLOR(root, rb) != RB_BLACK)
-		return false;
-	if (covseg_check_shape(root, NULL) < 0)
-		return false;
-	RB_FOREACH(g, odpd_covmap_rb, (struct odpd_covmap_rb *)&m->root) {
-		if (g->start >= g->end || g->count == 0 || (prev && prev->end > g->start))
-			return false;
-		covered += g->end - g->start;
-		n++;
-		prev = g;
-	}
-	return n == m->nsegs && covered == m->covered;
 }
 
 /* ========================================================== interval tree */
@@ -502,7 +175,19 @@ struct uncovered {
 	bool (*pred)(const struct odpd_inode *n, const void *arg);
 	const void *arg;
 	uint64_t pos, e, gap;               /* covered up to pos; gap: uncovered before it */
+	struct odpd_gap *gaps;              /* NULL: count only */
+	unsigned n, max;
 };
+
+/* A gap [s, e): counted, and listed if asked; true when the list is full. */
+static bool uncovered_gap(struct uncovered *u, uint64_t s, uint64_t e)
+{
+	u->gap += e - s;
+	if (!u->gaps)
+		return false;
+	u->gaps[u->n++] = (struct odpd_gap){ s, e };
+	return u->n == u->max;
+}
 
 static bool uncovered_visit(struct odpd_inode *n, void *arg)
 {
@@ -513,7 +198,12 @@ static bool uncovered_visit(struct odpd_inode *n, void *arg)
 	if (!u->pred(n, u->arg))
 		return false;
 	if (n->start > u->pos) {               /* in ascending start order */
-		u->gap += (n->start < u->e ? n->start : u->e) - u->pos;
+		uint64_t to = n->start < u->e ? n->start : u->e;
+
+		if (uncovered_gap(u, u->pos, to)) {
+			u->pos = to;
+			return true;            /* full: the caller goes on from there */
+		}
 		u->pos = n->start;
 	}
 	if (n->end > u->pos)
@@ -521,15 +211,45 @@ static bool uncovered_visit(struct odpd_inode *n, void *arg)
 	return false;
 }
 
+/* Walk [s, e); afterwards u->pos < u->e only when the list filled up. */
+static void uncovered_walk(struct odpd_itree *t, uint64_t s, uint64_t e, struct uncovered *u)
+{
+	u->pos = s;
+	u->e = e;
+	if (s >= e)
+		return;
+	if (!overlapping(RB_ROOT(&t->root), s, e, uncovered_visit, u) && u->pos < e) {
+		uncovered_gap(u, u->pos, e);    /* the tail no node covers */
+		u->pos = e;
+	}
+	if (u->pos > e)
+		u->pos = e;
+}
+
 uint64_t odpd_itree_uncovered(struct odpd_itree *t, uint64_t s, uint64_t e,
 			      bool (*pred)(const struct odpd_inode *n, const void *arg), const void *arg)
 {
-	struct uncovered u = { .pred = pred, .arg = arg, .pos = s, .e = e };
+	struct uncovered u = { .pred = pred, .arg = arg };
 
-	if (s >= e)
+	uncovered_walk(t, s, e, &u);
+	return u.gap;
+}
+
+unsigned odpd_itree_gaps(struct odpd_itree *t, uint64_t s, uint64_t e,
+			 bool (*pred)(const struct odpd_inode *n, const void *arg), const void *arg,
+			 struct odpd_gap *gaps, unsigned max, uint64_t *ret_next)
+{
+	struct uncovered u = { .pred = pred, .arg = arg, .gaps = gaps, .max = max };
+
+	if (max == 0) {
+		*ret_next = s;
 		return 0;
-	overlapping(RB_ROOT(&t->root), s, e, uncovered_visit, &u);
-	return u.gap + (u.pos < e ? e - u.pos : 0);
+	}
+	uncovered_walk(t, s, e, &u);
+	*ret_next = u.n == max ? u.gaps[max - 1].end : e;
+	if (s >= e)
+		*ret_next = e;
+	return u.n;
 }
 
 struct odpd_inode *odpd_itree_first(struct odpd_itree *t)

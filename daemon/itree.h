@@ -2,19 +2,13 @@
 #pragma once
 
 /*
- * Two interval structures over byte ranges [start, end) of one segment,
- * both red-black trees (libbsd's <bsd/sys/tree.h>):
- *
- *  - odpd_itree: an interval tree of caller-embedded nodes (the MRs of one
- *    PD over one segment), augmented with each subtree's largest end, so
- *    that "which nodes cover [s, e)?" visits only subtrees that can hold one:
- *    O(log n + k). Nodes may overlap and repeat.
- *
- *  - odpd_covmap: a coverage count over pages: disjoint intervals, each
- *    with how many ranges cover it. Adding a range returns how many bytes
- *    became covered for the first time; removing one returns how many bytes
- *    are no longer covered at all. This is how pinned bytes are counted as
- *    distinct pages: overlapping MRs are not counted twice.
+ * An interval tree over byte ranges [start, end) of one segment: a
+ * red-black tree (libbsd's <bsd/sys/tree.h>) of caller-embedded nodes (the
+ * MRs over one segment), augmented with each subtree's largest end, so that
+ * "which nodes cover [s, e)?" visits only subtrees that can hold one:
+ * O(log n + k). Nodes may overlap and repeat. The same walk measures what
+ * the union of some of the nodes leaves uncovered: distinct pinned pages
+ * (overlapping MRs are not counted twice) and the witness coverage.
  */
 
 #include <stdbool.h>
@@ -64,45 +58,26 @@ struct odpd_inode *odpd_itree_find_overlapping(struct odpd_itree *t, uint64_t s,
 uint64_t odpd_itree_uncovered(struct odpd_itree *t, uint64_t s, uint64_t e,
 			      bool (*pred)(const struct odpd_inode *n, const void *arg), const void *arg);
 
+/*
+ * The same walk, listing those uncovered parts (maximal sub-ranges of
+ * [s, e), ascending) into @gaps, at most @max of them; returns how many.
+ * *@ret_next is where a next call goes on: e once all were listed, else the
+ * end of the last gap listed (which a node then covers). Lets a caller do
+ * slow work per gap without holding a lock on the tree meanwhile.
+ */
+struct odpd_gap {
+	uint64_t start, end;
+};
+unsigned odpd_itree_gaps(struct odpd_itree *t, uint64_t s, uint64_t e,
+			 bool (*pred)(const struct odpd_inode *n, const void *arg), const void *arg,
+			 struct odpd_gap *gaps, unsigned max, uint64_t *ret_next);
+
 /* First node in (start, insertion) order, and the next; NULL at the end. */
 struct odpd_inode *odpd_itree_first(struct odpd_itree *t);
 struct odpd_inode *odpd_itree_next(struct odpd_itree *t, struct odpd_inode *n);
 
-/* ---------------------------------------------------------------- covmap */
-
-struct odpd_covseg;
-RB_HEAD(odpd_covmap_rb, odpd_covseg);
-
-struct odpd_covmap {
-	struct odpd_covmap_rb root;
-	uint64_t covered;           /* bytes covered by at least one range */
-	unsigned nsegs;             /* disjoint intervals held (memory use) */
-};
-
-void odpd_covmap_init(struct odpd_covmap *m);
-/* Free every interval. */
-void odpd_covmap_clear(struct odpd_covmap *m);
-/* Bytes of [s, e) that no range covers yet (what odpd_covmap_add would return). */
-uint64_t odpd_covmap_uncovered(const struct odpd_covmap *m, uint64_t s, uint64_t e);
-/* Call @fn for each maximal sub-range of [s, e) that no range covers, in
- * ascending order. @fn must not change @m. */
-void odpd_covmap_for_each_gap(const struct odpd_covmap *m, uint64_t s, uint64_t e,
-			      void (*fn)(uint64_t gs, uint64_t ge, void *arg), void *arg);
-/* Cover [s, e) once more. Returns the bytes newly covered (>= 0), or -ENOMEM
- * (then nothing changed). */
-int64_t odpd_covmap_add(struct odpd_covmap *m, uint64_t s, uint64_t e);
-/* Undo one odpd_covmap_add(s, e) (the caller guarantees it was added).
- * Intervals are never merged, so the boundaries add made are still there:
- * removing never splits and never allocates. Returns the bytes no longer
- * covered by anything. */
-uint64_t odpd_covmap_remove(struct odpd_covmap *m, uint64_t s, uint64_t e);
-
 /* ------------------------------------------------------------- for tests */
 
 /* Check every invariant: red-black shape, parent links, (start, insertion)
- * order, each node's max_end, and count / nsegs / covered. O(n). */
+ * order, each node's max_end, and count. O(n). */
 bool odpd_itree_check(const struct odpd_itree *t);
-bool odpd_covmap_check(const struct odpd_covmap *m);
-/* Let the next @after covmap allocations succeed and fail the one after
- * (once); a negative @after disables the failure. */
-void odpd_covmap_test_fail_alloc(int after);

@@ -289,6 +289,32 @@ void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d
 	r->odp.registrars--;
 }
 
+/* Into / out of its mapping's tree (loop; workers walk it under tree_lock). */
+static void map_insert(struct odpd_mr *mr)
+{
+	pthread_mutex_lock(&mr->map->tree_lock);
+	odpd_itree_insert(&mr->map->mrs, &mr->node);
+	pthread_mutex_unlock(&mr->map->tree_lock);
+	mr->in_map = true;
+}
+
+static void map_remove(struct odpd_mr *mr)
+{
+	if (!mr->in_map)
+		return;
+	/* its witness is over before it is stripped (batch_run, reg_run) */
+	if (mr->witnessed) {
+		log_error("MR %" PRIu64 " leaves its segment's tree still witnessed", mr->id);
+		pthread_mutex_lock(&mr->map->witness_lock);
+		mr->witnessed = false;
+		pthread_mutex_unlock(&mr->map->witness_lock);
+	}
+	pthread_mutex_lock(&mr->map->tree_lock);
+	odpd_itree_remove(&mr->map->mrs, &mr->node);
+	pthread_mutex_unlock(&mr->map->tree_lock);
+	mr->in_map = false;
+}
+
 /* Take @mr out of the cache: it is never a hit again. It stays in its
  * mapping's tree, where its pins count, until it is stripped. */
 static void mr_unindex(struct odpd_mr *mr)
@@ -492,13 +518,53 @@ static void guard_gap(uint64_t s, uint64_t e, void *arg)
 	g->at = e;
 }
 
+/*
+ * Witness coverage: the pinned MRs that rely on their witness pages (their
+ * witnessed flag), from map->mrs. Workers, under witness_lock, which keeps
+ * those flags still: what the loop adds to the tree or takes out of it
+ * meanwhile is never witnessed. The tree is locked only while walked.
+ */
+static bool is_witnessed(const struct odpd_inode *n, const void *arg)
+{
+	(void)arg;
+	return ((const struct odpd_mr *)n)->witnessed;
+}
+
+/* Does a witnessed MR cover any of [s, e)? */
+static bool witness_covers(struct odpd_mapping *map, uint64_t s, uint64_t e)
+{
+	uint64_t u;
+
+	pthread_mutex_lock(&map->tree_lock);
+	u = odpd_itree_uncovered(&map->mrs, s, e, is_witnessed, NULL);
+	pthread_mutex_unlock(&map->tree_lock);
+	return u < e - s;
+}
+
+/* @fn for each part of [s, e) no witnessed MR covers, ascending; listed a
+ * few at a time, the tree unlocked while @fn runs (it may fault pages). */
+static void witness_for_each_gap(struct odpd_mapping *map, uint64_t s, uint64_t e,
+				 void (*fn)(uint64_t gs, uint64_t ge, void *arg), void *arg)
+{
+	struct odpd_gap g[16];
+
+	while (s < e) {
+		unsigned n;
+
+		pthread_mutex_lock(&map->tree_lock);
+		n = odpd_itree_gaps(&map->mrs, s, e, is_witnessed, NULL, g, 16, &s);
+		pthread_mutex_unlock(&map->tree_lock);
+		for (unsigned i = 0; i < n; i++)
+			fn(g[i].start, g[i].end, arg);
+	}
+}
+
 /* An absent run of witness pages: does an MR's witness cover any of it? */
 static bool absent_covered(uintptr_t s, uintptr_t e, void *arg)
 {
 	struct witness_guard *g = arg;
-	uint64_t fs = s - (uintptr_t)g->map->witness, fe = e - (uintptr_t)g->map->witness;
 
-	return odpd_covmap_uncovered(&g->map->witness_cov, fs, fe) < fe - fs;
+	return witness_covers(g->map, s - (uintptr_t)g->map->witness, e - (uintptr_t)g->map->witness);
 }
 
 static void witness_guard(struct odpd_registry *r, struct odpd_mapping *map, uint64_t s, uint64_t e)
@@ -522,7 +588,7 @@ static void witness_guard(struct odpd_registry *r, struct odpd_mapping *map, uin
 	if (k >= 0) {
 		g.absent = k == 1;
 	} else {
-		odpd_covmap_for_each_gap(&map->witness_cov, lo, hi, guard_gap, &g);
+		witness_for_each_gap(map, lo, hi, guard_gap, &g);
 		guard_covered(&g, g.at, hi);
 	}
 	if (g.absent)
@@ -546,8 +612,7 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 	 * touching the pages, cheaper than populating): nothing to put back. */
 	if (!mapped_already(r, w, mr->length)) {
 		witness_guard(r, map, mr->node.start, mr->node.start + mr->length);
-		odpd_covmap_for_each_gap(&map->witness_cov, mr->node.start, mr->node.start + mr->length,
-					 witness_populate, map);
+		witness_for_each_gap(map, mr->node.start, mr->node.start + mr->length, witness_populate, map);
 		/* Pages other MRs' witness covers, zapped: a hole was punched
 		 * there since their pins. This MR needs them back; a new epoch
 		 * keeps the older MRs of the segment from ever proving current
@@ -558,7 +623,7 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 		}
 	}
 	mr->witness_epoch = atomic_load_explicit(&map->witness_epoch, memory_order_acquire);
-	mr->witnessed = odpd_covmap_add(&map->witness_cov, mr->node.start, mr->node.start + mr->length) >= 0;
+	mr->witnessed = true;
 }
 
 /* Resident runs of [@addr, @addr + @length) of a shared file mapping
@@ -635,7 +700,7 @@ int odpd_registry_map_ahead(struct odpd_registry *r, struct odpd_mapping *map, u
 			continue;
 		pthread_mutex_lock(&map->witness_lock);
 		witness_guard(r, map, s, e);
-		odpd_covmap_for_each_gap(&map->witness_cov, s, e, ahead_gap, &w);
+		witness_for_each_gap(map, s, e, ahead_gap, &w);
 		pthread_mutex_unlock(&map->witness_lock);
 	}
 	return a.rc;
@@ -648,9 +713,8 @@ static void witness_end(struct odpd_mr *mr)
 	if (!mr->witnessed)
 		return;
 	pthread_mutex_lock(&map->witness_lock);
-	odpd_covmap_remove(&map->witness_cov, mr->node.start, mr->node.start + mr->length);
-	pthread_mutex_unlock(&map->witness_lock);
 	mr->witnessed = false;
+	pthread_mutex_unlock(&map->witness_lock);
 }
 
 /* PAGEMAP_SCAN (Linux 6.7): the kernel finds the first page that is not
@@ -820,10 +884,7 @@ static void mr_strip(struct odpd_registry *r, struct odpd_mr *mr)
 	while (mr->charges)
 		charge_drop(r, mr, mr->charges);
 	global_uncharge(r, mr);
-	if (mr->in_map) {
-		odpd_itree_remove(&mr->map->mrs, &mr->node);
-		mr->in_map = false;
-	}
+	map_remove(mr);
 	if (mr->implicit) {
 		r->odp.mrs--;
 		r->odp.implicit_mrs--;
@@ -2063,14 +2124,13 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 		return err_set(err, ENOMEM, "out of memory");
 	/* In its mapping's tree from now on, in the cache unless no-cache: a
 	 * request for it meanwhile waits for it. */
-	odpd_itree_insert(&mr->map->mrs, &mr->node);
-	mr->in_map = true;
+	map_insert(mr);
 	mr->cached = d && !op->q.no_cache;
 	/* Reserve the quota now, so that requests in flight cannot overbook it. */
 	global_charge(r, mr);
 	if (charge_add(r, mr, op->h->acct, &c) < 0) {
 		global_uncharge(r, mr);
-		odpd_itree_remove(&mr->map->mrs, &mr->node);
+		map_remove(mr);
 		if (!mr->pinned) {
 			r->odp.mrs--;
 			r->odp.bytes -= mr->length;

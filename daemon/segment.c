@@ -176,7 +176,7 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	}
 	mapping_dontdump(m);
 	odpd_itree_init(&m->mrs);
-	odpd_covmap_init(&m->witness_cov);
+	pthread_mutex_init(&m->tree_lock, NULL);
 	pthread_mutex_init(&m->witness_lock, NULL);
 	/* Without a witness view pinned MRs over the segment are never served
 	 * from the cache after its ctime changed. */
@@ -229,7 +229,7 @@ static void unmap_done(struct odpd_job *job)
 	t->count--;
 	t->bytes -= m->size;
 	t->unmapping--;
-	odpd_covmap_clear(&m->witness_cov);      /* (empty: each MR held a reference) */
+	pthread_mutex_destroy(&m->tree_lock);    /* (mrs is empty: each MR held a reference) */
 	pthread_mutex_destroy(&m->witness_lock);
 	free(m);
 }

@@ -42,13 +42,17 @@ struct odpd_mapping {
 	bool in_window;
 	unsigned refs;                  /* client attachments and MRs */
 	/* The registry's MRs over this mapping, of every PD, by file range
-	 * (struct odpd_mr.node): the registration cache's lookups, and the
-	 * distinct pinned bytes of the daemon and of each account. Loop thread. */
+	 * (struct odpd_mr.node): the registration cache's lookups, the
+	 * distinct pinned bytes of the daemon and of each account, and the
+	 * witness coverage. Changed by the loop only, under tree_lock, which
+	 * workers take to walk it (never across a system call). */
 	struct odpd_itree mrs;
+	pthread_mutex_t tree_lock;
 	/*
 	 * The witness view: a second, read-only mapping of the file that
 	 * nothing faults in but odpd, just before it pins pages that no
-	 * other pinned MR relies on (witness_cov counts those MRs). A hole
+	 * other pinned MR relies on (those in mrs whose witnessed flag is set,
+	 * which workers change under witness_lock). A hole
 	 * punched into the file zaps its page table entries, and nothing
 	 * puts them back while an MR relies on them: an MR whose witness
 	 * pages are all present pins the file's current pages. Workers only,
@@ -59,7 +63,6 @@ struct odpd_mapping {
 	 * and put them back: MRs pinned before never prove current again. */
 	_Atomic uint32_t witness_epoch;
 	pthread_mutex_t witness_lock;
-	struct odpd_covmap witness_cov;
 	/* The registry's hole check (loop thread): its ctime, read once a pass. */
 	uint64_t hole_pass;
 	struct timespec hole_ctime;

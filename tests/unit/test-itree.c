@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests of daemon/itree.c: the interval tree and the coverage map,
- * by hand and against brute force. */
+/* Unit tests of daemon/itree.c: the interval tree and its union
+ * measures, by hand and against brute force. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -423,6 +423,49 @@ static bool any_item(const struct odpd_inode *n, const void *arg)
 	return true;
 }
 
+static bool model_covers(struct model *m, uint64_t x, bool even)
+{
+	for (unsigned i = 0; i < m->nin; i++) {
+		const struct item *it = m->sorted[i];
+
+		if ((!even || it->order % 2 == 0) && it->n.start <= x && it->n.end > x)
+			return true;
+	}
+	return false;
+}
+
+/* odpd_itree_gaps, a few at a time: ascending, maximal (a covered byte on
+ * each side inside [s, e)), uncovered at both ends, @want bytes in all. */
+static void check_tree_gaps(struct model *m, uint64_t s, uint64_t e, bool even, uint64_t want)
+{
+	struct odpd_gap g[3];
+	uint64_t pos = s, sum = 0, last_end = 0;
+	bool any = false;
+
+	while (pos < e) {
+		uint64_t next;
+		unsigned max = 1 + (unsigned)rnd(3);
+		unsigned n = odpd_itree_gaps(&m->t, pos, e, even ? even_order : any_item, NULL, g, max, &next);
+
+		assert_true(n <= max);
+		assert_true(next > pos || (n == 0 && next == e));
+		for (unsigned i = 0; i < n; i++) {
+			assert_true(g[i].start < g[i].end && g[i].start >= pos && g[i].end <= e);
+			assert_true(!any || g[i].start > last_end);           /* maximal: not adjacent */
+			assert_false(model_covers(m, g[i].start, even));
+			assert_false(model_covers(m, g[i].end - 1, even));
+			assert_true(g[i].start == s || model_covers(m, g[i].start - 1, even));
+			assert_true(g[i].end == e || model_covers(m, g[i].end, even));
+			sum += g[i].end - g[i].start;
+			last_end = g[i].end;
+			any = true;
+		}
+		assert_true(n == max || next == e);
+		pos = next;
+	}
+	assert_int_equal(sum, want);
+}
+
 /* odpd_itree_uncovered against a byte-by-byte count (ranges are small). */
 static void check_uncovered(struct model *m, uint64_t s, uint64_t e, bool even)
 {
@@ -443,6 +486,7 @@ static void check_uncovered(struct model *m, uint64_t s, uint64_t e, bool even)
 			want += step;
 	}
 	assert_int_equal(odpd_itree_uncovered(&m->t, s, e, even ? even_order : any_item, NULL), want);
+	check_tree_gaps(m, s, e, even, want);
 }
 
 static void check_model(struct model *m)
@@ -524,282 +568,6 @@ static void test_itree_random(void **state)
 	}
 }
 
-/* ========================================================== coverage map */
-
-static void test_covmap_basic(void **state)
-{
-	(void)state;
-	struct odpd_covmap m;
-
-	odpd_covmap_init(&m);
-	assert_true(odpd_covmap_check(&m));
-	assert_int_equal(odpd_covmap_uncovered(&m, 0, 100), 100);
-	assert_int_equal(odpd_covmap_add(&m, 5, 5), 0);         /* empty range */
-	assert_int_equal(m.nsegs, 0);
-
-	assert_int_equal(odpd_covmap_add(&m, 0, 10), 10);
-	assert_int_equal(m.covered, 10);
-	assert_int_equal(m.nsegs, 1);
-	assert_int_equal(odpd_covmap_add(&m, 5, 15), 5);        /* [0,5)1 [5,10)2 [10,15)1 */
-	assert_int_equal(m.covered, 15);
-	assert_int_equal(m.nsegs, 3);
-	assert_true(odpd_covmap_check(&m));
-	assert_int_equal(odpd_covmap_uncovered(&m, 0, 20), 5);
-	assert_int_equal(odpd_covmap_uncovered(&m, 3, 12), 0);
-	assert_int_equal(odpd_covmap_uncovered(&m, 12, 18), 3);
-
-	assert_int_equal(odpd_covmap_remove(&m, 0, 10), 5);     /* [0,5) goes */
-	assert_int_equal(m.covered, 10);
-	assert_int_equal(m.nsegs, 2);
-	assert_int_equal(odpd_covmap_uncovered(&m, 0, 20), 10);
-	assert_true(odpd_covmap_check(&m));
-	assert_int_equal(odpd_covmap_remove(&m, 5, 15), 10);
-	assert_int_equal(m.covered, 0);
-	assert_int_equal(m.nsegs, 0);
-	assert_true(odpd_covmap_check(&m));
-	odpd_covmap_clear(&m);
-}
-
-static void test_covmap_inside_and_across(void **state)
-{
-	(void)state;
-	struct odpd_covmap m;
-
-	odpd_covmap_init(&m);
-	assert_int_equal(odpd_covmap_add(&m, 0, 100), 100);
-	/* inside one segment: split in three, nothing new */
-	assert_int_equal(odpd_covmap_add(&m, 40, 60), 0);
-	assert_int_equal(m.nsegs, 3);
-	assert_int_equal(m.covered, 100);
-	/* touching neighbours never merge */
-	assert_int_equal(odpd_covmap_add(&m, 100, 110), 10);
-	assert_int_equal(m.nsegs, 4);
-	assert_int_equal(odpd_covmap_add(&m, 200, 210), 10);
-	assert_int_equal(odpd_covmap_add(&m, 300, 310), 10);
-	assert_int_equal(m.nsegs, 6);
-	/* across everything: a split at 50, two gaps between, one past the end */
-	assert_int_equal(odpd_covmap_add(&m, 50, 400), 90 + 90 + 90);
-	assert_int_equal(m.nsegs, 6 + 1 + 3);
-	assert_true(odpd_covmap_check(&m));
-	assert_int_equal(m.covered, 400);
-
-	/* undo in another order */
-	assert_int_equal(odpd_covmap_remove(&m, 40, 60), 0);
-	assert_int_equal(odpd_covmap_remove(&m, 0, 100), 50);   /* [0,50) */
-	assert_int_equal(odpd_covmap_remove(&m, 50, 400), 50 + 90 + 90 + 90);
-	assert_int_equal(m.covered, 30);
-	assert_true(odpd_covmap_check(&m));
-	assert_int_equal(odpd_covmap_remove(&m, 300, 310), 10);
-	assert_int_equal(odpd_covmap_remove(&m, 100, 110), 10);
-	assert_int_equal(odpd_covmap_remove(&m, 200, 210), 10);
-	assert_int_equal(m.covered, 0);
-	assert_int_equal(m.nsegs, 0);
-	odpd_covmap_clear(&m);
-}
-
-static void test_covmap_enomem_changes_nothing(void **state)
-{
-	(void)state;
-	struct odpd_covmap m;
-
-	odpd_covmap_init(&m);
-	assert_int_equal(odpd_covmap_add(&m, 10, 20), 10);
-	assert_int_equal(odpd_covmap_add(&m, 30, 40), 10);
-	/* [15, 35) needs three: split at 15, the gap [20, 30), split at 35 */
-	for (int after = 0; after < 3; after++) {
-		odpd_covmap_test_fail_alloc(after);
-		assert_int_equal(odpd_covmap_add(&m, 15, 35), -ENOMEM);
-		assert_int_equal(m.nsegs, 2);
-		assert_int_equal(m.covered, 20);
-		assert_int_equal(odpd_covmap_uncovered(&m, 0, 50), 30);
-		assert_true(odpd_covmap_check(&m));
-	}
-	odpd_covmap_test_fail_alloc(3);
-	assert_int_equal(odpd_covmap_add(&m, 15, 35), 10);
-	odpd_covmap_test_fail_alloc(-1);
-	assert_int_equal(m.nsegs, 5);
-	assert_int_equal(m.covered, 30);
-	assert_true(odpd_covmap_check(&m));
-	/* remove never allocates */
-	odpd_covmap_test_fail_alloc(0);
-	assert_int_equal(odpd_covmap_remove(&m, 15, 35), 10);
-	odpd_covmap_test_fail_alloc(-1);
-	assert_int_equal(m.nsegs, 4);
-	assert_true(odpd_covmap_check(&m));
-	odpd_covmap_clear(&m);
-	assert_int_equal(m.nsegs, 0);
-	assert_int_equal(m.covered, 0);
-	assert_true(odpd_covmap_check(&m));
-}
-
-static void test_covmap_clear(void **state)
-{
-	(void)state;
-	struct odpd_covmap m;
-
-	odpd_covmap_init(&m);
-	odpd_covmap_clear(&m);                  /* empty: fine */
-	for (uint64_t i = 0; i < 200; i++)
-		assert_true(odpd_covmap_add(&m, i * 3, i * 3 + 5) >= 0);
-	assert_true(odpd_covmap_check(&m));
-	odpd_covmap_clear(&m);                  /* valgrind: nothing leaks */
-	assert_int_equal(m.nsegs, 0);
-	assert_int_equal(m.covered, 0);
-	assert_int_equal(odpd_covmap_uncovered(&m, 0, 1000), 1000);
-	assert_int_equal(odpd_covmap_add(&m, 0, 10), 10);
-	odpd_covmap_clear(&m);
-}
-
-/* ---- randomized differential test against per-page counts */
-
-#define CPAGES 64
-#define MAXRANGES 40
-
-struct cmodel {
-	unsigned cnt[CPAGES + 2];       /* two pages past the end stay 0 */
-	struct { uint64_t s, e; } r[MAXRANGES];
-	unsigned nr;
-};
-
-static uint64_t model_uncovered(const struct cmodel *c, uint64_t s, uint64_t e)
-{
-	uint64_t gap = 0;
-
-	for (uint64_t p = 0; p < CPAGES + 2; p++) {
-		uint64_t lo = p * PAGE > s ? p * PAGE : s;
-		uint64_t hi = (p + 1) * PAGE < e ? (p + 1) * PAGE : e;
-
-		if (!c->cnt[p] && lo < hi)
-			gap += hi - lo;
-	}
-	return gap;
-}
-
-struct gaps {
-	uint64_t s[CPAGES + 2], e[CPAGES + 2];
-	unsigned n;
-};
-
-static void gap_cb(uint64_t gs, uint64_t ge, void *arg)
-{
-	struct gaps *g = arg;
-
-	assert_true(g->n < CPAGES + 2);
-	g->s[g->n] = gs;
-	g->e[g->n] = ge;
-	g->n++;
-}
-
-/* The gaps of [s, e): maximal runs of uncovered bytes, ascending. */
-static void check_gaps(const struct odpd_covmap *m, const struct cmodel *c, uint64_t s, uint64_t e)
-{
-	struct gaps g = { .n = 0 };
-	uint64_t pos = s;
-	unsigned i = 0;
-
-	odpd_covmap_for_each_gap(m, s, e, gap_cb, &g);
-	while (pos < e) {
-		uint64_t p = pos / PAGE, next = (p + 1) * PAGE < e ? (p + 1) * PAGE : e;
-		if (c->cnt[p]) {
-			pos = next;
-			continue;
-		}
-		uint64_t run = pos;
-		while (pos < e && !c->cnt[pos / PAGE])
-			pos = (pos / PAGE + 1) * PAGE < e ? (pos / PAGE + 1) * PAGE : e;
-		assert_true(i < g.n);
-		assert_int_equal(g.s[i], run);
-		assert_int_equal(g.e[i], pos);
-		i++;
-	}
-	assert_int_equal(i, g.n);
-}
-
-static void check_cmodel(const struct odpd_covmap *m, const struct cmodel *c)
-{
-	uint64_t covered = 0;
-
-	assert_true(odpd_covmap_check(m));
-	for (uint64_t p = 0; p < CPAGES + 2; p++) {
-		covered += c->cnt[p] ? PAGE : 0;
-		assert_int_equal(odpd_covmap_uncovered(m, p * PAGE, (p + 1) * PAGE),
-				 c->cnt[p] ? 0 : PAGE);
-	}
-	assert_int_equal(m->covered, covered);
-	for (unsigned q = 0; q < 4; q++) {
-		uint64_t s = rnd((CPAGES + 2) * PAGE), e = s + rnd((CPAGES + 2) * PAGE - s + 1);
-
-		assert_int_equal(odpd_covmap_uncovered(m, s, e), model_uncovered(c, s, e));
-		check_gaps(m, c, s, e);
-	}
-}
-
-static void test_covmap_random(void **state)
-{
-	(void)state;
-
-	for (unsigned k = 0; k < ARRAY_SIZE(seeds); k++) {
-		struct odpd_covmap m;
-		struct cmodel c;
-		unsigned enomem = 0;
-
-		memset(&c, 0, sizeof(c));
-		rng_seed(seeds[k]);
-		odpd_covmap_init(&m);
-		for (unsigned op = 0; op < 4000; op++) {
-			bool grow = ((op / 400) % 2 == 0) ? rnd(3) != 0 : rnd(3) == 0;
-
-			if (op % 1500 == 1499) {
-				odpd_covmap_clear(&m);
-				memset(&c, 0, sizeof(c));
-			} else if (grow && c.nr < MAXRANGES) {
-				uint64_t a = rnd(CPAGES), b, want = 0;
-				int64_t got;
-
-				b = a + 1 + (rnd(2) ? rnd(CPAGES - a) : rnd(3));
-				if (b > CPAGES)
-					b = CPAGES;
-				for (uint64_t p = a; p < b; p++)
-					want += c.cnt[p] ? 0 : PAGE;
-				assert_int_equal(odpd_covmap_uncovered(&m, a * PAGE, b * PAGE), want);
-				if (rnd(8) == 0) {
-					/* maybe fail one of the allocations: all or nothing */
-					odpd_covmap_test_fail_alloc((int)rnd(4));
-					got = odpd_covmap_add(&m, a * PAGE, b * PAGE);
-					odpd_covmap_test_fail_alloc(-1);
-					if (got == -ENOMEM) {
-						enomem++;
-						check_cmodel(&m, &c);
-						got = odpd_covmap_add(&m, a * PAGE, b * PAGE);
-					}
-				} else {
-					got = odpd_covmap_add(&m, a * PAGE, b * PAGE);
-				}
-				assert_int_equal(got, (int64_t)want);
-				for (uint64_t p = a; p < b; p++)
-					c.cnt[p]++;
-				c.r[c.nr].s = a;
-				c.r[c.nr].e = b;
-				c.nr++;
-			} else if (!grow && c.nr) {
-				unsigned i = (unsigned)rnd(c.nr);
-				uint64_t a = c.r[i].s, b = c.r[i].e, want = 0;
-
-				for (uint64_t p = a; p < b; p++)
-					if (--c.cnt[p] == 0)
-						want += PAGE;
-				assert_int_equal(odpd_covmap_remove(&m, a * PAGE, b * PAGE), want);
-				c.r[i] = c.r[--c.nr];
-			} else {
-				continue;
-			}
-			check_cmodel(&m, &c);
-		}
-		assert_true(enomem > 0);
-		odpd_covmap_clear(&m);
-	}
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -810,11 +578,6 @@ int main(void)
 		cmocka_unit_test(test_itree_stops_at_first_true),
 		cmocka_unit_test(test_itree_remove_equal_starts),
 		cmocka_unit_test(test_itree_random),
-		cmocka_unit_test(test_covmap_basic),
-		cmocka_unit_test(test_covmap_inside_and_across),
-		cmocka_unit_test(test_covmap_enomem_changes_nothing),
-		cmocka_unit_test(test_covmap_clear),
-		cmocka_unit_test(test_covmap_random),
 	};
 
 	return cmocka_run_group_tests_name("itree", tests, NULL, NULL);
