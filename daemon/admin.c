@@ -282,12 +282,12 @@ static void mr_info(const struct odpd_mr *mr, Odpd__MrInfo *o, int32_t *pids, ui
 	o->has_id = o->has_client_id = o->has_iova = o->has_length = o->has_access = o->has_kind = 1;
 	o->has_lkey = o->has_rkey = o->has_holders = o->has_state = o->has_generation = 1;
 	o->has_segment_dev = o->has_segment_ino = o->has_offset = o->has_uid = o->has_age_ms = 1;
-	o->id = mr->id;
+	o->id = mr->node.seq;
 	o->pd = (char *)(mr->dom && mr->dom->spd ? mr->dom->spd->name : "");
 	o->client_id = mr->owner_id;
 	o->device = (char *)(mr->dom ? mr->dom->dev->name : "");
 	o->iova = mr->iova;
-	o->length = mr->length;
+	o->length = odpd_mr_length(mr);
 	o->access = mr->access;
 	o->kind = mr->implicit ? ODPD__MR_KIND__MR_IMPLICIT_ODP :
 		  mr->pinned ? ODPD__MR_KIND__MR_PINNED : ODPD__MR_KIND__MR_ODP;
@@ -335,7 +335,7 @@ void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs
 		goto out;
 	/* Holder pids of one page at most: bounded by the page's holders. */
 	TAILQ_FOREACH(mr, &r->mrs, link)
-		if (mr->id > req->after && mr_selected(mr, req) && n++ < MRS_PER_PAGE)
+		if (mr->node.seq > req->after && mr_selected(mr, req) && n++ < MRS_PER_PAGE)
 			n_pids += mr->refs;
 	n = 0;
 	pids = calloc(n_pids + 1, sizeof(*pids));
@@ -344,7 +344,7 @@ void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs
 		goto out;
 	}
 	TAILQ_FOREACH(mr, &r->mrs, link) {
-		if (mr->id <= req->after || !mr_selected(mr, req))
+		if (mr->node.seq <= req->after || !mr_selected(mr, req))
 			continue;
 		if (n == MRS_PER_PAGE) {
 			mr_reply.has_more = mr_reply.more = 1;

@@ -100,7 +100,9 @@ void odpd_itree_insert(struct odpd_itree *t, struct odpd_inode *n)
 {
 	struct odpd_inode *p;
 
-	n->seq = t->next_seq++;
+	if (n->seq < t->next_seq)
+		abort();                    /* a caller's bug: order and uniqueness would break */
+	t->next_seq = n->seq + 1;
 	n->max_end = n->end;
 	for (p = RB_ROOT(&t->root); p; p = inode_cmp(n, p) < 0 ? RB_LEFT(p, rb) : RB_RIGHT(p, rb))
 		if (p->max_end < n->end)

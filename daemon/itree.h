@@ -19,14 +19,15 @@ struct odpd_inode {
 	RB_ENTRY(odpd_inode) rb;
 	uint64_t start, end;        /* [start, end), start < end; set before insert, fixed while in */
 	uint64_t max_end;           /* private: largest end in this subtree */
-	uint64_t seq;               /* private: insertion order, tie-break */
+	uint64_t seq;               /* the caller's: unique, larger than every seq inserted
+				     * before (insertion order, the tie-break); an MR's id */
 };
 
 RB_HEAD(odpd_itree_rb, odpd_inode);
 
 struct odpd_itree {
 	struct odpd_itree_rb root;
-	uint64_t next_seq;
+	uint64_t next_seq;          /* every seq in the tree is below it */
 	unsigned count;
 };
 

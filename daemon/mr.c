@@ -76,7 +76,7 @@ static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_ref *
 	mr.generation = e->generation;
 	mr.cache_hit = hit;
 	mr.mr_iova = e->iova;
-	mr.mr_length = e->length;
+	mr.mr_length = odpd_mr_length(e);
 	if (ref->slot) {
 		mr.has_slot = mr.has_ticket = 1;
 		mr.slot = ref->slot;

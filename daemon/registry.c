@@ -114,7 +114,7 @@ static uint64_t account_uncovered(struct odpd_mapping *map, const struct odpd_ac
 static uint64_t mr_uncovered(struct odpd_mr *mr, bool (*pred)(const struct odpd_inode *n, const void *arg),
 			     const void *arg)
 {
-	return odpd_itree_uncovered(&mr->map->mrs, mr->node.start, mr->node.start + mr->length, pred, arg);
+	return odpd_itree_uncovered(&mr->map->mrs, mr->node.start, mr->node.start + odpd_mr_length(mr), pred, arg);
 }
 
 /* Charge @a for @mr's pages (once per account and MR). */
@@ -304,7 +304,7 @@ static void map_remove(struct odpd_mr *mr)
 		return;
 	/* its witness is over before it is stripped (batch_run, reg_run) */
 	if (mr->witnessed) {
-		log_error("MR %" PRIu64 " leaves its segment's tree still witnessed", mr->id);
+		log_error("MR %" PRIu64 " leaves its segment's tree still witnessed", mr->node.seq);
 		pthread_mutex_lock(&mr->map->witness_lock);
 		mr->witnessed = false;
 		pthread_mutex_unlock(&mr->map->witness_lock);
@@ -328,7 +328,7 @@ static void relaxed_remove(struct odpd_registry *r, struct odpd_mr *mr)
 {
 	TAILQ_REMOVE(&r->relaxed, mr, rlink);
 	r->n_relaxed--;
-	r->relaxed_bytes -= mr->length;
+	r->relaxed_bytes -= odpd_mr_length(mr);
 }
 
 /* Invalidate: out of the cache and the queue, a new generation, into @list. */
@@ -610,16 +610,16 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 	w = map->witness + mr->node.start;
 	/* Every witness page there present (PAGEMAP_SCAN: one walk without
 	 * touching the pages, cheaper than populating): nothing to put back. */
-	if (!mapped_already(r, w, mr->length)) {
-		witness_guard(r, map, mr->node.start, mr->node.start + mr->length);
-		witness_for_each_gap(map, mr->node.start, mr->node.start + mr->length, witness_populate, map);
+	if (!mapped_already(r, w, odpd_mr_length(mr))) {
+		witness_guard(r, map, mr->node.start, mr->node.start + odpd_mr_length(mr));
+		witness_for_each_gap(map, mr->node.start, mr->node.start + odpd_mr_length(mr), witness_populate, map);
 		/* Pages other MRs' witness covers, zapped: a hole was punched
 		 * there since their pins. This MR needs them back; a new epoch
 		 * keeps the older MRs of the segment from ever proving current
 		 * again (witness_guard moved it already where it saw that). */
-		if (!pages_present(r, (uintptr_t)w, mr->length, false)) {
+		if (!pages_present(r, (uintptr_t)w, odpd_mr_length(mr), false)) {
 			atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
-			madvise(w, mr->length, MADV_POPULATE_READ);
+			madvise(w, odpd_mr_length(mr), MADV_POPULATE_READ);
 		}
 	}
 	mr->witness_epoch = atomic_load_explicit(&map->witness_epoch, memory_order_acquire);
@@ -817,7 +817,7 @@ static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
 	if (!mr->witnessed ||
 	    mr->witness_epoch != atomic_load_explicit(&mr->map->witness_epoch, memory_order_acquire))
 		return false;
-	return pages_present(r, (uintptr_t)(mr->map->witness + mr->node.start), mr->length, true);
+	return pages_present(r, (uintptr_t)(mr->map->witness + mr->node.start), odpd_mr_length(mr), true);
 }
 
 /* ---------------------------------------------------------------- batches */
@@ -847,7 +847,7 @@ static void implicit_dereg(struct odpd_mr *mr)
 	struct odpd_err err = { 0 };
 
 	if (odpd_registrar_dereg(mr->registrar, mr->mr->handle, &err) < 0)
-		log_warning("implicit ODP MR %" PRIu64 ": %s; it goes when its PD closes", mr->id, err.msg);
+		log_warning("implicit ODP MR %" PRIu64 ": %s; it goes when its PD closes", mr->node.seq, err.msg);
 	ibv_unimport_mr(mr->mr);
 	mr->mr = NULL;
 }
@@ -862,7 +862,7 @@ static void batch_run(struct odpd_job *job)
 		} else if (mr->mr) {
 			int e = ibv_dereg_mr(mr->mr);
 			if (e)
-				log_errno(LOG_ERR, e, "ibv_dereg_mr of MR %" PRIu64, mr->id);
+				log_errno(LOG_ERR, e, "ibv_dereg_mr of MR %" PRIu64, mr->node.seq);
 			mr->mr = NULL;
 		}
 		witness_end(mr);
@@ -890,7 +890,7 @@ static void mr_strip(struct odpd_registry *r, struct odpd_mr *mr)
 		r->odp.implicit_mrs--;
 	} else if (!mr->pinned) {
 		r->odp.mrs--;
-		r->odp.bytes -= mr->length;
+		r->odp.bytes -= odpd_mr_length(mr);
 	}
 	if (d) {
 		mr->dom = NULL;
@@ -1007,7 +1007,7 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 	for (struct odpd_mr *mr = list; mr; mr = mr->batch_next) {
 		b->n++;
 		b->n_dereg += mr->mr != NULL || (!mr->implicit && mr->imp.cctx != NULL);
-		b->bytes += mr->length;
+		b->bytes += odpd_mr_length(mr);
 	}
 	if (w) {
 		w->seq = w->own = b->seq;
@@ -1316,7 +1316,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 		mr->relaxed_by = h->id;
 		TAILQ_INSERT_TAIL(&r->relaxed, mr, rlink);
 		r->n_relaxed++;
-		r->relaxed_bytes += mr->length;
+		r->relaxed_bytes += odpd_mr_length(mr);
 		if (r->n_relaxed > r->conf->relaxed_max_mrs || r->relaxed_bytes > r->conf->relaxed_max_bytes)
 			flush_queue(r, "relaxed-max-mrs or relaxed-max-bytes passed");
 		else if (r->n_relaxed == 1)
@@ -1630,7 +1630,7 @@ static bool hit_ok(struct odpd_inode *n, void *arg)
 	/* A remote key is served again only to its owner, for the same range:
 	 * nobody else may extend its life or its reach. */
 	if ((mr->access & ACCESS_REMOTE) &&
-	    (mr->owner_id != l->h->id || mr->node.start != l->s || mr->node.start + mr->length != l->e))
+	    (mr->owner_id != l->h->id || mr->node.start != l->s || mr->node.start + odpd_mr_length(mr) != l->e))
 		return false;
 	if (mr->state == ODPD_MR_REGISTERING) {
 		/* on a worker now: wait for it, unless a registered one serves */
@@ -1841,10 +1841,10 @@ static int prefetch_whole(struct ibv_pd *pd, const struct odpd_mr *mr)
 	enum ibv_advise_mr_advice advice = mr->access & ODPD__ACCESS__ACCESS_LOCAL_WRITE ?
 		IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE : IBV_ADVISE_MR_ADVICE_PREFETCH;
 
-	for (uint64_t off = 0; off < mr->length; off += chunk) {
+	for (uint64_t off = 0; off < odpd_mr_length(mr); off += chunk) {
 		struct ibv_sge sge = {
 			.addr = mr->iova + off, .lkey = mr->mr->lkey,
-			.length = (uint32_t)(mr->length - off < chunk ? mr->length - off : chunk),
+			.length = (uint32_t)(odpd_mr_length(mr) - off < chunk ? odpd_mr_length(mr) - off : chunk),
 		};
 		int rc = ibv_advise_mr(pd, advice, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1);
 
@@ -1877,7 +1877,7 @@ static void reg_run(struct odpd_job *job)
 		/* ODP: nothing to fault or witness; the device pages on demand,
 		 * following whatever pages the segment has then. iova is odpd's
 		 * own address (checked by the caller). */
-		mr->mr = ibv_reg_mr(pd, op->daemon_addr, mr->length, op->ibv_access);
+		mr->mr = ibv_reg_mr(pd, op->daemon_addr, odpd_mr_length(mr), op->ibv_access);
 		if (!mr->mr)
 			op->rc = err_set(&op->err, errno, "ibv_reg_mr (ODP) on %s: %s", op->q.dev->name,
 					 strerror(errno));
@@ -1894,15 +1894,15 @@ static void reg_run(struct odpd_job *job)
 	 * Mapped already (MapSegment, an earlier MR there): one PAGEMAP_SCAN
 	 * walk finds that faster than populating walks the pages again.
 	 */
-	if (!mapped_already(op->r, op->daemon_addr, mr->length))
-		madvise(op->daemon_addr, mr->length, MADV_POPULATE_READ);
+	if (!mapped_already(op->r, op->daemon_addr, odpd_mr_length(mr)))
+		madvise(op->daemon_addr, odpd_mr_length(mr), MADV_POPULATE_READ);
 	/* Witness, then pin, as one step among the segment's registrations. */
 	pthread_mutex_lock(&mr->map->witness_lock);
 	witness_begin(op->r, mr);
 	if ((uintptr_t)op->daemon_addr == mr->iova)
-		mr->mr = ibv_reg_mr(pd, op->daemon_addr, mr->length, op->ibv_access);
+		mr->mr = ibv_reg_mr(pd, op->daemon_addr, odpd_mr_length(mr), op->ibv_access);
 	else
-		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, mr->length, mr->iova, op->ibv_access);
+		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, odpd_mr_length(mr), mr->iova, op->ibv_access);
 	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (!mr->mr)
 		witness_end(mr);                 /* nothing relies on those pages */
@@ -1984,11 +1984,11 @@ static void reg_done(struct odpd_job *job)
 		if (!mr->pinned)
 			r->odp.registrations++;
 		if (op->q.prefetch) {
-			prefetch_count(r, op->q.dev, op->prefetch_rc, mr->length);
+			prefetch_count(r, op->q.dev, op->prefetch_rc, odpd_mr_length(mr));
 			mr->prefetch_errno = op->prefetch_rc;
 		}
 		log_debug("registry: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
-			  mr->id, mr->iova, mr->length, mr->mr->lkey, mr->mr->rkey);
+			  mr->node.seq, mr->iova, odpd_mr_length(mr), mr->mr->lkey, mr->mr->rkey);
 		op->cb(op->arg, 0, NULL, ref, false);
 		joiners_answer(joiners, mr);
 	}
@@ -2045,7 +2045,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 	if (rc < 0)
 		return rc;
 	if (!c) {
-		rc = quota_check(r, h, mr->map, mr->node.start, mr->node.start + mr->length, mr->pinned, false,
+		rc = quota_check(r, h, mr->map, mr->node.start, mr->node.start + odpd_mr_length(mr), mr->pinned, false,
 				 !op->evicted, &evict, err);
 		if (rc < 0)
 			return rc;
@@ -2083,10 +2083,9 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 
 	if (!mr)
 		return NULL;
-	mr->id = ++r->next_mr_id;
+	mr->node.seq = ++r->next_mr_id;        /* its id, and its place among equal starts */
 	mr->dom = d;
 	mr->map = op->q.map;                 /* NULL: implicit */
-	mr->length = e - s;
 	mr->node.start = s;
 	mr->node.end = e;
 	mr->iova = op->q.iova - op->q.offset + s;
@@ -2098,7 +2097,7 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 		r->odp.implicit_mrs++;
 	} else if (!mr->pinned) {
 		r->odp.mrs++;
-		r->odp.bytes += mr->length;
+		r->odp.bytes += odpd_mr_length(mr);
 	}
 	mr->state = ODPD_MR_REGISTERING;
 	mr->generation = ++r->generation;
@@ -2133,7 +2132,7 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 		map_remove(mr);
 		if (!mr->pinned) {
 			r->odp.mrs--;
-			r->odp.bytes -= mr->length;
+			r->odp.bytes -= odpd_mr_length(mr);
 		}
 		free(mr);
 		return err_set(err, ENOMEM, "out of memory");
@@ -2149,7 +2148,7 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	op->job.run = reg_run;
 	op->job.done = reg_done;
 	/* Pinning 16 MiB and more takes long: it leaves a worker to others. */
-	op->job.big = mr->pinned && mr->length >= (16u << 20);
+	op->job.big = mr->pinned && odpd_mr_length(mr) >= (16u << 20);
 	op->job.lane = ODPD_LANE_USER(op->h->uid);
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
@@ -2385,7 +2384,7 @@ static void verify_run(struct odpd_job *job)
 		struct odpd_keys k = { op->mr->mr->lkey, op->probe ? op->rkey : op->mr->mr->rkey };
 		op->rc = odpd_verify_mr(d->verifier, &k, op->iova, op->length,
 					op->probe || (op->mr->access & ODPD__ACCESS__ACCESS_REMOTE_READ),
-					op->probe || op->mr->pinned ? 0 : op->mr->iova + op->mr->length,
+					op->probe || op->mr->pinned ? 0 : op->mr->iova + odpd_mr_length(op->mr),
 					&op->crc, &op->method, &op->err);
 	}
 	if (op->rc < 0 && d->verifier) {      /* the QPs may be in the error state now */
@@ -2479,7 +2478,7 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 		iova = ref->iova;
 		length = ref->length;
 	} else if (length == 0 || iova < ref->mr->iova || iova + length < iova ||
-		   iova + length > ref->mr->iova + ref->mr->length) {
+		   iova + length > ref->mr->iova + odpd_mr_length(ref->mr)) {
 		/* the MR's whole (page-rounded) range: libodpd's local hits share
 		 * a reference over any part of it */
 		return err_set(err, EINVAL, "verify range is not inside the MR");
@@ -2494,7 +2493,7 @@ int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_
 	struct odpd_mr *mr;
 
 	TAILQ_FOREACH(mr, &r->mrs, link)
-		if (mr->id == mr_id)
+		if (mr->node.seq == mr_id)
 			break;
 	if (!mr)
 		return err_set(err, ENOENT, "no MR %" PRIu64, mr_id);
@@ -2507,7 +2506,7 @@ int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_
 	if (mr->implicit)
 		return err_set(err, EINVAL, "MR %" PRIu64 " is implicit ODP: it has no range to read",
 			       mr_id);
-	return verify_start(r, mr, mr->iova, mr->length, NULL, buf_size, cb, arg, true, ODPD_LANE_DAEMON,
+	return verify_start(r, mr, mr->iova, odpd_mr_length(mr), NULL, buf_size, cb, arg, true, ODPD_LANE_DAEMON,
 			    err);
 }
 
@@ -2592,9 +2591,9 @@ static int advise_check_sge(const struct odpd_holder *h, uint32_t advice, const 
 	if (mr->dom->retired)
 		return err_set(err, ENODEV, "sge %u: the MR's device was removed", i);
 	if (g->length == 0 || g->addr < mr->iova || g->addr + g->length < g->addr ||
-	    g->addr + g->length > mr->iova + mr->length)
+	    g->addr + g->length > mr->iova + odpd_mr_length(mr))
 		return err_set(err, EINVAL, "sge %u: [%#" PRIx64 ", +%u) is not inside its MR [%#" PRIx64
-			       ", +%" PRIu64 ")", i, g->addr, g->length, mr->iova, mr->length);
+			       ", +%" PRIu64 ")", i, g->addr, g->length, mr->iova, odpd_mr_length(mr));
 	if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE && !(mr->access & ODPD__ACCESS__ACCESS_LOCAL_WRITE))
 		return err_set(err, EPERM, "sge %u: PREFETCH_WRITE on an MR without local write access", i);
 	*ret = mr;

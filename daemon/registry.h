@@ -76,14 +76,14 @@ struct odpd_charge {
 };
 
 struct odpd_mr {
-	struct odpd_inode node;             /* [start, end) of the file (page rounded), in map->mrs
-					     * from its registration until it is stripped (in_map) */
+	/* [start, end) of the file (page rounded; implicit: [0, UINT64_MAX)),
+	 * in map->mrs from its registration until it is stripped (in_map);
+	 * node.seq is its id (unique, increasing). */
+	struct odpd_inode node;
 	TAILQ_ENTRY(odpd_mr) link;          /* registry->mrs, by id */
 	struct odpd_mr *batch_next;
-	uint64_t id;
 	struct odpd_domain *dom;            /* daemon-PD mode */
 	struct odpd_mapping *map;           /* a reference */
-	uint64_t length;                    /* node.end - node.start, bytes */
 	uint64_t iova;                      /* of node.start */
 	struct ibv_mr *mr;
 	uint64_t generation;
@@ -385,3 +385,9 @@ int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_
 			    void *arg, struct odpd_err *err);
 
 const char *odpd_mr_state_name(enum odpd_mr_state s);
+
+/* Bytes @mr registers (page rounded). */
+static inline uint64_t odpd_mr_length(const struct odpd_mr *mr)
+{
+	return mr->node.end - mr->node.start;
+}

@@ -69,6 +69,15 @@ static bool record(struct odpd_inode *n, void *arg)
 	return vs->stop_at && vs->n == vs->stop_at;
 }
 
+/* Insert @n with the next insertion order (the caller's seq). */
+static uint64_t test_seq;
+
+static void tinsert(struct odpd_itree *t, struct odpd_inode *n)
+{
+	n->seq = ++test_seq;
+	odpd_itree_insert(t, n);
+}
+
 static struct odpd_inode *query(struct odpd_itree *t, bool cover, uint64_t s, uint64_t e,
 				struct visits *vs, unsigned stop_at)
 {
@@ -123,7 +132,7 @@ static void test_itree_one(void **state)
 
 	odpd_itree_init(&t);
 	item_set(&a, 10, 20);
-	odpd_itree_insert(&t, &a.n);
+	tinsert(&t, &a.n);
 	assert_false(odpd_itree_empty(&t));
 	assert_true(odpd_itree_check(&t));
 	assert_ptr_equal(odpd_itree_first(&t), &a.n);
@@ -161,11 +170,11 @@ static void test_itree_nested(void **state)
 	item_set(&big, 0, 100);
 	item_set(&late, 90, 200);
 	item_set(&mid, 10, 50);
-	odpd_itree_insert(&t, &small.n);
-	odpd_itree_insert(&t, &side.n);
-	odpd_itree_insert(&t, &big.n);
-	odpd_itree_insert(&t, &late.n);
-	odpd_itree_insert(&t, &mid.n);
+	tinsert(&t, &small.n);
+	tinsert(&t, &side.n);
+	tinsert(&t, &big.n);
+	tinsert(&t, &late.n);
+	tinsert(&t, &mid.n);
 	assert_true(odpd_itree_check(&t));
 
 	{
@@ -220,7 +229,7 @@ static void test_itree_equal_starts(void **state)
 	odpd_itree_init(&t);
 	for (i = 0; i < ARRAY_SIZE(it); i++) {
 		item_set(&it[i], 5, ends[i]);
-		odpd_itree_insert(&t, &it[i].n);
+		tinsert(&t, &it[i].n);
 		assert_true(odpd_itree_check(&t));
 	}
 	/* equal starts come in insertion order */
@@ -238,7 +247,7 @@ static void test_itree_equal_starts(void **state)
 
 	/* a removed node inserted again comes after the equal starts left */
 	odpd_itree_remove(&t, &it[0].n);
-	odpd_itree_insert(&t, &it[0].n);
+	tinsert(&t, &it[0].n);
 	assert_true(odpd_itree_check(&t));
 	{
 		struct item *const want[] = { &it[3], &it[0] };
@@ -259,7 +268,7 @@ static void test_itree_stops_at_first_true(void **state)
 	/* [7-i, 100+i): all cover [10, 20), inserted in descending start */
 	for (i = 0; i < ARRAY_SIZE(it); i++) {
 		item_set(&it[i], 7 - i, 100 + i);
-		odpd_itree_insert(&t, &it[i].n);
+		tinsert(&t, &it[i].n);
 	}
 	assert_true(odpd_itree_check(&t));
 	for (unsigned stop = 1; stop <= ARRAY_SIZE(it); stop++) {
@@ -292,7 +301,7 @@ static void test_itree_remove_equal_starts(void **state)
 		/* three distinct starts, many duplicates, ends all over */
 		item_set(&it[i], (i % 3) * 4, 20 + rnd(30));
 		it[i].in = true;
-		odpd_itree_insert(&t, &it[i].n);
+		tinsert(&t, &it[i].n);
 	}
 	assert_true(odpd_itree_check(&t));
 	while (left) {
@@ -555,7 +564,7 @@ static void test_itree_random(void **state)
 				it->n.end = e;
 				it->order = m->next_order++;
 				it->in = true;
-				odpd_itree_insert(&m->t, &it->n);
+				tinsert(&m->t, &it->n);
 			} else if (it->in && !grow) {
 				odpd_itree_remove(&m->t, &it->n);
 				it->in = false;
