@@ -12,7 +12,6 @@
 
 struct odpd_verifier;
 struct odpd_shared_pd;
-struct odpd_bucket;
 
 /*
  * Client-PD mode: a client's device context, imported from its cmd_fd once

@@ -289,7 +289,9 @@ void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d
 	r->odp.registrars--;
 }
 
-/* Into / out of its mapping's tree (loop; workers walk it under tree_lock). */
+/* Into / out of its mapping's tree (loop; workers walk it under tree_lock).
+ * Inserted right after mr_new: its id (node.seq) must be the largest in the
+ * tree (odpd_itree_insert aborts otherwise: the order would break). */
 static void map_insert(struct odpd_mr *mr)
 {
 	pthread_mutex_lock(&mr->map->tree_lock);
@@ -530,15 +532,20 @@ static bool is_witnessed(const struct odpd_inode *n, const void *arg)
 	return ((const struct odpd_mr *)n)->witnessed;
 }
 
-/* Does a witnessed MR cover any of [s, e)? */
+static bool witnessed_visit(struct odpd_inode *n, void *arg)
+{
+	return is_witnessed(n, arg);
+}
+
+/* Does a witnessed MR cover any of [s, e)? (The first one found ends the walk.) */
 static bool witness_covers(struct odpd_mapping *map, uint64_t s, uint64_t e)
 {
-	uint64_t u;
+	struct odpd_inode *n;
 
 	pthread_mutex_lock(&map->tree_lock);
-	u = odpd_itree_uncovered(&map->mrs, s, e, is_witnessed, NULL);
+	n = odpd_itree_find_overlapping(&map->mrs, s, e, witnessed_visit, NULL);
 	pthread_mutex_unlock(&map->tree_lock);
-	return u < e - s;
+	return n != NULL;
 }
 
 /* @fn for each part of [s, e) no witnessed MR covers, ascending; listed a
@@ -2762,8 +2769,12 @@ static bool cctx_on(struct odpd_client_ctx *c, const struct odpd_device *dev)
 	return on;
 }
 
+/* Is live, relaxed or registering @mr on @dev? MRs in a batch (invalidating,
+ * dead) are not looked at: a worker may be dropping their import now. */
 static bool mr_on(const struct odpd_mr *mr, const struct odpd_device *dev)
 {
+	if (mr->state == ODPD_MR_INVALIDATING || mr->state == ODPD_MR_DEAD)
+		return false;
 	if (mr->state == ODPD_MR_REGISTERING)
 		return mr->dom && mr->dom->dev == dev;
 	return mr->dom ? mr->dom->dev == dev : !mr->implicit && cctx_on(mr->imp.cctx, dev);

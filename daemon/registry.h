@@ -121,7 +121,8 @@ struct odpd_mr {
 	bool in_map;                        /* in map->mrs */
 	bool cached;                        /* a lookup may serve it (not stale, no-cache, client PD) */
 	bool counted;                       /* its pages count in registry->pinned */
-	bool witnessed;                     /* counted in map->witness_cov (set by workers) */
+	bool witnessed;                     /* relies on its witness pages (workers set it,
+					     * under map->witness_lock) */
 	bool ctime_ok;                      /* ctime_ns is a valid fast-path baseline */
 	bool stripped;                      /* charges, pins and domain released */
 	struct odpd_charge charge0;         /* the first charge's place (acct NULL: free): most

@@ -1250,7 +1250,7 @@ static void test_shared_pd_remote_keys_stay_with_owner(void **state)
 	raw_join(a, 2, "keys");
 	raw_join(b, 2, "keys");
 	base = raw_attach(a, 3, fd);
-	assert_int_equal(raw_attach(b, 3, fd), base);     /* one bucket for both */
+	assert_int_equal(raw_attach(b, 3, fd), base);     /* one iova base for both */
 	al = raw_reg(a, 4, base, MIB, lw);
 	ar = raw_reg(a, 5, base + MIB, MIB, rr);
 	ax = raw_reg(a, 6, base + 2 * MIB, MIB, lw);
