@@ -915,7 +915,7 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 		odpd_mapping_put(r->segs, mr->map);
 	if (mr->implicit)
 		odpd_registrar_put(mr->registrar);
-	free(mr);
+	odpd_slab_free(&r->mr_slab, mr);
 }
 
 static bool waiter_ready(const struct odpd_registry *r, const struct odpd_waiter *w)
@@ -1252,7 +1252,7 @@ static void ref_index_del(struct odpd_holder *h, struct odpd_ref *ref)
 static struct odpd_ref *ref_new(struct odpd_registry *r, struct odpd_holder *h, struct odpd_mr *mr,
 				const struct odpd_reg_req *q)
 {
-	struct odpd_ref *ref = calloc(1, sizeof(*ref));
+	struct odpd_ref *ref = odpd_slab_zalloc(&r->ref_slab);
 
 	if (!ref)
 		return NULL;
@@ -1303,7 +1303,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 	LIST_REMOVE(ref, mlink);
 	mr->refs--;
 	ref_slot_end(r, ref, true);
-	free(ref);
+	odpd_slab_free(&r->ref_slab, ref);
 	if (c && --c->refs == 0 && (mr->refs > 0 || !relaxed || !mr->cached))
 		charge_drop(r, mr, c);
 	if (mr->refs > 0)
@@ -2086,7 +2086,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct odpd_domain *d,
 			      uint64_t s, uint64_t e)
 {
-	struct odpd_mr *mr = calloc(1, sizeof(*mr));
+	struct odpd_mr *mr = odpd_slab_zalloc(&r->mr_slab);
 
 	if (!mr)
 		return NULL;
@@ -2141,7 +2141,7 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 			r->odp.mrs--;
 			r->odp.bytes -= odpd_mr_length(mr);
 		}
-		free(mr);
+		odpd_slab_free(&r->mr_slab, mr);
 		return err_set(err, ENOMEM, "out of memory");
 	}
 	odpd_mapping_ref(mr->map);
@@ -2231,7 +2231,7 @@ static int reg_implicit(struct reg_op *op, struct odpd_err *err)
 	if (charge_add(r, mr, op->h->acct, &c) < 0) {
 		r->odp.mrs--;
 		r->odp.implicit_mrs--;
-		free(mr);
+		odpd_slab_free(&r->mr_slab, mr);
 		return err_set(err, ENOMEM, "out of memory");
 	}
 	mr->iova = 0;
@@ -2872,6 +2872,8 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 	r->segs = segs;
 	r->conf = conf;
 	r->devices = devices;
+	odpd_slab_init(&r->mr_slab, sizeof(struct odpd_mr));
+	odpd_slab_init(&r->ref_slab, sizeof(struct odpd_ref));
 	LIST_INIT(&r->quota.accounts);
 	TAILQ_INIT(&r->mrs);
 	TAILQ_INIT(&r->relaxed);
@@ -2910,4 +2912,6 @@ void odpd_registry_finish(struct odpd_registry *r)
 	if (r->pagemap_fd >= 0)
 		close(r->pagemap_fd);
 	r->pagemap_fd = -1;
+	odpd_slab_fini(&r->mr_slab);
+	odpd_slab_fini(&r->ref_slab);
 }

@@ -37,6 +37,7 @@
 #include "pool.h"
 #include "quota.h"
 #include "segment.h"
+#include "slab.h"
 
 enum odpd_mr_state {
 	ODPD_MR_REGISTERING,        /* ibv_reg_mr on a worker */
@@ -213,6 +214,7 @@ struct odpd_registry {
 	LIST_HEAD(, odpd_batch) batches;    /* in flight */
 	LIST_HEAD(, odpd_waiter) waiters;
 	uint64_t next_mr_id, generation, batch_seq;
+	struct odpd_slab mr_slab, ref_slab; /* struct odpd_mr and struct odpd_ref */
 	int pagemap_fd;                     /* /proc/self/pagemap: witness pages present? */
 	_Atomic bool pagemap_scan;          /* the kernel has PAGEMAP_SCAN (read by workers) */
 	unsigned pending;                   /* jobs in flight that are not a client's */

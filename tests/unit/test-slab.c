@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests of daemon/slab.c: objects are distinct, zeroed and reused;
+ * blocks fill, empty and go back (one kept). */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "slab.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define BY_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BY_MALLOC 1
+#endif
+#endif
+
+#define SIZE 264                    /* struct odpd_mr's */
+
+static bool all_bytes(const unsigned char *p, size_t n, unsigned char v)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != v)
+			return false;
+	return true;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void test_slab_fill_free_reuse(void **state)
+{
+	struct odpd_slab s;
+	enum { N = 1000 };              /* about four blocks */
+	void *p[N], *sorted[N];
+	unsigned per_block;
+
+	(void)state;
+	odpd_slab_init(&s, SIZE);
+	per_block = s.per_block;
+	assert_true(per_block >= 200 && per_block * SIZE <= ODPD_SLAB_BLOCK);
+	for (unsigned i = 0; i < N; i++) {
+		p[i] = odpd_slab_zalloc(&s);
+		assert_non_null(p[i]);
+		assert_int_equal((uintptr_t)p[i] % 8, 0);
+		assert_true(all_bytes(p[i], SIZE, 0));
+		memset(p[i], (int)(i & 0xff) | 1, SIZE);
+	}
+	assert_int_equal(s.objects, N);
+	/* distinct and not overlapping */
+	memcpy(sorted, p, sizeof(p));
+	qsort(sorted, N, sizeof(sorted[0]), cmp_ptr);
+	for (unsigned i = 1; i < N; i++)
+		assert_true((uintptr_t)sorted[i] >= (uintptr_t)sorted[i - 1] + SIZE);
+	for (unsigned i = 0; i < N; i++)
+		assert_true(all_bytes(p[i], SIZE, (unsigned char)((i & 0xff) | 1)));
+#ifndef BY_MALLOC
+	assert_int_equal(s.blocks, (N + per_block - 1) / per_block);
+#endif
+	/* every other one back, then taken again: the same places, zeroed */
+	for (unsigned i = 0; i < N; i += 2)
+		odpd_slab_free(&s, p[i]);
+	assert_int_equal(s.objects, N / 2);
+	for (unsigned i = 0; i < N; i += 2) {
+		p[i] = odpd_slab_zalloc(&s);
+		assert_non_null(p[i]);
+		assert_true(all_bytes(p[i], SIZE, 0));
+		memset(p[i], 0x55, SIZE);
+	}
+#ifndef BY_MALLOC
+	assert_int_equal(s.blocks, (N + per_block - 1) / per_block);   /* no new block */
+#endif
+	for (unsigned i = 1; i < N; i += 2)
+		assert_true(all_bytes(p[i], SIZE, (unsigned char)((i & 0xff) | 1)));
+	/* all back, in a scrambled order: one empty block kept, the rest given back */
+	for (unsigned i = 0; i < N; i++) {
+		unsigned j = (i * 389u) % N;       /* 389 and 1000 coprime: a permutation */
+		odpd_slab_free(&s, p[j]);
+	}
+	assert_int_equal(s.objects, 0);
+#ifndef BY_MALLOC
+	assert_int_equal(s.blocks, 1);
+#endif
+	odpd_slab_free(&s, NULL);
+	odpd_slab_fini(&s);
+#ifndef BY_MALLOC
+	assert_int_equal(s.blocks, 0);
+#endif
+}
+
+/* A full block that gets room again is used before a new one. */
+static void test_slab_full_block_gets_room(void **state)
+{
+	struct odpd_slab s;
+	void **p;
+	unsigned n;
+
+	(void)state;
+	odpd_slab_init(&s, SIZE);
+	n = s.per_block;
+	p = calloc(n + 1, sizeof(*p));
+	assert_non_null(p);
+	for (unsigned i = 0; i < n; i++)
+		assert_non_null(p[i] = odpd_slab_zalloc(&s));
+	odpd_slab_free(&s, p[n / 2]);
+	p[n / 2] = odpd_slab_zalloc(&s);
+#ifndef BY_MALLOC
+	assert_int_equal(s.blocks, 1);
+#endif
+	assert_non_null(p[n] = odpd_slab_zalloc(&s));   /* a second block now */
+#ifndef BY_MALLOC
+	assert_int_equal(s.blocks, 2);
+#endif
+	for (unsigned i = 0; i <= n; i++)
+		odpd_slab_free(&s, p[i]);
+	odpd_slab_fini(&s);
+	free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_slab_fill_free_reuse),
+		cmocka_unit_test(test_slab_full_block_gets_room),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
