@@ -948,10 +948,14 @@ static void test_punched_hole_found_by_flush(void **state)
  * A stale MR stays stale when a registration or a MapSegment next to it
  * maps witness pages: their read faults map the page cache pages around
  * them too (fault-around), among them the new pages the file got where a
- * hole was punched under the old MR. Pages 0-3 are pinned by @old; a hole
- * is punched there and written again; then pages 8-9 (same page table) are
- * registered or faulted in with odpd_populate (MapSegment). A registration
- * of pages 0-3 must then be a miss that reads the new bytes, not @old.
+ * hole was punched under the old MR. Pages 16-19 are pinned by @old; a hole
+ * is punched there and written again; then pages 14-15 and 20-21 are
+ * registered or faulted in with odpd_populate (MapSegment): neighbours on
+ * both sides, so that their faults reach every page of @old wherever the
+ * aligned fault-around windows fall in odpd's witness view (with one
+ * neighbour 4 pages away, a broken guard went unnoticed in one run of
+ * three). A registration of pages 16-19 must then be a miss that reads the
+ * new bytes, not @old.
  */
 static void stale_mr_stays_stale(bool by_populate, bool across)
 {
@@ -961,9 +965,9 @@ static void stale_mr_stays_stale(bool by_populate, bool across)
 	 * there: odpd's witness view need not be 2 MiB aligned in its address
 	 * space, and fault-around follows addresses, not file offsets */
 	struct odpd_segment *seg = odpd_alloc(c, across ? 4 * MIB : 64 * pg, 0);
-	uint8_t *base = odpd_segment_addr(seg), *p = across ? base + 2 * MIB : base;
-	uint8_t *near_p = across ? p - 2 * pg : p + 8 * pg;
-	struct odpd_mr *old, *near = NULL, *fresh;
+	uint8_t *base = odpd_segment_addr(seg), *p = across ? base + 2 * MIB : base + 16 * pg;
+	uint8_t *near_p[2] = { p - 2 * pg, p + 4 * pg };
+	struct odpd_mr *old, *near[2] = { NULL, NULL }, *fresh;
 	uint32_t crc_old, crc_new;
 
 	fill(p, 4 * pg, 3);
@@ -975,17 +979,19 @@ static void stale_mr_stays_stale(bool by_populate, bool across)
 	fill(p, 4 * pg, 4);                              /* new pages in the file */
 	crc_new = crc_of(p, 4 * pg);
 	assert_int_not_equal(crc_new, crc_old);
-	if (by_populate)
-		assert_int_equal(odpd_populate(seg, near_p, 2 * pg), 0);
-	else
-		near = reg_or_fail(c, near_p, 2 * pg, IBV_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 2; i++)
+		if (by_populate)
+			assert_int_equal(odpd_populate(seg, near_p[i], 2 * pg), 0);
+		else
+			near[i] = reg_or_fail(c, near_p[i], 2 * pg, IBV_ACCESS_LOCAL_WRITE);
 	fresh = reg_or_fail(c, p, 4 * pg, IBV_ACCESS_LOCAL_WRITE);
 	assert_false(fresh->cache_hit);
 	assert_int_not_equal(fresh->lkey, old->lkey);
 	assert_int_equal(verify_or_fail(fresh), crc_new);
 	odpd_dereg(fresh);
-	if (near)
-		odpd_dereg(near);
+	for (int i = 0; i < 2; i++)
+		if (near[i])
+			odpd_dereg(near[i]);
 	odpd_dereg(old);
 	odpd_detach(seg);
 	odpd_disconnect(c);
