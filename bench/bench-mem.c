@@ -62,9 +62,10 @@ static long status_kb(const char *field)
 	return kb;
 }
 
-/* odpd's resident anonymous memory in kB: its main heap ([heap]: the event
- * loop's allocations, the MRs and references) and in anonymous mappings
- * (worker threads' malloc arenas: libibverbs' MR objects; thread stacks). */
+/* odpd's resident anonymous memory in kB: its main heap ([heap]: malloc on
+ * the event loop) and anonymous mappings (the registry's slabs of MRs and
+ * references; worker threads' malloc arenas: libibverbs' MR objects; thread
+ * stacks). */
 static void anon_split(long *heap_kb, long *other_kb)
 {
 	char path[64], line[512];
@@ -284,12 +285,12 @@ int main(int argc, char **argv)
 	       anon_end, rss0, rss1);
 	printf("odpd's memory per cached MR: %.1f bytes (RssAnon growth / MRs, released relaxed: in the cache, "
 	       "held by no client)   target <= 256: %s\n", per_cached, per_cached <= 256 ? "met" : "MISSED");
-	printf("  of which the loop's heap (MRs, references) %.1f bytes, other anonymous memory (worker "
-	       "arenas: libibverbs' MR objects) %.1f bytes\n", (double)(heap_cached - heap0) * 1024 / n_mrs,
+	printf("  of which malloc's main heap %.1f bytes, anonymous mappings (the MR slab; worker arenas: "
+	       "libibverbs' MR objects) %.1f bytes\n", (double)(heap_cached - heap0) * 1024 / n_mrs,
 	       (double)(other_cached - other0) * 1024 / n_mrs);
 	printf("odpd's memory per held MR:   %.1f bytes (RssAnon growth over the start / MRs: the MR and its "
 	       "client's reference)\n", per_held);
-	printf("  of which the loop's heap %.1f bytes, other anonymous memory %.1f bytes\n",
+	printf("  of which malloc's main heap %.1f bytes, anonymous mappings (slabs, worker arenas) %.1f bytes\n",
 	       (double)(heap_held - heap0) * 1024 / n_mrs, (double)(other_held - other0) * 1024 / n_mrs);
 	return 0;
 }

@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "slab.h"
 
@@ -13,6 +14,34 @@
 #endif
 #endif
 
+#ifdef SLAB_BY_MALLOC
+void odpd_slab_init(struct odpd_slab *s, size_t size)
+{
+	memset(s, 0, sizeof(*s));
+	s->size = (size + 7) & ~(size_t)7;
+}
+
+void *odpd_slab_zalloc(struct odpd_slab *s)
+{
+	void *p = calloc(1, s->size);
+
+	if (p)
+		s->objects++;
+	return p;
+}
+
+void odpd_slab_free(struct odpd_slab *s, void *p)
+{
+	if (p)
+		s->objects--;
+	free(p);
+}
+
+void odpd_slab_fini(struct odpd_slab *s)
+{
+	(void)s;
+}
+#else
 struct slab_free {
 	struct slab_free *next;
 };
@@ -27,6 +56,32 @@ struct odpd_slab_block {
 
 #define HEADER (((sizeof(struct odpd_slab_block)) + 15) & ~(size_t)15)
 
+/*
+ * Blocks are mappings of their own, aligned to their size: twice the size
+ * mapped, the ends trimmed. (aligned_alloc() of 64 KiB aligned to 64 KiB
+ * leaves up to 64 KiB around each block in malloc's heap, which the
+ * allocations of requests then fragment: worse than no slab at all.)
+ */
+static struct odpd_slab_block *block_new(void)
+{
+	uint8_t *m = mmap(NULL, 2 * ODPD_SLAB_BLOCK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uintptr_t a;
+
+	if (m == MAP_FAILED)
+		return NULL;
+	a = ((uintptr_t)m + ODPD_SLAB_BLOCK - 1) & ~(uintptr_t)(ODPD_SLAB_BLOCK - 1);
+	if (a > (uintptr_t)m)
+		munmap(m, a - (uintptr_t)m);
+	munmap((uint8_t *)a + ODPD_SLAB_BLOCK, (uintptr_t)m + 2 * ODPD_SLAB_BLOCK - a - ODPD_SLAB_BLOCK);
+	return (struct odpd_slab_block *)a;
+}
+
+static void block_free(struct odpd_slab_block *b)
+{
+	if (b)
+		munmap(b, ODPD_SLAB_BLOCK);
+}
+
 static inline struct odpd_slab_block *block_of(const void *p)
 {
 	return (struct odpd_slab_block *)((uintptr_t)p & ~(uintptr_t)(ODPD_SLAB_BLOCK - 1));
@@ -38,6 +93,7 @@ void odpd_slab_init(struct odpd_slab *s, size_t size)
 	s->size = (size + 7) & ~(size_t)7;
 	s->per_block = (unsigned)((ODPD_SLAB_BLOCK - HEADER) / s->size);
 }
+
 
 static void partial_add(struct odpd_slab *s, struct odpd_slab_block *b)
 {
@@ -59,23 +115,6 @@ static void partial_del(struct odpd_slab *s, struct odpd_slab_block *b)
 	b->next = b->prev = NULL;
 }
 
-#ifdef SLAB_BY_MALLOC
-void *odpd_slab_zalloc(struct odpd_slab *s)
-{
-	void *p = calloc(1, s->size);
-
-	if (p)
-		s->objects++;
-	return p;
-}
-
-void odpd_slab_free(struct odpd_slab *s, void *p)
-{
-	if (p)
-		s->objects--;
-	free(p);
-}
-#else
 void *odpd_slab_zalloc(struct odpd_slab *s)
 {
 	struct odpd_slab_block *b;
@@ -87,7 +126,7 @@ void *odpd_slab_zalloc(struct odpd_slab *s)
 			b = s->spare;
 			s->spare = NULL;
 		} else {
-			b = aligned_alloc(ODPD_SLAB_BLOCK, ODPD_SLAB_BLOCK);
+			b = block_new();
 			if (!b)
 				return NULL;
 			s->blocks++;
@@ -125,7 +164,7 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 		return;
 	partial_del(s, b);                         /* empty: kept as the spare, or given back */
 	if (s->spare) {
-		free(b);
+		block_free(b);
 		s->blocks--;
 		return;
 	}
@@ -133,7 +172,6 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 	b->carved = 0;
 	s->spare = b;
 }
-#endif
 
 void odpd_slab_fini(struct odpd_slab *s)
 {
@@ -141,9 +179,10 @@ void odpd_slab_fini(struct odpd_slab *s)
 		struct odpd_slab_block *b = s->partial;
 
 		partial_del(s, b);
-		free(b);
+		block_free(b);
 	}
-	free(s->spare);
+	block_free(s->spare);
 	s->spare = NULL;
 	s->blocks = 0;
 }
+#endif
