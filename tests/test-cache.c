@@ -1128,44 +1128,74 @@ static json_object *odpctl_json(const char *args)
 
 #define SHARED_N 4
 
+/* SHARED_N children that attach @fd (at @addr, or where the library maps
+ * it), join @pd (NULL: none), then register the same 4 MiB at the same
+ * moment and report their keys; they release once told. */
+struct shared_run {
+	struct shared_child sc[SHARED_N];
+	int ready[2], start[2], report[SHARED_N][2], go[2];
+	uint32_t keys[SHARED_N][2];
+	pid_t pid[SHARED_N];
+};
+
+static void shared_start(struct shared_run *sr, int fd, const char *pd, void *addr)
+{
+	char b;
+
+	assert_int_equal(pipe(sr->go), 0);
+	assert_int_equal(pipe(sr->ready), 0);
+	assert_int_equal(pipe(sr->start), 0);
+	for (int i = 0; i < SHARED_N; i++) {
+		assert_int_equal(pipe(sr->report[i]), 0);
+		sr->sc[i] = (struct shared_child){ fd, sr->ready[1], sr->start[0], sr->report[i][1], sr->go[0],
+						   pd, addr };
+		sr->pid[i] = spawn(shared_child_main, &sr->sc[i]);
+		close(sr->report[i][1]);        /* a child that dies is an EOF, not a hang */
+	}
+	close(sr->ready[1]);
+	for (int i = 0; i < SHARED_N; i++)
+		assert_int_equal(read(sr->ready[0], &b, 1), 1);
+	assert_int_equal(write(sr->start[1], "ssss", SHARED_N), SHARED_N);    /* all at once */
+	for (int i = 0; i < SHARED_N; i++)
+		assert_int_equal(read(sr->report[i][0], sr->keys[i], sizeof(sr->keys[i])), sizeof(sr->keys[i]));
+}
+
+/* Let them release, and reap them. */
+static void shared_finish(struct shared_run *sr)
+{
+	assert_int_equal(write(sr->go[1], "gggg", SHARED_N), SHARED_N);
+	for (int i = 0; i < SHARED_N; i++) {
+		assert_int_equal(child_status(sr->pid[i]), 0);
+		close(sr->report[i][0]);
+	}
+	for (int i = 0; i < 2; i++) {
+		close(sr->go[i]);
+		close(sr->start[i]);
+	}
+	close(sr->ready[0]);
+}
+
 /* SHARED_N processes in one shared PD register the same range of one
  * segment at the same moment: one ibv_reg_mr, the same keys, SHARED_N
  * holders (requests for an MR still being registered wait for it). */
 static void test_shared_pd_same_keys(void **state)
 {
-	struct shared_child sc[SHARED_N];
-	int ready[2], start[2], report[SHARED_N][2], go[2];
-	uint32_t keys[SHARED_N][2];
-	pid_t pid[SHARED_N];
+	struct shared_run sr;
 	int fd = sealed_memfd(8 * MIB), kernel0 = kmrs();
 	json_object *root, *mrs, *mr = NULL;
-	char b;
 
 	(void)state;
-	assert_int_equal(pipe(go), 0);
-	assert_int_equal(pipe(ready), 0);
-	assert_int_equal(pipe(start), 0);
+	shared_start(&sr, fd, "team", NULL);
 	for (int i = 0; i < SHARED_N; i++) {
-		assert_int_equal(pipe(report[i]), 0);
-		sc[i] = (struct shared_child){ fd, ready[1], start[0], report[i][1], go[0], "team", NULL };
-		pid[i] = spawn(shared_child_main, &sc[i]);
-		close(report[i][1]);         /* a child that dies is an EOF, not a hang */
-	}
-	close(ready[1]);
-	for (int i = 0; i < SHARED_N; i++)
-		assert_int_equal(read(ready[0], &b, 1), 1);
-	assert_int_equal(write(start[1], "ssss", SHARED_N), SHARED_N);    /* all at once */
-	for (int i = 0; i < SHARED_N; i++) {
-		assert_int_equal(read(report[i][0], keys[i], sizeof(keys[i])), sizeof(keys[i]));
-		assert_int_equal(keys[i][0], keys[0][0]);
-		assert_int_equal(keys[i][1], keys[0][1]);
+		assert_int_equal(sr.keys[i][0], sr.keys[0][0]);
+		assert_int_equal(sr.keys[i][1], sr.keys[0][1]);
 	}
 	assert_int_equal(kmrs(), kernel0 + 1);          /* the kernel has one MR */
 	root = odpctl_json("mrs --pd team");
 	assert_true(json_object_object_get_ex(root, "mrs", &mrs));
 	for (size_t i = 0; i < json_object_array_length(mrs); i++) {
 		json_object *o = json_object_array_get_idx(mrs, i);
-		if (json_object_get_int(json_object_object_get(o, "lkey")) == (int32_t)keys[0][0])
+		if (json_object_get_int(json_object_object_get(o, "lkey")) == (int32_t)sr.keys[0][0])
 			mr = o;
 	}
 	assert_non_null(mr);
@@ -1173,16 +1203,7 @@ static void test_shared_pd_same_keys(void **state)
 	assert_string_equal(json_object_get_string(json_object_object_get(mr, "state")), "live");
 	assert_string_equal(json_object_get_string(json_object_object_get(mr, "pd")), "team");
 	json_object_put(root);
-	assert_int_equal(write(go[1], "gggg", SHARED_N), SHARED_N);
-	for (int i = 0; i < SHARED_N; i++) {
-		assert_int_equal(child_status(pid[i]), 0);
-		close(report[i][0]);
-	}
-	for (int i = 0; i < 2; i++) {
-		close(go[i]);
-		close(start[i]);
-	}
-	close(ready[0]);
+	shared_finish(&sr);
 	close(fd);
 }
 
@@ -1194,45 +1215,18 @@ static void test_shared_pd_same_keys(void **state)
  */
 static void test_own_pds_keep_own_mrs(void **state)
 {
-	struct shared_child sc[SHARED_N];
-	int ready[2], start[2], report[SHARED_N][2], go[2];
-	uint32_t keys[SHARED_N][2];
-	pid_t pid[SHARED_N];
+	struct shared_run sr;
 	int fd = sealed_memfd(8 * MIB), kernel0 = kmrs();
 	void *addr = mmap(NULL, 8 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	char b;
 
 	(void)state;
 	assert_true(addr != MAP_FAILED);
-	assert_int_equal(pipe(go), 0);
-	assert_int_equal(pipe(ready), 0);
-	assert_int_equal(pipe(start), 0);
-	for (int i = 0; i < SHARED_N; i++) {
-		assert_int_equal(pipe(report[i]), 0);
-		sc[i] = (struct shared_child){ fd, ready[1], start[0], report[i][1], go[0], NULL, addr };
-		pid[i] = spawn(shared_child_main, &sc[i]);
-		close(report[i][1]);
-	}
-	close(ready[1]);
+	shared_start(&sr, fd, NULL, addr);
 	for (int i = 0; i < SHARED_N; i++)
-		assert_int_equal(read(ready[0], &b, 1), 1);
-	assert_int_equal(write(start[1], "ssss", SHARED_N), SHARED_N);    /* all at once */
-	for (int i = 0; i < SHARED_N; i++) {
-		assert_int_equal(read(report[i][0], keys[i], sizeof(keys[i])), sizeof(keys[i]));
 		for (int j = 0; j < i; j++)
-			assert_int_not_equal(keys[i][0], keys[j][0]);
-	}
+			assert_int_not_equal(sr.keys[i][0], sr.keys[j][0]);
 	assert_int_equal(kmrs(), kernel0 + SHARED_N);   /* one MR per PD */
-	assert_int_equal(write(go[1], "gggg", SHARED_N), SHARED_N);
-	for (int i = 0; i < SHARED_N; i++) {
-		assert_int_equal(child_status(pid[i]), 0);
-		close(report[i][0]);
-	}
-	for (int i = 0; i < 2; i++) {
-		close(go[i]);
-		close(start[i]);
-	}
-	close(ready[0]);
+	shared_finish(&sr);
 	munmap(addr, 8 * MIB);
 	close(fd);
 }
