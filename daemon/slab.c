@@ -19,6 +19,7 @@ void odpd_slab_init(struct odpd_slab *s, size_t size)
 {
 	memset(s, 0, sizeof(*s));
 	s->size = (size + 7) & ~(size_t)7;
+	s->per_block = (unsigned)(ODPD_SLAB_BLOCK / s->size);   /* as if in blocks (tests) */
 }
 
 void *odpd_slab_zalloc(struct odpd_slab *s)
