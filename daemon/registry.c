@@ -19,6 +19,10 @@
 #define ACCESS_REMOTE (ODPD__ACCESS__ACCESS_REMOTE_READ | ODPD__ACCESS__ACCESS_REMOTE_WRITE | \
 		       ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)
 
+/* MRs and references come from slabs, whose objects are 8-byte aligned. */
+_Static_assert(_Alignof(struct odpd_mr) <= 8 && _Alignof(struct odpd_ref) <= 8,
+	       "struct odpd_mr and struct odpd_ref must fit the slab's 8-byte alignment");
+
 /* A batch of MRs deregistered together on a worker. */
 struct odpd_batch {
 	struct odpd_job job;

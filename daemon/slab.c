@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "log.h"
 #include "slab.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -17,9 +18,11 @@
 #ifdef SLAB_BY_MALLOC
 void odpd_slab_init(struct odpd_slab *s, size_t size)
 {
+	if (size == 0 || size > ODPD_SLAB_BLOCK / 4)
+		abort();                            /* the caller's bug (slab.h) */
 	memset(s, 0, sizeof(*s));
 	s->size = (size + 7) & ~(size_t)7;
-	s->per_block = (unsigned)(ODPD_SLAB_BLOCK / s->size);   /* as if in blocks (tests) */
+	s->per_block = (unsigned)((ODPD_SLAB_BLOCK - 64) / s->size);   /* as if in blocks (tests) */
 }
 
 void *odpd_slab_zalloc(struct odpd_slab *s)
@@ -40,9 +43,22 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 
 void odpd_slab_fini(struct odpd_slab *s)
 {
-	(void)s;
+	if (s->objects)
+		log_error("slab of %zu-byte objects: %zu still in use at exit", s->size, s->objects);
 }
 #else
+/* Under valgrind, objects are its heap blocks (use after free, leaks). */
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#endif
+#endif
+#ifndef VALGRIND_MALLOCLIKE_BLOCK
+#define VALGRIND_MALLOCLIKE_BLOCK(p, size, redzone, zeroed) ((void)0)
+#define VALGRIND_FREELIKE_BLOCK(p, redzone) ((void)0)
+#define VALGRIND_MAKE_MEM_DEFINED(p, size) ((void)0)
+#endif
+
 struct slab_free {
 	struct slab_free *next;
 };
@@ -52,7 +68,7 @@ struct odpd_slab_block {
 	struct slab_free *free;                  /* freed objects */
 	unsigned used;                           /* objects handed out */
 	unsigned carved;                         /* objects ever handed out from fresh space */
-	/* objects follow, from offsetof(objects) rounded up to 16 */
+	/* objects follow, from HEADER on, each s->size bytes (a multiple of 8) */
 };
 
 #define HEADER (((sizeof(struct odpd_slab_block)) + 15) & ~(size_t)15)
@@ -90,6 +106,8 @@ static inline struct odpd_slab_block *block_of(const void *p)
 
 void odpd_slab_init(struct odpd_slab *s, size_t size)
 {
+	if (size == 0 || size > ODPD_SLAB_BLOCK / 4)
+		abort();                            /* the caller's bug (slab.h) */
 	memset(s, 0, sizeof(*s));
 	s->size = (size + 7) & ~(size_t)7;
 	s->per_block = (unsigned)((ODPD_SLAB_BLOCK - HEADER) / s->size);
@@ -138,6 +156,7 @@ void *odpd_slab_zalloc(struct odpd_slab *s)
 	}
 	if (b->free) {
 		p = b->free;
+		VALGRIND_MAKE_MEM_DEFINED(p, sizeof(struct slab_free));
 		b->free = b->free->next;
 	} else {
 		p = (char *)b + HEADER + (size_t)b->carved++ * s->size;
@@ -145,6 +164,7 @@ void *odpd_slab_zalloc(struct odpd_slab *s)
 	if (++b->used == s->per_block)
 		partial_del(s, b);                 /* full */
 	s->objects++;
+	VALGRIND_MALLOCLIKE_BLOCK(p, s->size, 0, 0);
 	return memset(p, 0, s->size);
 }
 
@@ -161,6 +181,7 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 		partial_add(s, b);                 /* was full: has room again */
 	f->next = b->free;
 	b->free = f;
+	VALGRIND_FREELIKE_BLOCK(p, 0);
 	if (b->used)
 		return;
 	partial_del(s, b);                         /* empty: kept as the spare, or given back */
@@ -176,6 +197,8 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 
 void odpd_slab_fini(struct odpd_slab *s)
 {
+	if (s->objects)
+		log_error("slab of %zu-byte objects: %zu still in use at exit", s->size, s->objects);
 	while (s->partial) {
 		struct odpd_slab_block *b = s->partial;
 

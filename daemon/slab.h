@@ -10,7 +10,9 @@
  * holes per cached MR). A block that empties is given back, but one.
  *
  * Loop thread only (no locking). Built with AddressSanitizer, objects come
- * from calloc() one by one, so that a use after free is still caught.
+ * from calloc() one by one, so that a use after free is still caught; under
+ * valgrind they are its heap blocks (VALGRIND_MALLOCLIKE_BLOCK) where
+ * <valgrind/memcheck.h> was found at build time.
  */
 
 #include <stddef.h>
@@ -28,7 +30,8 @@ struct odpd_slab {
 
 #define ODPD_SLAB_BLOCK ((size_t)64 << 10)
 
-/* @size: bytes per object, at most a quarter of a block. */
+/* @size: bytes per object, 1 to a quarter of a block (else abort()); objects
+ * are 8-byte aligned. */
 void odpd_slab_init(struct odpd_slab *s, size_t size);
 /* A zeroed object, or NULL (ENOMEM). */
 void *odpd_slab_zalloc(struct odpd_slab *s);

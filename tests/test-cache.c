@@ -1140,7 +1140,7 @@ struct shared_run {
 
 static void shared_start(struct shared_run *sr, int fd, const char *pd, void *addr)
 {
-	char b;
+	char b, go[SHARED_N];
 
 	assert_int_equal(pipe(sr->go), 0);
 	assert_int_equal(pipe(sr->ready), 0);
@@ -1155,7 +1155,8 @@ static void shared_start(struct shared_run *sr, int fd, const char *pd, void *ad
 	close(sr->ready[1]);
 	for (int i = 0; i < SHARED_N; i++)
 		assert_int_equal(read(sr->ready[0], &b, 1), 1);
-	assert_int_equal(write(sr->start[1], "ssss", SHARED_N), SHARED_N);    /* all at once */
+	memset(go, 's', sizeof(go));
+	assert_int_equal(write(sr->start[1], go, SHARED_N), SHARED_N);        /* all at once */
 	for (int i = 0; i < SHARED_N; i++)
 		assert_int_equal(read(sr->report[i][0], sr->keys[i], sizeof(sr->keys[i])), sizeof(sr->keys[i]));
 }
@@ -1163,7 +1164,10 @@ static void shared_start(struct shared_run *sr, int fd, const char *pd, void *ad
 /* Let them release, and reap them. */
 static void shared_finish(struct shared_run *sr)
 {
-	assert_int_equal(write(sr->go[1], "gggg", SHARED_N), SHARED_N);
+	char go[SHARED_N];
+
+	memset(go, 'g', sizeof(go));
+	assert_int_equal(write(sr->go[1], go, SHARED_N), SHARED_N);
 	for (int i = 0; i < SHARED_N; i++) {
 		assert_int_equal(child_status(sr->pid[i]), 0);
 		close(sr->report[i][0]);

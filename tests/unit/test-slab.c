@@ -21,7 +21,7 @@
 #endif
 #endif
 
-#define SIZE 264                    /* struct odpd_mr's */
+#define BLOCK_OF(p) ((uintptr_t)(p) & ~(uintptr_t)(ODPD_SLAB_BLOCK - 1))
 
 static bool all_bytes(const unsigned char *p, size_t n, unsigned char v)
 {
@@ -38,53 +38,65 @@ static int cmp_ptr(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static void test_slab_fill_free_reuse(void **state)
+/* Inside one block, past its header (the block variant only). */
+static void assert_in_block(const void *p, size_t size)
+{
+#ifndef BY_MALLOC
+	assert_true(BLOCK_OF(p) == BLOCK_OF((const char *)p + size - 1));
+	assert_true((uintptr_t)p - BLOCK_OF(p) >= 32);
+#else
+	(void)p;
+	(void)size;
+#endif
+}
+
+static void fill_free_reuse(size_t size)
 {
 	struct odpd_slab s;
-	enum { N = 1000 };              /* about four blocks */
+	enum { N = 1500 };              /* several blocks of either size */
 	void *p[N], *sorted[N];
 	unsigned per_block;
 
-	(void)state;
-	odpd_slab_init(&s, SIZE);
+	odpd_slab_init(&s, size);
 	per_block = s.per_block;
-	assert_true(per_block >= 200 && per_block * SIZE <= ODPD_SLAB_BLOCK);
+	assert_true(per_block >= 200 && per_block * size <= ODPD_SLAB_BLOCK);
 	for (unsigned i = 0; i < N; i++) {
 		p[i] = odpd_slab_zalloc(&s);
 		assert_non_null(p[i]);
 		assert_int_equal((uintptr_t)p[i] % 8, 0);
-		assert_true(all_bytes(p[i], SIZE, 0));
-		memset(p[i], (int)(i & 0xff) | 1, SIZE);
+		assert_in_block(p[i], size);
+		assert_true(all_bytes(p[i], size, 0));
+		memset(p[i], (int)(i & 0xff) | 1, size);
 	}
 	assert_int_equal(s.objects, N);
 	/* distinct and not overlapping */
 	memcpy(sorted, p, sizeof(p));
 	qsort(sorted, N, sizeof(sorted[0]), cmp_ptr);
 	for (unsigned i = 1; i < N; i++)
-		assert_true((uintptr_t)sorted[i] >= (uintptr_t)sorted[i - 1] + SIZE);
+		assert_true((uintptr_t)sorted[i] >= (uintptr_t)sorted[i - 1] + size);
 	for (unsigned i = 0; i < N; i++)
-		assert_true(all_bytes(p[i], SIZE, (unsigned char)((i & 0xff) | 1)));
+		assert_true(all_bytes(p[i], size, (unsigned char)((i & 0xff) | 1)));
 #ifndef BY_MALLOC
 	assert_int_equal(s.blocks, (N + per_block - 1) / per_block);
 #endif
-	/* every other one back, then taken again: the same places, zeroed */
+	/* every other one back, then taken again: zeroed, in no new block */
 	for (unsigned i = 0; i < N; i += 2)
 		odpd_slab_free(&s, p[i]);
 	assert_int_equal(s.objects, N / 2);
 	for (unsigned i = 0; i < N; i += 2) {
 		p[i] = odpd_slab_zalloc(&s);
 		assert_non_null(p[i]);
-		assert_true(all_bytes(p[i], SIZE, 0));
-		memset(p[i], 0x55, SIZE);
+		assert_true(all_bytes(p[i], size, 0));
+		memset(p[i], 0x55, size);
 	}
 #ifndef BY_MALLOC
 	assert_int_equal(s.blocks, (N + per_block - 1) / per_block);   /* no new block */
 #endif
 	for (unsigned i = 1; i < N; i += 2)
-		assert_true(all_bytes(p[i], SIZE, (unsigned char)((i & 0xff) | 1)));
+		assert_true(all_bytes(p[i], size, (unsigned char)((i & 0xff) | 1)));
 	/* all back, in a scrambled order: one empty block kept, the rest given back */
 	for (unsigned i = 0; i < N; i++) {
-		unsigned j = (i * 389u) % N;       /* 389 and 1000 coprime: a permutation */
+		unsigned j = (i * 389u) % N;       /* 389 and 1500 coprime: a permutation */
 		odpd_slab_free(&s, p[j]);
 	}
 	assert_int_equal(s.objects, 0);
@@ -92,10 +104,34 @@ static void test_slab_fill_free_reuse(void **state)
 	assert_int_equal(s.blocks, 1);
 #endif
 	odpd_slab_free(&s, NULL);
+	/* the kept block serves the next block's worth, fresh, then a new one */
+	for (unsigned i = 0; i <= per_block; i++) {
+		p[i] = odpd_slab_zalloc(&s);
+		assert_non_null(p[i]);
+		assert_in_block(p[i], size);
+		assert_true(all_bytes(p[i], size, 0));
+		memset(p[i], 0x77, size);
+#ifndef BY_MALLOC
+		assert_int_equal(s.blocks, i < per_block ? 1 : 2);
+#endif
+	}
+	memcpy(sorted, p, (per_block + 1) * sizeof(p[0]));
+	qsort(sorted, per_block + 1, sizeof(sorted[0]), cmp_ptr);
+	for (unsigned i = 1; i <= per_block; i++)
+		assert_true((uintptr_t)sorted[i] >= (uintptr_t)sorted[i - 1] + size);
+	for (unsigned i = 0; i <= per_block; i++)
+		odpd_slab_free(&s, p[i]);
 	odpd_slab_fini(&s);
 #ifndef BY_MALLOC
 	assert_int_equal(s.blocks, 0);
 #endif
+}
+
+static void test_slab_fill_free_reuse(void **state)
+{
+	(void)state;
+	fill_free_reuse(264);           /* struct odpd_mr */
+	fill_free_reuse(112);           /* struct odpd_ref */
 }
 
 /* A full block that gets room again is used before a new one. */
@@ -106,7 +142,7 @@ static void test_slab_full_block_gets_room(void **state)
 	unsigned n;
 
 	(void)state;
-	odpd_slab_init(&s, SIZE);
+	odpd_slab_init(&s, 264);
 	n = s.per_block;
 	p = calloc(n + 1, sizeof(*p));
 	assert_non_null(p);
