@@ -49,12 +49,18 @@ struct odpd_waiter {
 	uint64_t bytes;
 };
 
+/* A time in ns (a file's ctime: unique until 2554). */
+static uint64_t ts_ns(const struct timespec *ts)
+{
+	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
+}
+
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return ts_ns(&ts);
 }
 
 static int access_to_ibv(uint32_t a)
@@ -448,12 +454,6 @@ static void relaxed_arm(struct odpd_registry *r)
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
-
-/* A file time in ns (unique until 2554). */
-static uint64_t ts_ns(const struct timespec *ts)
-{
-	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
-}
 
 /* Is @ts (a file's ctime) earlier than the current coarse clock, the clock
  * the kernel stamps inodes with? Then any later change stamps a later time. */
