@@ -124,7 +124,7 @@ static uint64_t account_uncovered(struct odpd_mapping *map, const struct odpd_ac
 static uint64_t mr_uncovered(struct odpd_mr *mr, bool (*pred)(const struct odpd_inode *n, const void *arg),
 			     const void *arg)
 {
-	return odpd_itree_uncovered(&mr->map->mrs, mr->node.start, mr->node.start + odpd_mr_length(mr), pred, arg);
+	return odpd_itree_uncovered(&mr->map->mrs, mr->node.start, mr->node.end, pred, arg);
 }
 
 /* Charge @a for @mr's pages (once per account and MR). */
@@ -622,8 +622,8 @@ static void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 	/* Every witness page there present (PAGEMAP_SCAN: one walk without
 	 * touching the pages, cheaper than populating): nothing to put back. */
 	if (!mapped_already(r, w, odpd_mr_length(mr))) {
-		witness_guard(r, map, mr->node.start, mr->node.start + odpd_mr_length(mr));
-		witness_for_each_gap(map, mr->node.start, mr->node.start + odpd_mr_length(mr), witness_populate, map);
+		witness_guard(r, map, mr->node.start, mr->node.end);
+		witness_for_each_gap(map, mr->node.start, mr->node.end, witness_populate, map);
 		/* Pages other MRs' witness covers, zapped: a hole was punched
 		 * there since their pins. This MR needs them back; a new epoch
 		 * keeps the older MRs of the segment from ever proving current
@@ -1641,7 +1641,7 @@ static bool hit_ok(struct odpd_inode *n, void *arg)
 	/* A remote key is served again only to its owner, for the same range:
 	 * nobody else may extend its life or its reach. */
 	if ((mr->access & ACCESS_REMOTE) &&
-	    (mr->owner_id != l->h->id || mr->node.start != l->s || mr->node.start + odpd_mr_length(mr) != l->e))
+	    (mr->owner_id != l->h->id || mr->node.start != l->s || mr->node.end != l->e))
 		return false;
 	if (mr->state == ODPD_MR_REGISTERING) {
 		/* on a worker now: wait for it, unless a registered one serves */
@@ -2056,7 +2056,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 	if (rc < 0)
 		return rc;
 	if (!c) {
-		rc = quota_check(r, h, mr->map, mr->node.start, mr->node.start + odpd_mr_length(mr), mr->pinned, false,
+		rc = quota_check(r, h, mr->map, mr->node.start, mr->node.end, mr->pinned, false,
 				 !op->evicted, &evict, err);
 		if (rc < 0)
 			return rc;
