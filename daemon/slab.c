@@ -7,23 +7,37 @@
 #include "log.h"
 #include "slab.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SLAB_BY_MALLOC 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SLAB_BY_MALLOC 1
-#endif
-#endif
+struct slab_free {
+	struct slab_free *next;
+};
 
-#ifdef SLAB_BY_MALLOC
+struct odpd_slab_block {
+	struct odpd_slab_block *next, *prev;    /* in s->partial while it has room */
+	struct slab_free *free;                  /* freed objects */
+	unsigned used;                           /* objects handed out */
+	unsigned carved;                         /* objects ever handed out from fresh space */
+	/* objects follow, from HEADER on, each s->size bytes (a multiple of 8) */
+};
+
+#define HEADER (((sizeof(struct odpd_slab_block)) + 15) & ~(size_t)15)
+
+/* (per_block also with malloc: the tests count as if in blocks) */
 void odpd_slab_init(struct odpd_slab *s, size_t size)
 {
 	if (size == 0 || size > ODPD_SLAB_BLOCK / 4)
 		abort();                            /* the caller's bug (slab.h) */
 	memset(s, 0, sizeof(*s));
 	s->size = (size + 7) & ~(size_t)7;
-	s->per_block = (unsigned)((ODPD_SLAB_BLOCK - 64) / s->size);   /* as if in blocks (tests) */
+	s->per_block = (unsigned)((ODPD_SLAB_BLOCK - HEADER) / s->size);
 }
+
+static void slab_check_empty(const struct odpd_slab *s)
+{
+	if (s->objects)
+		log_error("slab of %zu-byte objects: %zu still in use at exit", s->size, s->objects);
+}
+
+#ifdef ODPD_SLAB_BY_MALLOC
 
 void *odpd_slab_zalloc(struct odpd_slab *s)
 {
@@ -43,8 +57,7 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 
 void odpd_slab_fini(struct odpd_slab *s)
 {
-	if (s->objects)
-		log_error("slab of %zu-byte objects: %zu still in use at exit", s->size, s->objects);
+	slab_check_empty(s);
 }
 #else
 /* Under valgrind, objects are its heap blocks (use after free, leaks). */
@@ -58,20 +71,6 @@ void odpd_slab_fini(struct odpd_slab *s)
 #define VALGRIND_FREELIKE_BLOCK(p, redzone) ((void)0)
 #define VALGRIND_MAKE_MEM_DEFINED(p, size) ((void)0)
 #endif
-
-struct slab_free {
-	struct slab_free *next;
-};
-
-struct odpd_slab_block {
-	struct odpd_slab_block *next, *prev;    /* in s->partial while it has room */
-	struct slab_free *free;                  /* freed objects */
-	unsigned used;                           /* objects handed out */
-	unsigned carved;                         /* objects ever handed out from fresh space */
-	/* objects follow, from HEADER on, each s->size bytes (a multiple of 8) */
-};
-
-#define HEADER (((sizeof(struct odpd_slab_block)) + 15) & ~(size_t)15)
 
 /*
  * Blocks are mappings of their own, aligned to their size: twice the size
@@ -104,14 +103,6 @@ static inline struct odpd_slab_block *block_of(const void *p)
 	return (struct odpd_slab_block *)((uintptr_t)p & ~(uintptr_t)(ODPD_SLAB_BLOCK - 1));
 }
 
-void odpd_slab_init(struct odpd_slab *s, size_t size)
-{
-	if (size == 0 || size > ODPD_SLAB_BLOCK / 4)
-		abort();                            /* the caller's bug (slab.h) */
-	memset(s, 0, sizeof(*s));
-	s->size = (size + 7) & ~(size_t)7;
-	s->per_block = (unsigned)((ODPD_SLAB_BLOCK - HEADER) / s->size);
-}
 
 
 static void partial_add(struct odpd_slab *s, struct odpd_slab_block *b)
@@ -197,8 +188,7 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 
 void odpd_slab_fini(struct odpd_slab *s)
 {
-	if (s->objects)
-		log_error("slab of %zu-byte objects: %zu still in use at exit", s->size, s->objects);
+	slab_check_empty(s);
 	while (s->partial) {
 		struct odpd_slab_block *b = s->partial;
 

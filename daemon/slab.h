@@ -17,6 +17,15 @@
 
 #include <stddef.h>
 
+/* Built with AddressSanitizer: objects come from calloc() (slab.c). */
+#if defined(__SANITIZE_ADDRESS__)
+#define ODPD_SLAB_BY_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ODPD_SLAB_BY_MALLOC 1
+#endif
+#endif
+
 struct odpd_slab_block;
 
 struct odpd_slab {

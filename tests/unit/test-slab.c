@@ -13,14 +13,6 @@
 
 #include "slab.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define BY_MALLOC 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define BY_MALLOC 1
-#endif
-#endif
-
 #define BLOCK_OF(p) ((uintptr_t)(p) & ~(uintptr_t)(ODPD_SLAB_BLOCK - 1))
 
 static bool all_bytes(const unsigned char *p, size_t n, unsigned char v)
@@ -41,7 +33,7 @@ static int cmp_ptr(const void *a, const void *b)
 /* Inside one block, past its header (the block variant only). */
 static void assert_in_block(const void *p, size_t size)
 {
-#ifndef BY_MALLOC
+#ifndef ODPD_SLAB_BY_MALLOC
 	assert_true(BLOCK_OF(p) == BLOCK_OF((const char *)p + size - 1));
 	assert_true((uintptr_t)p - BLOCK_OF(p) >= 32);
 #else
@@ -76,7 +68,7 @@ static void fill_free_reuse(size_t size)
 		assert_true((uintptr_t)sorted[i] >= (uintptr_t)sorted[i - 1] + size);
 	for (unsigned i = 0; i < N; i++)
 		assert_true(all_bytes(p[i], size, (unsigned char)((i & 0xff) | 1)));
-#ifndef BY_MALLOC
+#ifndef ODPD_SLAB_BY_MALLOC
 	assert_int_equal(s.blocks, (N + per_block - 1) / per_block);
 #endif
 	/* every other one back, then taken again: zeroed, in no new block */
@@ -89,7 +81,7 @@ static void fill_free_reuse(size_t size)
 		assert_true(all_bytes(p[i], size, 0));
 		memset(p[i], 0x55, size);
 	}
-#ifndef BY_MALLOC
+#ifndef ODPD_SLAB_BY_MALLOC
 	assert_int_equal(s.blocks, (N + per_block - 1) / per_block);   /* no new block */
 #endif
 	for (unsigned i = 1; i < N; i += 2)
@@ -100,7 +92,7 @@ static void fill_free_reuse(size_t size)
 		odpd_slab_free(&s, p[j]);
 	}
 	assert_int_equal(s.objects, 0);
-#ifndef BY_MALLOC
+#ifndef ODPD_SLAB_BY_MALLOC
 	assert_int_equal(s.blocks, 1);
 #endif
 	odpd_slab_free(&s, NULL);
@@ -111,7 +103,7 @@ static void fill_free_reuse(size_t size)
 		assert_in_block(p[i], size);
 		assert_true(all_bytes(p[i], size, 0));
 		memset(p[i], 0x77, size);
-#ifndef BY_MALLOC
+#ifndef ODPD_SLAB_BY_MALLOC
 		assert_int_equal(s.blocks, i < per_block ? 1 : 2);
 #endif
 	}
@@ -122,7 +114,7 @@ static void fill_free_reuse(size_t size)
 	for (unsigned i = 0; i <= per_block; i++)
 		odpd_slab_free(&s, p[i]);
 	odpd_slab_fini(&s);
-#ifndef BY_MALLOC
+#ifndef ODPD_SLAB_BY_MALLOC
 	assert_int_equal(s.blocks, 0);
 #endif
 }
@@ -150,11 +142,11 @@ static void test_slab_full_block_gets_room(void **state)
 		assert_non_null(p[i] = odpd_slab_zalloc(&s));
 	odpd_slab_free(&s, p[n / 2]);
 	p[n / 2] = odpd_slab_zalloc(&s);
-#ifndef BY_MALLOC
+#ifndef ODPD_SLAB_BY_MALLOC
 	assert_int_equal(s.blocks, 1);
 #endif
 	assert_non_null(p[n] = odpd_slab_zalloc(&s));   /* a second block now */
-#ifndef BY_MALLOC
+#ifndef ODPD_SLAB_BY_MALLOC
 	assert_int_equal(s.blocks, 2);
 #endif
 	for (unsigned i = 0; i <= n; i++)
