@@ -561,7 +561,12 @@ static void reap_wait(struct odpd_registrar *g)
 		close(g->verbs_fd);        /* with the maps socket closed: EOF, it exits */
 	if (g->pidfd >= 0) {
 		struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
-		if (poll(&p, 1, EXIT_TIMEOUT_MS) == 0) {
+		int rc;
+
+		do
+			rc = poll(&p, 1, EXIT_TIMEOUT_MS);
+		while (rc < 0 && errno == EINTR);
+		if (rc == 0) {
 			log_warning("%s: implicit-ODP registrar (pid %d) did not exit: killing it",
 				    g->label, (int)g->pid);
 			kill(g->pid, SIGKILL);

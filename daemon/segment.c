@@ -345,7 +345,15 @@ int odpd_client_mapping_check(pid_t pid, int pidfd, uintptr_t addr, uint64_t len
 bool odpd_pidfd_alive(int pidfd)
 {
 	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+	int r;
 
-	/* A pidfd becomes readable when its process exits. */
-	return pidfd < 0 || poll(&p, 1, 0) == 0;
+	if (pidfd < 0)
+		return true;
+	/* A pidfd becomes readable when its process exits. poll() answers
+	 * EINTR when a signal is pending and nothing is ready, even with a
+	 * zero timeout: that says nothing about the process. */
+	do
+		r = poll(&p, 1, 0);
+	while (r < 0 && errno == EINTR);
+	return r <= 0 || !(p.revents & (POLLIN | POLLHUP));
 }

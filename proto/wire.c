@@ -53,8 +53,12 @@ int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsign
 static bool peer_shut_down(int sock)
 {
 	struct pollfd p = { .fd = sock, .events = POLLIN | POLLRDHUP };
+	int r;
 
-	if (poll(&p, 1, 0) < 0)
+	do                          /* EINTR: a signal came, not a hangup */
+		r = poll(&p, 1, 0);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
 		return true;
 	return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }

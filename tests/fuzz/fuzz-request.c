@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fuzz-input.h"
@@ -33,7 +34,10 @@ static char sock_path[64];
 
 static void init(void)
 {
-	log_setup(LOG_CRIT);                 /* refusals are the point: no log lines */
+	const char *lvl = getenv("ODPD_FUZZ_LOG_LEVEL");   /* syslog's 0-7, to debug a finding */
+	int level = lvl ? atoi(lvl) : LOG_CRIT;             /* refusals are the point: no log lines */
+
+	log_setup(level);
 	snprintf(sock_path, sizeof(sock_path), "/tmp/odpd-fuzz.%d.sock", (int)getpid());
 	m.cfg = (struct odpd_config){
 		.socket_path = sock_path,
@@ -45,26 +49,71 @@ static void init(void)
 		.max_clients = 16,
 		.max_segments = 64,
 		.max_mrs = 256,
-		.log_level = LOG_CRIT,
+		.log_level = level,
 		.config_path = "/nonexistent/odpd.conf",
 	};
 	if (odpd_manager_start(&m) < 0)
 		abort();
 }
 
-/* Turn the loop until @done, letting the worker finish; abort if odpd never
- * gets there (a hang is a finding too). */
-static void pump(bool (*done)(void))
+/* What odpd holds now, for a finding's report. */
+static void dump_state(const char *what)
 {
-	for (int i = 0; i < 200000; i++) {
+	const struct odpd_account *a;
+
+	fprintf(stderr,
+		"fuzz-request: %s: clients %u (refused %u), jobs queued %u, registry jobs %u, "
+		"MRs %u, PDs %s, segment mappings %u (unmapping %u), accounts %u\n",
+		what, m.n_clients, m.n_refused, odpd_pool_pending(m.pool), m.registry.pending,
+		m.registry.n_mrs, LIST_EMPTY(&m.registry.domains) ? "none" : "some", m.segs.count,
+		m.segs.unmapping, m.registry.quota.n_accounts);
+	LIST_FOREACH(a, &m.registry.quota.accounts, link) {
+		fprintf(stderr, "fuzz-request:   uid %u: refs %u pinned %llu MRs %u refusing %u held",
+			(unsigned)a->uid, a->refs, (unsigned long long)a->pinned, a->mrs, a->refusing);
+		for (int k = 0; k < ODPD_N_UL; k++)
+			fprintf(stderr, " %s %llu", odpd_user_limit_names[k], (unsigned long long)a->held[k]);
+		fputc('\n', stderr);
+	}
+}
+
+/* Turn the loop until @done, letting the worker finish; abort if odpd never
+ * gets there within 10 s (a hang is a finding too). Timers (a refused
+ * connection's wait, the relaxed window) fire from the loop, so it waits in
+ * time, not in turns. */
+static void pump(bool (*done)(void), const char *what)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
 		event_base_loop(m.base, EVLOOP_NONBLOCK);
 		if (done())
 			return;
-		if (odpd_pool_pending(m.pool))
-			usleep(10);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 10)
+			break;
+		usleep(10);
 	}
-	fprintf(stderr, "fuzz-request: odpd did not settle\n");
+	dump_state(what);
+	fprintf(stderr, "fuzz-request: odpd did not settle: %s\n", what);
 	abort();
+}
+
+/* Once a connection is gone, its user holds nothing in odpd. */
+static void check_accounts(void)
+{
+	const struct odpd_account *a;
+	bool bad = false;
+
+	LIST_FOREACH(a, &m.registry.quota.accounts, link) {
+		bad |= a->pinned || a->mrs || a->refusing;
+		for (int k = 0; k < ODPD_N_UL; k++)
+			bad |= a->held[k] != 0;
+	}
+	if (bad) {
+		dump_state("left behind in an account");
+		abort();
+	}
 }
 
 static bool one_client(void)
@@ -142,9 +191,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fd = odpd_wire_connect(sock_path);
 	if (fd < 0)
 		abort();
-	pump(one_client);
+	pump(one_client, "the connection accepted");
 	fuzz_send_hello(fd);
-	pump(idle);
+	pump(idle, "Hello answered");
 	drain(fd);
 	while (fuzz_next(&rd, &rec)) {
 		int fds[8];
@@ -153,15 +202,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		odpd_wire_send_buf(fd, rec.data, rec.len, fds, n, MSG_DONTWAIT);
 		while (n)
 			close(fds[--n]);
-		pump(idle);
+		pump(idle, "a request answered");
 		drain(fd);
 	}
 	close(fd);
-	pump(released);
+	pump(released, "the connection released");
 	if (m.segs.count || m.registry.n_mrs) {
-		fprintf(stderr, "fuzz-request: left behind: %u segment mappings, %u MRs\n",
-			m.segs.count, m.registry.n_mrs);
+		dump_state("left behind");
 		abort();
 	}
+	check_accounts();
 	return 0;
 }

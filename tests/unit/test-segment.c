@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -666,6 +667,40 @@ static void test_client_mapping_dead_pidfd(void **state)
 	close(fd);
 }
 
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarms++;
+}
+
+/* A live process stays alive while signals arrive: poll() on its pidfd may
+ * answer EINTR (a signal pending when nothing is ready, even with timeout 0),
+ * which is not an exit. A daemon gets signals (SIGHUP, a timer of the
+ * fuzzer's): taking EINTR for "exited" refused connections at random. */
+static void test_pidfd_alive_through_signals(void **state)
+{
+	(void)state;
+	struct sigaction sa = { .sa_handler = on_alarm }, old;
+	struct itimerval tick = { { 0, 20 }, { 0, 20 } }, off = { 0 };
+	int pidfd = my_pidfd();
+	unsigned dead = 0;
+
+	if (pidfd < 0)
+		skip();
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+	assert_int_equal(setitimer(ITIMER_REAL, &tick, NULL), 0);
+	for (int i = 0; i < 300000 || alarms < 2000; i++)
+		dead += !odpd_pidfd_alive(pidfd);
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	print_message("%d signals during the calls\n", (int)alarms);
+	assert_int_equal(dead, 0);
+	close(pidfd);
+}
+
 /* ------------------------------------------------------------ mappings */
 
 struct seg_fixture {
@@ -1028,6 +1063,7 @@ int main(void)
 		cmocka_unit_test(test_client_mapping_shared),
 		cmocka_unit_test(test_client_mapping_private),
 		cmocka_unit_test(test_client_mapping_dead_pidfd),
+		cmocka_unit_test(test_pidfd_alive_through_signals),
 		cmocka_unit_test_setup_teardown(test_mapping_dedup, seg_setup, seg_teardown),
 		cmocka_unit_test_setup_teardown(test_mapping_want_addr, seg_setup, seg_teardown),
 		cmocka_unit_test_setup_teardown(test_mapping_want_addr_taken, seg_setup, seg_teardown),
