@@ -10,6 +10,10 @@
  *                   off (ODPD_CACHE=0): one request answered on odpd's loop;
  *   miss            odpd_reg alone of a range no MR covers (cache off;
  *                   resident pages): one request, ibv_reg_mr on a worker;
+ *   refusal         odpd_join_pd on a connection that has registered: a
+ *                   request odpd refuses at once (EBUSY) on its loop, with no
+ *                   cache work: the floor of any request through libodpd,
+ *                   protobuf-c and odpd's event loop;
  *   rtt             a bare SOCK_SEQPACKET round trip (64 bytes) to another
  *                   process: what any request to a daemon costs at least;
  *   verbs           ibv_reg_mr alone, in-process, resident pages;
@@ -143,6 +147,15 @@ static double one_reg(void *arg)
 	t1 = now_us();
 	dereg(mr, false);
 	return t1 - t0;
+}
+
+/* A request odpd refuses at once: joining a shared PD after registering. */
+static void op_refusal(void *arg)
+{
+	struct odpd_op *o = arg;
+
+	if (odpd_join_pd(o->c, "bench-hit") != -1 || errno != EBUSY)
+		die("odpd_join_pd after a registration: expected EBUSY, got %s", strerror(errno));
 }
 
 /* ---------------------------------------------------------------- a bare round trip */
@@ -350,7 +363,7 @@ int main(int argc, char **argv)
 		struct odpd_stats st;
 		struct series *s[10] = { 0 };
 		unsigned n = 0;
-		double l_hit, l_rel, d_hit, miss, rtt, direct, u_hit = 0, f_hit = 0;
+		double l_hit, l_rel, d_hit, refusal, miss, rtt, direct, u_hit = 0, f_hit = 0;
 		void *plain = memfd_buffer(len);
 
 		setenv("ODPD_CACHE", "0", 1);
@@ -373,6 +386,8 @@ int main(int argc, char **argv)
 		s[n++] = run_alone("daemon-hit", len, "one request each", one_reg,
 				   &(struct odpd_op){ c0, p0, len });
 		d_hit = s[n - 1]->median;
+		s[n++] = run_case("refusal", 0, 200, op_refusal, &(struct odpd_op){ c0, p0, len });
+		refusal = s[n - 1]->median;
 		s[n++] = run_alone("miss", len, "one request each", one_reg,
 				   &(struct odpd_op){ c0, p0 + 2 * len, len });
 		miss = s[n - 1]->median;
@@ -413,6 +428,8 @@ int main(int argc, char **argv)
 		print_ratio("daemon hit (one request) / bare SEQPACKET round trip", d_hit, rtt, 1.2, true);
 		print_ratio("miss (one request) / (ibv_reg_mr + 1.5 round trips)", miss, direct + 1.5 * rtt,
 		      len <= 4096 ? 1.0 : 0, true);
+		print_ratio("odpd refusal (no cache work) / bare SEQPACKET round trip", refusal, rtt, 0, false);
+		print_ratio("daemon hit / odpd refusal", d_hit, refusal, 0, false);
 		print_ratio("daemon hit / local hit", d_hit, l_hit, 0, false);
 		print_ratio("miss / ibv_reg_mr", miss, direct, 0, false);
 		dereg(held, false);
