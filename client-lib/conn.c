@@ -470,7 +470,13 @@ static int conn_open(struct odpd_conn *c, const char *path)
 	if (r < 0)
 		return errmsg_set(r, "odpd_connect: socket: %m");
 
-	if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	/* A blocking AF_UNIX connect sleeps while odpd's listen queue is full;
+	 * a signal of the application's then interrupts it before anything was
+	 * queued, and it may simply be made again. */
+	do
+		r = connect(c->sock, (struct sockaddr *)&sa, sizeof(sa));
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
 		return errmsg_set(-errno, "odpd_connect: connecting to %s: %m", path);
 	return 0;
 }

@@ -34,6 +34,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,6 +106,7 @@ struct fake_log {
 struct fake_opts {
 	uint32_t version;               /* HelloReply.version; 0: ours */
 	int hello_status;               /* refuse the Hello with this errno */
+	unsigned accept_after_ms;       /* accept nothing for this long (a full listen queue) */
 };
 
 struct fake_seg {
@@ -560,6 +562,8 @@ static void fake_serve(int listener, const struct fake_opts *o)
 	memset(cl, 0, sizeof(cl));
 	for (int i = 0; i < FAKE_CLIENTS; i++)
 		cl[i].sock = -1;
+	if (o->accept_after_ms)
+		usleep(o->accept_after_ms * 1000u);
 	for (;;) {
 		struct pollfd p[FAKE_CLIENTS + 1] = { { .fd = listener, .events = POLLIN } };
 
@@ -707,6 +711,84 @@ static void test_version(void)
 	snprintf(path, sizeof(path), "%s/v7.sock", test_dir);
 	pid = fake_start(path, &(struct fake_opts) { .version = 7 });
 	CHECK_FAIL(odpd_connect(path, NULL), EPROTONOSUPPORT, "libodpd speaks 1");
+	fake_stop(pid);
+	unlink(path);
+}
+
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarms++;
+}
+
+struct fill {
+	int fd[64];
+	int n;
+};
+
+/* Close the connections that fill the queue, while odpd_connect() waits
+ * behind them: the fake daemon then accepts them, reads their end of file,
+ * and has room for the one that waited. */
+static void *fill_close(void *arg)
+{
+	struct fill *f = arg;
+
+	usleep(200 * 1000);
+	while (f->n)
+		close(f->fd[--f->n]);
+	return NULL;
+}
+
+/* odpd_connect() while odpd's listen queue is full blocks in connect(2); a
+ * signal of the application's (its handler without SA_RESTART) interrupts
+ * that, and the library connects again instead of failing with EINTR. */
+static void test_connect_interrupted(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sigaction act = { .sa_handler = on_alarm }, old;
+	struct itimerval tick = { { 0, 20000 }, { 0, 20000 } }, off = { 0 };
+	struct fill f = { .n = 0 };
+	struct odpd_conn *c;
+	sigset_t alrm;
+	pthread_t th;
+	char path[128];
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/full.sock", test_dir);
+	pid = fake_start(path, &(struct fake_opts) { .accept_after_ms = 400 });
+	strcpy(sa.sun_path, path);
+	/* fill the listen queue (backlog 8): a further connect would block */
+	for (; f.n < 64; f.n++) {
+		f.fd[f.n] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		CHECK(f.fd[f.n] >= 0);
+		if (connect(f.fd[f.n], (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			CHECK(errno == EAGAIN);
+			close(f.fd[f.n]);
+			break;
+		}
+	}
+	CHECK(f.n > 0 && f.n < 64);
+	sigemptyset(&act.sa_mask);                /* no SA_RESTART */
+	CHECK(sigaction(SIGALRM, &act, &old) == 0);
+	alarms = 0;
+	/* the signals go to this thread: the helper starts with SIGALRM blocked */
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	CHECK(pthread_sigmask(SIG_BLOCK, &alrm, NULL) == 0);
+	CHECK(pthread_create(&th, NULL, fill_close, &f) == 0);
+	CHECK(pthread_sigmask(SIG_UNBLOCK, &alrm, NULL) == 0);
+	CHECK(setitimer(ITIMER_REAL, &tick, NULL) == 0);
+	c = odpd_connect(path, NULL);
+	setitimer(ITIMER_REAL, &off, NULL);
+	CHECK(pthread_join(th, NULL) == 0);
+	sigaction(SIGALRM, &old, NULL);
+	if (!c)
+		fprintf(stderr, "odpd_connect: %s\n", odpd_errmsg());
+	CHECK(c);
+	CHECK(alarms >= 5);                       /* it was interrupted while it waited */
+	odpd_disconnect(c);
 	fake_stop(pid);
 	unlink(path);
 }
@@ -1543,6 +1625,7 @@ int main(void)
 	CHECK_FAIL(odpd_connect("/nonexistent/odpd.sock", NULL), ENOENT, "/nonexistent/odpd.sock");
 	test_connect(path);
 	test_version();
+	test_connect_interrupted();
 	test_alloc_reg_verify(path);
 	test_reg_attr(path);
 	test_relaxed(path);

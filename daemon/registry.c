@@ -1870,6 +1870,7 @@ static void reg_run(struct odpd_job *job)
 	struct reg_op *op = (struct reg_op *)job;
 	struct odpd_mr *mr = op->mr;
 	struct ibv_pd *pd;
+	int e;
 
 	if (op->cctx) {
 		op->rc = reg_import(op);
@@ -1914,13 +1915,14 @@ static void reg_run(struct odpd_job *job)
 		mr->mr = ibv_reg_mr(pd, op->daemon_addr, odpd_mr_length(mr), op->ibv_access);
 	else
 		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, odpd_mr_length(mr), mr->iova, op->ibv_access);
+	e = errno;                           /* the verb's, before anything else can set it */
 	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (!mr->mr)
 		witness_end(mr);                 /* nothing relies on those pages */
 	if (!mr->mr)
-		op->rc = err_set(&op->err, errno, "ibv_reg_mr%s on %s: %s",
+		op->rc = err_set(&op->err, e, "ibv_reg_mr%s on %s: %s",
 				 (uintptr_t)op->daemon_addr == mr->iova ? "" : "_iova", op->q.dev->name,
-				 strerror(errno));
+				 strerror(e));
 }
 
 static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_ref, struct odpd_err *err);

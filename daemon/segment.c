@@ -329,8 +329,10 @@ int odpd_client_mapping_check(pid_t pid, int pidfd, uintptr_t addr, uint64_t len
 		 * iova is not where the segment is mapped, or a MAP_PRIVATE
 		 * mapping the HCA never sees): go on without it.
 		 */
+		int e = errno;         /* log_ratelimited may write before it reads its arguments */
+
 		log_ratelimited(LOG_INFO, "cannot read pid %d's memory map (%s): its attach at "
-				"%#" PRIxPTR " is not checked against it", (int)pid, strerror(errno), addr);
+				"%#" PRIxPTR " is not checked against it", (int)pid, strerror(e), addr);
 		return odpd_pidfd_alive(pidfd) ? 0 : err_set(err, ESRCH, "client process is gone");
 	}
 	if (!f)
