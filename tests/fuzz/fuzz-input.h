@@ -15,10 +15,20 @@
 
 #include "odpd-wire.h"
 
-#define FUZZ_FD_MEMFD 0x01          /* a sealed 64 KiB memfd */
+#define FUZZ_FD_MEMFD 0x01          /* a sealed 64 KiB memfd, mapped at FUZZ_CLIENT_ADDR */
 #define FUZZ_FD_UNSEALED 0x02       /* a memfd without seals */
 #define FUZZ_FD_PIPE 0x04           /* the read end of a pipe */
 #define FUZZ_FD_DEVNULL 0x08        /* /dev/null */
+
+/*
+ * fuzz-request maps each memfd it sends MAP_SHARED at this fixed address
+ * (FUZZ_MEMFD_SIZE bytes, replacing the one before): an AttachSegment with
+ * client_addr here passes odpd's check of the client's memory map, and a
+ * RegMr here finds that segment, so inputs reach registration (on a device,
+ * in the VM; ENODEV on a host without one).
+ */
+#define FUZZ_CLIENT_ADDR 0x7f0000000000ull
+#define FUZZ_MEMFD_SIZE (64u * 1024)
 
 struct fuzz_reader {
 	const uint8_t *p;

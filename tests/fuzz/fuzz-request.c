@@ -5,7 +5,8 @@
  * request validation and dispatch, segments, refusals, admin requests.
  *
  * One real odpd runs in this process (odpd_manager_start: its event loop,
- * a worker, the registry, a listening socket in /tmp, no RDMA device). Each
+ * a worker, the registry, a listening socket in /tmp; the RDMA devices there
+ * are: none on a build host, rxe0 in the test VM). Each
  * input is one connection: Hello, then the input's packets (fuzz-input.h),
  * each with the fds its flags ask for; the replies are read and dropped;
  * then the connection closes. Afterwards odpd must hold nothing of it: no
@@ -30,15 +31,37 @@
 #include "manager.h"
 
 static struct odpd_manager m;
-static char sock_path[64];
+static char sock_path[64], conf_path[64];
+static bool have_client_addr;       /* FUZZ_CLIENT_ADDR is ours to map memfds at */
+
+/* FUZZ_CLIENT_ADDR back to an inaccessible reservation (no memfd mapped). */
+static void client_addr_reset(void)
+{
+	if (have_client_addr &&
+	    mmap((void *)(uintptr_t)FUZZ_CLIENT_ADDR, FUZZ_MEMFD_SIZE, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+		abort();
+}
 
 static void init(void)
 {
 	const char *lvl = getenv("ODPD_FUZZ_LOG_LEVEL");   /* syslog's 0-7, to debug a finding */
 	int level = lvl ? atoi(lvl) : LOG_CRIT;             /* refusals are the point: no log lines */
+	FILE *f;
 
 	log_setup(level);
 	snprintf(sock_path, sizeof(sock_path), "/tmp/odpd-fuzz.%d.sock", (int)getpid());
+	/* a short relaxed window: a connection's relaxed MRs are gone soon after it */
+	snprintf(conf_path, sizeof(conf_path), "/tmp/odpd-fuzz.%d.conf", (int)getpid());
+	f = fopen(conf_path, "we");
+	if (!f || fputs("[limits]\nrelaxed-window-ms = 2\n", f) < 0 || fclose(f) != 0)
+		abort();
+	have_client_addr = mmap((void *)(uintptr_t)FUZZ_CLIENT_ADDR, FUZZ_MEMFD_SIZE, PROT_NONE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE,
+				-1, 0) == (void *)(uintptr_t)FUZZ_CLIENT_ADDR;
+	if (!have_client_addr)
+		fprintf(stderr, "fuzz-request: %#llx is taken: memfds are not mapped there\n",
+			FUZZ_CLIENT_ADDR);
 	m.cfg = (struct odpd_config){
 		.socket_path = sock_path,
 		.foreground = true,
@@ -50,10 +73,11 @@ static void init(void)
 		.max_segments = 64,
 		.max_mrs = 256,
 		.log_level = level,
-		.config_path = "/nonexistent/odpd.conf",
+		.config_path = conf_path,
 	};
 	if (odpd_manager_start(&m) < 0)
 		abort();
+	unlink(conf_path);                  /* read; a Reload finds none (an error to fuzz too) */
 }
 
 /* What odpd holds now, for a finding's report. */
@@ -147,11 +171,16 @@ static unsigned make_fds(uint8_t flags, int *fds)
 
 	if (flags & FUZZ_FD_MEMFD) {
 		int fd = memfd_create("fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-		if (fd >= 0 && ftruncate(fd, 64 * 1024) == 0 &&
-		    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0)
+		if (fd >= 0 && ftruncate(fd, FUZZ_MEMFD_SIZE) == 0 &&
+		    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0) {
+			if (have_client_addr &&
+			    mmap((void *)(uintptr_t)FUZZ_CLIENT_ADDR, FUZZ_MEMFD_SIZE, PROT_READ | PROT_WRITE,
+				 MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+				abort();
 			fds[n++] = fd;
-		else if (fd >= 0)
+		} else if (fd >= 0) {
 			close(fd);
+		}
 	}
 	if (flags & FUZZ_FD_UNSEALED) {
 		int fd = memfd_create("fuzz-unsealed", MFD_CLOEXEC);
@@ -206,6 +235,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		drain(fd);
 	}
 	close(fd);
+	client_addr_reset();
 	pump(released, "the connection released");
 	if (m.segs.count || m.registry.n_mrs) {
 		dump_state("left behind");

@@ -100,6 +100,71 @@ int main(int argc, char **argv)
 	record(0, &req, 6);
 	save(argv[1], "session");
 
+	/* at FUZZ_CLIENT_ADDR, where fuzz-request maps the memfd: register
+	 * (pinned), again (a hit), release relaxed, again (reuse), verify, ODP
+	 * with prefetch (refused: odpd cannot map the segment at the client's
+	 * address in the client's own process), flush, list, release, detach */
+	att = (Odpd__AttachSegment)ODPD__ATTACH_SEGMENT__INIT;
+	att.has_client_addr = att.has_length = 1;
+	att.client_addr = FUZZ_CLIENT_ADDR;
+	att.length = FUZZ_MEMFD_SIZE;
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &att;
+	record(FUZZ_FD_MEMFD, &req, 2);
+	reg = (Odpd__RegMr)ODPD__REG_MR__INIT;
+	reg.has_addr = reg.has_length = reg.has_access = 1;
+	reg.addr = FUZZ_CLIENT_ADDR;
+	reg.length = 8192;
+	reg.access = 1;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &reg;
+	record(0, &req, 3);
+	record(0, &req, 4);
+	dereg = (Odpd__DeregMr)ODPD__DEREG_MR__INIT;
+	dereg.has_handle = dereg.has_relaxed = 1;
+	dereg.handle = 2;
+	dereg.relaxed = 1;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &dereg;
+	record(0, &req, 5);
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &reg;
+	record(0, &req, 6);
+	ver = (Odpd__Verify)ODPD__VERIFY__INIT;
+	ver.has_handle = ver.has_addr = ver.has_length = 1;
+	ver.handle = 3;
+	ver.addr = FUZZ_CLIENT_ADDR;
+	ver.length = 4096;
+	req.body_case = ODPD__REQUEST__BODY_VERIFY;
+	req.verify = &ver;
+	record(0, &req, 7);
+	reg.addr = FUZZ_CLIENT_ADDR + 16384;
+	reg.has_kind = reg.has_flags = 1;
+	reg.kind = ODPD__MR_KIND__MR_ODP;
+	reg.flags = ODPD__REG_FLAGS__REG_PREFETCH;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &reg;
+	record(0, &req, 8);
+	fl = (Odpd__Flush)ODPD__FLUSH__INIT;
+	fl.has_all = fl.all = 1;
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &fl;
+	record(0, &req, 9);
+	req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+	req.list_mrs = &lm;
+	record(0, &req, 10);
+	dereg.relaxed = 0;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &dereg;
+	dereg.handle = 3;
+	record(0, &req, 11);
+	dereg.handle = 4;
+	record(0, &req, 12);
+	req.body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
+	req.detach_segment = &det;
+	record(0, &req, 13);
+	save(argv[1], "session-client-addr");
+
 	/* admin and the rest, one each */
 	req.body_case = ODPD__REQUEST__BODY_STATUS;
 	req.status = &st;
