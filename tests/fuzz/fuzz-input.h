@@ -30,6 +30,19 @@
 #define FUZZ_CLIENT_ADDR 0x7f0000000000ull
 #define FUZZ_MEMFD_SIZE (64u * 1024)
 
+/*
+ * Where odpd maps a segment itself (AttachSegment without client_addr) is
+ * known only from its SegmentReply. fuzz-request rewrites the addresses of
+ * a record that decodes as a request before it sends it: a RegMr, Verify or
+ * AdviseMr Sge address in [FUZZ_SEGMENT_ADDR, + FUZZ_SEGMENT_SPAN) becomes
+ * that offset from the address of the segment odpd answered last, and an
+ * Sge lkey FUZZ_LAST_LKEY the lkey of the MR it answered last. Records that
+ * need no rewriting are sent byte for byte.
+ */
+#define FUZZ_SEGMENT_ADDR 0x7e0000000000ull
+#define FUZZ_SEGMENT_SPAN (1ull << 30)
+#define FUZZ_LAST_LKEY 0xfffffff0u
+
 struct fuzz_reader {
 	const uint8_t *p;
 	size_t left;

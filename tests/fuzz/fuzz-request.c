@@ -15,6 +15,7 @@
  *
  * Build and run: tests/fuzz/run (clang, -Dfuzz=true).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +33,11 @@
 #include "manager.h"
 
 static struct odpd_manager m;
+
+/* The sanitizers' symbolizer (a subprocess on two pipes) starts when
+ * libFuzzer first names a function it reached; init() starts it, so that its
+ * fds are there before check_fds() first counts. */
+void __sanitizer_symbolize_pc(void *pc, const char *fmt, char *out, size_t len) __attribute__((weak));
 static char sock_path[64], conf_path[64];
 static bool have_client_addr;       /* FUZZ_CLIENT_ADDR is ours to map memfds at */
 
@@ -77,6 +84,11 @@ static void init(void)
 	};
 	if (odpd_manager_start(&m) < 0)
 		abort();
+	if (__sanitizer_symbolize_pc) {
+		char name[256];
+
+		__sanitizer_symbolize_pc(__builtin_return_address(0), "%F", name, sizeof(name));
+	}
 	unlink(conf_path);                  /* read; a Reload finds none (an error to fuzz too) */
 }
 
@@ -123,6 +135,78 @@ static void pump(bool (*done)(void), const char *what)
 	abort();
 }
 
+static void list_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[300], target[256];
+	ssize_t n;
+
+	while (d && (e = readdir(d))) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		n = readlink(path, target, sizeof(target) - 1);
+		target[n > 0 ? n : 0] = 0;
+		fprintf(stderr, "fuzz-request:   fd %s -> %s\n", e->d_name, target);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* The files this input sent odpd (their device and inode). */
+static struct {
+	dev_t dev;
+	ino_t ino;
+} sent[256];
+static unsigned n_sent;
+
+static void note_sent(int fd)
+{
+	struct stat st;
+
+	if (n_sent < sizeof(sent) / sizeof(sent[0]) && fstat(fd, &st) == 0) {
+		sent[n_sent].dev = st.st_dev;
+		sent[n_sent].ino = st.st_ino;
+		n_sent++;
+	}
+}
+
+/*
+ * Once a connection is gone, odpd holds no file it was sent (a memfd, a
+ * pipe, /dev/null), and has closed every fd it opened for the connection
+ * (contexts, hit tables): the count is back where it was after the first
+ * input (which leaves open what odpd keeps: a device's context, pagemap).
+ */
+static void check_fds(void)
+{
+	static unsigned baseline;
+	unsigned n = 0;
+	bool kept = false;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	struct stat st;
+
+	if (!d)
+		abort();
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		n++;
+		if (n_sent && fstatat(dirfd(d), e->d_name, &st, 0) == 0)
+			for (unsigned i = 0; i < n_sent; i++)
+				kept |= st.st_dev == sent[i].dev && st.st_ino == sent[i].ino;
+	}
+	closedir(d);
+	n_sent = 0;
+	if (!baseline && !kept) {
+		baseline = n;
+	} else if (kept || n > baseline) {
+		dump_state(kept ? "a file the client sent is still open" : "file descriptors left open");
+		fprintf(stderr, "fuzz-request: %u fds open, %u after the first input\n", n, baseline);
+		list_fds();
+		abort();
+	}
+}
+
 /* Once a connection is gone, its user holds nothing in odpd. */
 static void check_accounts(void)
 {
@@ -155,13 +239,65 @@ static bool released(void)
 	return m.n_clients == 0 && odpd_pool_pending(m.pool) == 0 && odpd_registry_idle(&m.registry);
 }
 
+static uint64_t seg_addr;            /* SegmentReply.addr odpd answered last in this input */
+static uint32_t last_lkey;           /* MrReply.lkey likewise */
+
+/* Read odpd's replies, noting the segment address and lkey they carry. */
 static void drain(int fd)
 {
 	static uint8_t buf[ODPD_MAX_PACKET + 1];
 	struct odpd_packet pkt;
 
-	while (odpd_wire_recv(fd, buf, sizeof(buf), &pkt, MSG_DONTWAIT) >= 0 && !pkt.eof)
+	while (odpd_wire_recv(fd, buf, sizeof(buf), &pkt, MSG_DONTWAIT) >= 0 && !pkt.eof) {
+		Odpd__Reply *r = pkt.truncated ? NULL : odpd__reply__unpack(NULL, pkt.len, buf);
+
 		odpd_packet_close_fds(&pkt);
+		if (!r)
+			continue;
+		if (r->body_case == ODPD__REPLY__BODY_SEGMENT && r->segment && r->segment->has_addr)
+			seg_addr = r->segment->addr;
+		if (r->body_case == ODPD__REPLY__BODY_MR && r->mr && r->mr->has_lkey)
+			last_lkey = r->mr->lkey;
+		odpd__reply__free_unpacked(r, NULL);
+	}
+}
+
+static void rebase(uint64_t *addr, bool *changed)
+{
+	if (seg_addr && *addr >= FUZZ_SEGMENT_ADDR && *addr - FUZZ_SEGMENT_ADDR < FUZZ_SEGMENT_SPAN) {
+		*addr = seg_addr + (*addr - FUZZ_SEGMENT_ADDR);
+		*changed = true;
+	}
+}
+
+/* Send @rec with its segment-relative addresses made absolute (fuzz-input.h). */
+static void send_record(int fd, const struct fuzz_record *rec, const int *fds, unsigned n)
+{
+	static uint8_t buf[ODPD_MAX_PACKET];
+	Odpd__Request *q = odpd__request__unpack(NULL, rec->len, rec->data);
+	bool changed = false;
+
+	if (q && q->body_case == ODPD__REQUEST__BODY_REG_MR && q->reg_mr) {
+		rebase(&q->reg_mr->addr, &changed);
+	} else if (q && q->body_case == ODPD__REQUEST__BODY_VERIFY && q->verify) {
+		rebase(&q->verify->addr, &changed);
+	} else if (q && q->body_case == ODPD__REQUEST__BODY_ADVISE_MR && q->advise_mr) {
+		for (size_t i = 0; i < q->advise_mr->n_sges; i++) {
+			Odpd__Sge *s = q->advise_mr->sges[i];
+
+			rebase(&s->addr, &changed);
+			if (s->lkey == FUZZ_LAST_LKEY && last_lkey) {
+				s->lkey = last_lkey;
+				changed = true;
+			}
+		}
+	}
+	if (changed && odpd__request__get_packed_size(q) <= sizeof(buf))
+		odpd_wire_send_buf(fd, buf, odpd__request__pack(q, buf), fds, n, MSG_DONTWAIT);
+	else
+		odpd_wire_send_buf(fd, rec->data, rec->len, fds, n, MSG_DONTWAIT);
+	if (q)
+		odpd__request__free_unpacked(q, NULL);
 }
 
 /* The fds @flags ask for (fuzz-input.h), at most ODPD_MAX_FDS + 1. */
@@ -201,6 +337,9 @@ static unsigned make_fds(uint8_t flags, int *fds)
 		if (fd >= 0)
 			fds[n++] = fd;
 	}
+	for (unsigned i = 0; i < n; i++)
+		if (!(flags & FUZZ_FD_DEVNULL) || i + 1 < n)   /* /dev/null stays open elsewhere */
+			note_sent(fds[i]);
 	return n;
 }
 
@@ -217,6 +356,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		init();
 		started = true;
 	}
+	seg_addr = 0;
+	last_lkey = 0;
 	fd = odpd_wire_connect(sock_path);
 	if (fd < 0)
 		abort();
@@ -228,7 +369,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int fds[8];
 		unsigned n = make_fds(rec.flags, fds);
 
-		odpd_wire_send_buf(fd, rec.data, rec.len, fds, n, MSG_DONTWAIT);
+		send_record(fd, &rec, fds, n);
 		while (n)
 			close(fds[--n]);
 		pump(idle, "a request answered");
@@ -242,5 +383,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	}
 	check_accounts();
+	check_fds();
 	return 0;
 }

@@ -165,6 +165,78 @@ int main(int argc, char **argv)
 	record(0, &req, 13);
 	save(argv[1], "session-client-addr");
 
+	/* odpd picks the address (FUZZ_SEGMENT_ADDR: fuzz-request rewrites it
+	 * to that one): ODP, prefetched by AdviseMr (FUZZ_LAST_LKEY: the MR
+	 * answered last), ODP with REG_PREFETCH, pinned beside them, verify,
+	 * release one relaxed, flush, release (advise_mr: the testbed profile's
+	 * rdma-core; EOPNOTSUPP with Debian 12's) */
+	att = (Odpd__AttachSegment)ODPD__ATTACH_SEGMENT__INIT;
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &att;
+	record(FUZZ_FD_MEMFD, &req, 2);
+	reg = (Odpd__RegMr)ODPD__REG_MR__INIT;
+	reg.has_addr = reg.has_length = reg.has_access = reg.has_kind = reg.has_flags = 1;
+	reg.addr = FUZZ_SEGMENT_ADDR;
+	reg.length = 16384;
+	reg.access = 1;
+	reg.kind = ODPD__MR_KIND__MR_ODP;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &reg;
+	record(0, &req, 3);
+	sge = (Odpd__Sge)ODPD__SGE__INIT;
+	sge.has_addr = sge.has_length = sge.has_lkey = 1;
+	sge.addr = FUZZ_SEGMENT_ADDR + 4096;
+	sge.length = 8192;
+	sge.lkey = FUZZ_LAST_LKEY;
+	adv = (Odpd__AdviseMr)ODPD__ADVISE_MR__INIT;
+	adv.has_advice = adv.has_flags = 1;
+	adv.flags = 1;
+	adv.n_sges = 1;
+	adv.sges = sges;
+	req.body_case = ODPD__REQUEST__BODY_ADVISE_MR;
+	req.advise_mr = &adv;
+	record(0, &req, 4);
+	reg.addr = FUZZ_SEGMENT_ADDR + 16384;
+	reg.flags = ODPD__REG_FLAGS__REG_PREFETCH;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &reg;
+	record(0, &req, 5);
+	reg.addr = FUZZ_SEGMENT_ADDR + 32768;
+	reg.kind = ODPD__MR_KIND__MR_PINNED;
+	reg.flags = 0;
+	record(0, &req, 6);
+	ver = (Odpd__Verify)ODPD__VERIFY__INIT;
+	ver.has_handle = ver.has_addr = ver.has_length = 1;
+	ver.handle = 2;
+	ver.addr = FUZZ_SEGMENT_ADDR + 4096;
+	ver.length = 4096;
+	req.body_case = ODPD__REQUEST__BODY_VERIFY;
+	req.verify = &ver;
+	record(0, &req, 7);
+	ver.handle = 4;
+	ver.addr = FUZZ_SEGMENT_ADDR + 32768;
+	record(0, &req, 8);
+	dereg = (Odpd__DeregMr)ODPD__DEREG_MR__INIT;
+	dereg.has_handle = dereg.has_relaxed = 1;
+	dereg.handle = 4;
+	dereg.relaxed = 1;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &dereg;
+	record(0, &req, 9);
+	fl = (Odpd__Flush)ODPD__FLUSH__INIT;
+	fl.has_all = fl.all = 1;
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &fl;
+	record(0, &req, 10);
+	dereg.relaxed = 0;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &dereg;
+	dereg.handle = 2;
+	record(0, &req, 11);
+	dereg.handle = 3;
+	record(0, &req, 12);
+	save(argv[1], "session-odp");
+
 	/* admin and the rest, one each */
 	req.body_case = ODPD__REQUEST__BODY_STATUS;
 	req.status = &st;
