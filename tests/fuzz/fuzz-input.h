@@ -7,6 +7,13 @@
  *   u8 flags (FUZZ_FD_*: the fds that go with it), u16 length (little
  *   endian), then that many bytes (an odpd.Request, or anything).
  * A record cut short by the end of the input is sent as far as it goes.
+ * A record with FUZZ_OP_WRITE or FUZZ_OP_PUNCH in its flags is no packet:
+ * what the client does to the memfd it sent last (mapped at
+ * FUZZ_CLIENT_ADDR), a segment or a hit table's use table:
+ *   FUZZ_OP_WRITE  u16 offset, then the bytes to write there
+ *   FUZZ_OP_PUNCH  u16 first page, u16 pages (each modulo the memfd's
+ *                  16 pages; 0 pages: 1): a hole punched (MADV_REMOVE, as
+ *                  fallocate(PUNCH_HOLE)), which odpd's MRs there must notice
  */
 
 #include <stdbool.h>
@@ -19,6 +26,8 @@
 #define FUZZ_FD_UNSEALED 0x02       /* a memfd without seals */
 #define FUZZ_FD_PIPE 0x04           /* the read end of a pipe */
 #define FUZZ_FD_DEVNULL 0x08        /* /dev/null */
+#define FUZZ_OP_WRITE 0x10
+#define FUZZ_OP_PUNCH 0x20
 
 /*
  * fuzz-request maps each memfd it sends MAP_SHARED at this fixed address

@@ -40,6 +40,7 @@ static struct odpd_manager m;
 void __sanitizer_symbolize_pc(void *pc, const char *fmt, char *out, size_t len) __attribute__((weak));
 static char sock_path[64], conf_path[64];
 static bool have_client_addr;       /* FUZZ_CLIENT_ADDR is ours to map memfds at */
+static bool client_mapped;          /* a memfd is mapped there now */
 
 /* FUZZ_CLIENT_ADDR back to an inaccessible reservation (no memfd mapped). */
 static void client_addr_reset(void)
@@ -48,6 +49,7 @@ static void client_addr_reset(void)
 	    mmap((void *)(uintptr_t)FUZZ_CLIENT_ADDR, FUZZ_MEMFD_SIZE, PROT_NONE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
 		abort();
+	client_mapped = false;
 }
 
 static void init(void)
@@ -300,6 +302,37 @@ static void send_record(int fd, const struct fuzz_record *rec, const int *fds, u
 		odpd__request__free_unpacked(q, NULL);
 }
 
+static unsigned u16_at(const struct fuzz_record *rec, size_t at)
+{
+	return rec->len >= at + 2 ? (unsigned)rec->data[at] | (unsigned)rec->data[at + 1] << 8 : 0;
+}
+
+/* A FUZZ_OP_* record: the client writes to or punches a hole in the memfd
+ * it sent last (fuzz-input.h). */
+static void client_op(const struct fuzz_record *rec)
+{
+	uint8_t *base = (uint8_t *)(uintptr_t)FUZZ_CLIENT_ADDR;
+	const size_t pages = FUZZ_MEMFD_SIZE / 4096;
+
+	if (!client_mapped)
+		return;
+	if (rec->flags & FUZZ_OP_WRITE) {
+		size_t off = u16_at(rec, 0) % FUZZ_MEMFD_SIZE, len = rec->len > 2 ? rec->len - 2 : 0;
+
+		if (len > FUZZ_MEMFD_SIZE - off)
+			len = FUZZ_MEMFD_SIZE - off;
+		memcpy(base + off, rec->data + 2, len);
+	} else {
+		size_t first = u16_at(rec, 0) % pages, n = u16_at(rec, 2) % (pages + 1);
+
+		if (!n)
+			n = 1;
+		if (n > pages - first)
+			n = pages - first;
+		madvise(base + first * 4096, n * 4096, MADV_REMOVE);
+	}
+}
+
 /* The fds @flags ask for (fuzz-input.h), at most ODPD_MAX_FDS + 1. */
 static unsigned make_fds(uint8_t flags, int *fds)
 {
@@ -313,6 +346,7 @@ static unsigned make_fds(uint8_t flags, int *fds)
 			    mmap((void *)(uintptr_t)FUZZ_CLIENT_ADDR, FUZZ_MEMFD_SIZE, PROT_READ | PROT_WRITE,
 				 MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
 				abort();
+			client_mapped = have_client_addr;
 			fds[n++] = fd;
 		} else if (fd >= 0) {
 			close(fd);
@@ -367,8 +401,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	drain(fd);
 	while (fuzz_next(&rd, &rec)) {
 		int fds[8];
-		unsigned n = make_fds(rec.flags, fds);
+		unsigned n;
 
+		if (rec.flags & (FUZZ_OP_WRITE | FUZZ_OP_PUNCH)) {
+			client_op(&rec);
+			pump(idle, "a write or hole punched");
+			drain(fd);
+			continue;
+		}
+		n = make_fds(rec.flags, fds);
 		send_record(fd, &rec, fds, n);
 		while (n)
 			close(fds[--n]);

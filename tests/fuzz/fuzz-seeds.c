@@ -30,6 +30,18 @@ static void record(uint8_t flags, Odpd__Request *req, uint64_t id)
 	used += n;
 }
 
+/* A FUZZ_OP_* record: @n bytes of u16 arguments and data. */
+static void op(uint8_t flags, const uint8_t *b, size_t n)
+{
+	if (used + 3 + n > sizeof(out))
+		abort();
+	out[used++] = flags;
+	out[used++] = (uint8_t)n;
+	out[used++] = (uint8_t)(n >> 8);
+	memcpy(out + used, b, n);
+	used += n;
+}
+
 static void save(const char *dir, const char *name)
 {
 	char path[512];
@@ -44,211 +56,228 @@ static void save(const char *dir, const char *name)
 	used = 0;
 }
 
+/* One record per request kind; @id is the request id. */
+static void attach(uint64_t client_addr, uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+
+	if (client_addr) {                  /* else odpd picks the address */
+		a.has_client_addr = a.has_length = 1;
+		a.client_addr = client_addr;
+		a.length = FUZZ_MEMFD_SIZE;
+	}
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	record(FUZZ_FD_MEMFD, &req, id);
+}
+
+static void reg(uint64_t addr, uint64_t length, Odpd__MrKind kind, uint32_t flags, uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr r = ODPD__REG_MR__INIT;
+
+	r.has_addr = r.has_length = r.has_access = 1;
+	r.addr = addr;
+	r.length = length;
+	r.access = 1;
+	r.has_kind = kind != ODPD__MR_KIND__MR_PINNED;
+	r.kind = kind;
+	r.has_flags = flags != 0;
+	r.flags = flags;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &r;
+	record(0, &req, id);
+}
+
+static void dereg(uint64_t handle, bool relaxed, uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+
+	d.has_handle = d.has_relaxed = 1;
+	d.handle = handle;
+	d.relaxed = relaxed;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &d;
+	record(0, &req, id);
+}
+
+/* @addr 0: the whole MR */
+static void verify(uint64_t handle, uint64_t addr, uint64_t length, uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Verify v = ODPD__VERIFY__INIT;
+
+	v.has_handle = 1;
+	v.handle = handle;
+	v.has_addr = v.has_length = addr != 0;
+	v.addr = addr;
+	v.length = length;
+	req.body_case = ODPD__REQUEST__BODY_VERIFY;
+	req.verify = &v;
+	record(0, &req, id);
+}
+
+static void advise(uint64_t addr, uint32_t length, uint32_t lkey, uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__AdviseMr a = ODPD__ADVISE_MR__INIT;
+	Odpd__Sge sge = ODPD__SGE__INIT, *sges[1] = { &sge };
+
+	sge.has_addr = sge.has_length = sge.has_lkey = 1;
+	sge.addr = addr;
+	sge.length = length;
+	sge.lkey = lkey;
+	a.has_advice = a.has_flags = 1;
+	a.flags = 1;
+	a.n_sges = 1;
+	a.sges = sges;
+	req.body_case = ODPD__REQUEST__BODY_ADVISE_MR;
+	req.advise_mr = &a;
+	record(0, &req, id);
+}
+
+static void flush_all(uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Flush f = ODPD__FLUSH__INIT;
+
+	f.has_all = f.all = 1;
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &f;
+	record(0, &req, id);
+}
+
+static void list_mrs(uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__ListMrs l = ODPD__LIST_MRS__INIT;
+
+	req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+	req.list_mrs = &l;
+	record(0, &req, id);
+}
+
+static void detach(uint64_t segment, uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__DetachSegment d = ODPD__DETACH_SEGMENT__INIT;
+
+	d.has_segment = 1;
+	d.segment = segment;
+	req.body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
+	req.detach_segment = &d;
+	record(0, &req, id);
+}
+
+static void open_hits(uint32_t slots, uint64_t id)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
+
+	o.has_slots = 1;
+	o.slots = slots;
+	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
+	req.open_hit_table = &o;
+	record(FUZZ_FD_MEMFD, &req, id);
+}
+
 int main(int argc, char **argv)
 {
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__AttachSegment att = ODPD__ATTACH_SEGMENT__INIT;
-	Odpd__DetachSegment det = ODPD__DETACH_SEGMENT__INIT;
 	Odpd__MapSegment map = ODPD__MAP_SEGMENT__INIT;
-	Odpd__RegMr reg = ODPD__REG_MR__INIT;
-	Odpd__DeregMr dereg = ODPD__DEREG_MR__INIT;
-	Odpd__Verify ver = ODPD__VERIFY__INIT;
+	Odpd__RegMr cpd = ODPD__REG_MR__INIT;
 	Odpd__Status st = ODPD__STATUS__INIT;
 	Odpd__JoinPd join = ODPD__JOIN_PD__INIT;
-	Odpd__Flush fl = ODPD__FLUSH__INIT;
-	Odpd__ListMrs lm = ODPD__LIST_MRS__INIT;
 	Odpd__ImportPd imp = ODPD__IMPORT_PD__INIT;
-	Odpd__AdviseMr adv = ODPD__ADVISE_MR__INIT;
-	Odpd__Sge sge = ODPD__SGE__INIT, *sges[1] = { &sge };
 
 	if (argc != 2) {
 		fprintf(stderr, "usage: fuzz-seeds DIR\n");
 		return 2;
 	}
-	/* attach (the daemon picks the address), register, verify, release, detach */
-	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
-	req.attach_segment = &att;
-	record(FUZZ_FD_MEMFD, &req, 2);
+	/* attach (the daemon picks the address), map, register (at an address
+	 * the segment is not at), verify, release, detach */
+	attach(0, 2);
 	map.has_segment = map.has_offset = map.has_length = 1;
 	map.segment = 1;
 	map.length = 8192;
 	req.body_case = ODPD__REQUEST__BODY_MAP_SEGMENT;
 	req.map_segment = &map;
 	record(0, &req, 7);
-	reg.has_addr = reg.has_length = reg.has_access = 1;
-	reg.addr = 0x7f0000000000ull;
-	reg.length = 4096;
-	reg.access = 1;
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &reg;
-	record(0, &req, 3);
-	ver.has_handle = 1;
-	ver.handle = 2;
-	req.body_case = ODPD__REQUEST__BODY_VERIFY;
-	req.verify = &ver;
-	record(0, &req, 4);
-	dereg.has_handle = dereg.has_relaxed = 1;
-	dereg.handle = 2;
-	dereg.relaxed = 1;
-	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	req.dereg_mr = &dereg;
-	record(0, &req, 5);
-	det.has_segment = 1;
-	det.segment = 1;
-	req.body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
-	req.detach_segment = &det;
-	record(0, &req, 6);
+	reg(FUZZ_CLIENT_ADDR, 4096, ODPD__MR_KIND__MR_PINNED, 0, 3);
+	verify(2, 0, 0, 4);
+	dereg(2, true, 5);
+	detach(1, 6);
 	save(argv[1], "session");
 
 	/* at FUZZ_CLIENT_ADDR, where fuzz-request maps the memfd: register
-	 * (pinned), again (a hit), release relaxed, again (reuse), verify, ODP
-	 * with prefetch (refused: odpd cannot map the segment at the client's
-	 * address in the client's own process), flush, list, release, detach */
-	att = (Odpd__AttachSegment)ODPD__ATTACH_SEGMENT__INIT;
-	att.has_client_addr = att.has_length = 1;
-	att.client_addr = FUZZ_CLIENT_ADDR;
-	att.length = FUZZ_MEMFD_SIZE;
-	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
-	req.attach_segment = &att;
-	record(FUZZ_FD_MEMFD, &req, 2);
-	reg = (Odpd__RegMr)ODPD__REG_MR__INIT;
-	reg.has_addr = reg.has_length = reg.has_access = 1;
-	reg.addr = FUZZ_CLIENT_ADDR;
-	reg.length = 8192;
-	reg.access = 1;
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &reg;
-	record(0, &req, 3);
-	record(0, &req, 4);
-	dereg = (Odpd__DeregMr)ODPD__DEREG_MR__INIT;
-	dereg.has_handle = dereg.has_relaxed = 1;
-	dereg.handle = 2;
-	dereg.relaxed = 1;
-	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	req.dereg_mr = &dereg;
-	record(0, &req, 5);
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &reg;
-	record(0, &req, 6);
-	ver = (Odpd__Verify)ODPD__VERIFY__INIT;
-	ver.has_handle = ver.has_addr = ver.has_length = 1;
-	ver.handle = 3;
-	ver.addr = FUZZ_CLIENT_ADDR;
-	ver.length = 4096;
-	req.body_case = ODPD__REQUEST__BODY_VERIFY;
-	req.verify = &ver;
-	record(0, &req, 7);
-	reg.addr = FUZZ_CLIENT_ADDR + 16384;
-	reg.has_kind = reg.has_flags = 1;
-	reg.kind = ODPD__MR_KIND__MR_ODP;
-	reg.flags = ODPD__REG_FLAGS__REG_PREFETCH;
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &reg;
-	record(0, &req, 8);
-	fl = (Odpd__Flush)ODPD__FLUSH__INIT;
-	fl.has_all = fl.all = 1;
-	req.body_case = ODPD__REQUEST__BODY_FLUSH;
-	req.flush = &fl;
-	record(0, &req, 9);
-	req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
-	req.list_mrs = &lm;
-	record(0, &req, 10);
-	dereg.relaxed = 0;
-	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	req.dereg_mr = &dereg;
-	dereg.handle = 3;
-	record(0, &req, 11);
-	dereg.handle = 4;
-	record(0, &req, 12);
-	req.body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
-	req.detach_segment = &det;
-	record(0, &req, 13);
+	 * (pinned), again (a hit), release relaxed, again (reuse), verify,
+	 * flush, list, release, detach */
+	attach(FUZZ_CLIENT_ADDR, 2);
+	reg(FUZZ_CLIENT_ADDR, 8192, ODPD__MR_KIND__MR_PINNED, 0, 3);
+	reg(FUZZ_CLIENT_ADDR, 8192, ODPD__MR_KIND__MR_PINNED, 0, 4);
+	dereg(2, true, 5);
+	reg(FUZZ_CLIENT_ADDR, 8192, ODPD__MR_KIND__MR_PINNED, 0, 6);
+	verify(3, FUZZ_CLIENT_ADDR, 4096, 7);
+	flush_all(8);
+	list_mrs(9);
+	dereg(3, false, 10);
+	dereg(4, false, 11);
+	detach(1, 12);
 	save(argv[1], "session-client-addr");
 
 	/* odpd picks the address (FUZZ_SEGMENT_ADDR: fuzz-request rewrites it
 	 * to that one): ODP, prefetched by AdviseMr (FUZZ_LAST_LKEY: the MR
 	 * answered last), ODP with REG_PREFETCH, pinned beside them, verify,
 	 * release one relaxed, flush, release (advise_mr: the testbed profile's
-	 * rdma-core; EOPNOTSUPP with Debian 12's) */
-	att = (Odpd__AttachSegment)ODPD__ATTACH_SEGMENT__INIT;
-	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
-	req.attach_segment = &att;
-	record(FUZZ_FD_MEMFD, &req, 2);
-	reg = (Odpd__RegMr)ODPD__REG_MR__INIT;
-	reg.has_addr = reg.has_length = reg.has_access = reg.has_kind = reg.has_flags = 1;
-	reg.addr = FUZZ_SEGMENT_ADDR;
-	reg.length = 16384;
-	reg.access = 1;
-	reg.kind = ODPD__MR_KIND__MR_ODP;
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &reg;
-	record(0, &req, 3);
-	sge = (Odpd__Sge)ODPD__SGE__INIT;
-	sge.has_addr = sge.has_length = sge.has_lkey = 1;
-	sge.addr = FUZZ_SEGMENT_ADDR + 4096;
-	sge.length = 8192;
-	sge.lkey = FUZZ_LAST_LKEY;
-	adv = (Odpd__AdviseMr)ODPD__ADVISE_MR__INIT;
-	adv.has_advice = adv.has_flags = 1;
-	adv.flags = 1;
-	adv.n_sges = 1;
-	adv.sges = sges;
-	req.body_case = ODPD__REQUEST__BODY_ADVISE_MR;
-	req.advise_mr = &adv;
-	record(0, &req, 4);
-	reg.addr = FUZZ_SEGMENT_ADDR + 16384;
-	reg.flags = ODPD__REG_FLAGS__REG_PREFETCH;
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &reg;
-	record(0, &req, 5);
-	reg.addr = FUZZ_SEGMENT_ADDR + 32768;
-	reg.kind = ODPD__MR_KIND__MR_PINNED;
-	reg.flags = 0;
-	record(0, &req, 6);
-	ver = (Odpd__Verify)ODPD__VERIFY__INIT;
-	ver.has_handle = ver.has_addr = ver.has_length = 1;
-	ver.handle = 2;
-	ver.addr = FUZZ_SEGMENT_ADDR + 4096;
-	ver.length = 4096;
-	req.body_case = ODPD__REQUEST__BODY_VERIFY;
-	req.verify = &ver;
-	record(0, &req, 7);
-	ver.handle = 4;
-	ver.addr = FUZZ_SEGMENT_ADDR + 32768;
-	record(0, &req, 8);
-	dereg = (Odpd__DeregMr)ODPD__DEREG_MR__INIT;
-	dereg.has_handle = dereg.has_relaxed = 1;
-	dereg.handle = 4;
-	dereg.relaxed = 1;
-	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	req.dereg_mr = &dereg;
-	record(0, &req, 9);
-	fl = (Odpd__Flush)ODPD__FLUSH__INIT;
-	fl.has_all = fl.all = 1;
-	req.body_case = ODPD__REQUEST__BODY_FLUSH;
-	req.flush = &fl;
-	record(0, &req, 10);
-	dereg.relaxed = 0;
-	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	req.dereg_mr = &dereg;
-	dereg.handle = 2;
-	record(0, &req, 11);
-	dereg.handle = 3;
-	record(0, &req, 12);
+	 * rdma-core; EOPNOTSUPP with Debian 12's). ODP at FUZZ_CLIENT_ADDR
+	 * cannot work in-process: odpd cannot map the segment at an address its
+	 * own client holds. */
+	attach(0, 2);
+	reg(FUZZ_SEGMENT_ADDR, 16384, ODPD__MR_KIND__MR_ODP, 0, 3);
+	advise(FUZZ_SEGMENT_ADDR + 4096, 8192, FUZZ_LAST_LKEY, 4);
+	reg(FUZZ_SEGMENT_ADDR + 16384, 16384, ODPD__MR_KIND__MR_ODP, ODPD__REG_FLAGS__REG_PREFETCH, 5);
+	reg(FUZZ_SEGMENT_ADDR + 32768, 16384, ODPD__MR_KIND__MR_PINNED, 0, 6);
+	verify(2, FUZZ_SEGMENT_ADDR + 4096, 4096, 7);
+	verify(4, FUZZ_SEGMENT_ADDR + 32768, 4096, 8);
+	dereg(4, true, 9);
+	flush_all(10);
+	dereg(2, false, 11);
+	dereg(3, false, 12);
 	save(argv[1], "session-odp");
+
+	/* a hole punched under a relaxed MR: registering the range again must
+	 * not serve the MR that pins the pages the hole took away */
+	attach(FUZZ_CLIENT_ADDR, 2);
+	op(FUZZ_OP_WRITE, (const uint8_t[]){ 0, 0, 'o', 'd', 'p', 'd' }, 6);
+	reg(FUZZ_CLIENT_ADDR, 16384, ODPD__MR_KIND__MR_PINNED, 0, 3);
+	dereg(2, true, 4);
+	op(FUZZ_OP_PUNCH, (const uint8_t[]){ 1, 0, 1, 0 }, 4);
+	reg(FUZZ_CLIENT_ADDR, 16384, ODPD__MR_KIND__MR_PINNED, 0, 5);
+	verify(3, 0, 0, 6);
+	dereg(3, false, 7);
+	save(argv[1], "session-punch");
+
+	/* a hit table: its use table (the memfd sent with OpenHitTable, mapped
+	 * at FUZZ_CLIENT_ADDR in place of the segment) written by the client */
+	attach(FUZZ_CLIENT_ADDR, 2);
+	open_hits(64, 3);
+	reg(FUZZ_CLIENT_ADDR, 16384, ODPD__MR_KIND__MR_PINNED, 0, 4);
+	op(FUZZ_OP_WRITE, (const uint8_t[]){ 8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+					      0xff, 0xff, 0xff, 0x7f }, 18);
+	dereg(2, true, 5);
+	reg(FUZZ_CLIENT_ADDR, 16384, ODPD__MR_KIND__MR_PINNED, 0, 6);
+	list_mrs(7);
+	save(argv[1], "session-hit-table");
 
 	/* admin and the rest, one each */
 	req.body_case = ODPD__REQUEST__BODY_STATUS;
 	req.status = &st;
 	record(0, &req, 2);
-	req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
-	req.list_mrs = &lm;
-	record(0, &req, 3);
-	fl.has_all = 1;
-	fl.all = 1;
-	req.body_case = ODPD__REQUEST__BODY_FLUSH;
-	req.flush = &fl;
-	record(0, &req, 4);
+	list_mrs(3);
+	flush_all(4);
 	save(argv[1], "admin");
 
 	join.name = (char *)"training";
@@ -261,22 +290,18 @@ int main(int argc, char **argv)
 	record(0, &req, 3);
 	save(argv[1], "pd");
 
-	sge.has_addr = sge.has_length = sge.has_lkey = 1;
-	sge.addr = 0x7f0000000000ull;
-	sge.length = 4096;
-	sge.lkey = 0x100;
-	adv.has_advice = adv.has_flags = 1;
-	adv.flags = 1;
-	adv.n_sges = 1;
-	adv.sges = sges;
-	req.body_case = ODPD__REQUEST__BODY_ADVISE_MR;
-	req.advise_mr = &adv;
-	record(0, &req, 2);
-	reg.has_kind = reg.has_client_pd = reg.has_client_pd_handle = 1;
-	reg.kind = ODPD__MR_KIND__MR_ODP;
-	reg.client_pd = 1;
+	/* an lkey nobody has, client-PD mode with /dev/null for a context,
+	 * an attach with an unsealed memfd and a pipe */
+	advise(FUZZ_CLIENT_ADDR, 4096, 0x100, 2);
+	cpd.has_addr = cpd.has_length = cpd.has_access = 1;
+	cpd.addr = FUZZ_CLIENT_ADDR;
+	cpd.length = 4096;
+	cpd.access = 1;
+	cpd.has_kind = cpd.has_client_pd = cpd.has_client_pd_handle = 1;
+	cpd.kind = ODPD__MR_KIND__MR_ODP;
+	cpd.client_pd = 1;
 	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &reg;
+	req.reg_mr = &cpd;
 	record(FUZZ_FD_DEVNULL, &req, 3);
 	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
 	req.attach_segment = &att;
