@@ -55,6 +55,7 @@ static void client_addr_reset(void)
 static void init(void)
 {
 	const char *lvl = getenv("ODPD_FUZZ_LOG_LEVEL");   /* syslog's 0-7, to debug a finding */
+	const char *workers = getenv("ODPD_FUZZ_WORKERS");  /* default 1; more: races between jobs */
 	int level = lvl ? atoi(lvl) : LOG_CRIT;             /* refusals are the point: no log lines */
 	FILE *f;
 
@@ -74,7 +75,7 @@ static void init(void)
 	m.cfg = (struct odpd_config){
 		.socket_path = sock_path,
 		.foreground = true,
-		.workers = 1,
+		.workers = workers && atoi(workers) > 0 ? (unsigned)atoi(workers) : 1,
 		.max_segment_size = 16u << 20,
 		.window_size = 1ull << 30,
 		.verify_buffer = 1u << 16,
