@@ -1,17 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz-request: libFuzzer target for everything a client's packets reach
- * in odpd without a device: wire decoding (recvmsg framing, fds, protobuf),
- * request validation and dispatch, segments, refusals, admin requests.
+ * in odpd: wire decoding (recvmsg framing, fds, protobuf), request
+ * validation and dispatch, segments, refusals, admin requests, and with a
+ * device (the test VM) registration: pinned and ODP MRs, prefetch, the
+ * registration cache, relaxed release, flush, hit tables, verify.
  *
  * One real odpd runs in this process (odpd_manager_start: its event loop,
- * a worker, the registry, a listening socket in /tmp; the RDMA devices there
- * are: none on a build host, rxe0 in the test VM). Each
- * input is one connection: Hello, then the input's packets (fuzz-input.h),
- * each with the fds its flags ask for; the replies are read and dropped;
- * then the connection closes. Afterwards odpd must hold nothing of it: no
- * client, segment, mapping or MR (abort() otherwise, which libFuzzer
- * reports as a crash), and nothing may leak (LeakSanitizer).
+ * its workers, the registry, a listening socket in /tmp; the RDMA devices
+ * there are: none on a build host, rxe0 in the test VM). Each input is one
+ * connection: Hello, then the input's packets (fuzz-input.h), each with the
+ * fds its flags ask for, and the client's own writes and punched holes in
+ * the memfd it sent last; the replies are read (the segment address and
+ * lkey they carry feed later packets). Then the connection closes.
+ * abort() (which libFuzzer reports as a crash) unless, afterwards, odpd
+ * holds nothing of it: no client, segment, mapping, MR, pinned or relaxed
+ * byte, charge to its user, file it was sent, or fd beyond those after the
+ * first input; nothing may leak (LeakSanitizer); and a pinned MR odpd
+ * served read back by Verify must give the bytes the segment holds, unless
+ * a hole was punched since (see oracle()).
  *
  * Build and run: tests/fuzz/run (clang, -Dfuzz=true).
  */
@@ -27,6 +34,7 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "fuzz-input.h"
 #include "log.h"
@@ -245,6 +253,89 @@ static bool released(void)
 static uint64_t seg_addr;            /* SegmentReply.addr odpd answered last in this input */
 static uint32_t last_lkey;           /* MrReply.lkey likewise */
 
+/*
+ * The oracle of pinned MRs. A pinned MR odpd serves (registered or a cache
+ * hit) holds the pages the segment has then; read back through the HCA
+ * (Verify) before any hole is punched, it must give what the client sees at
+ * the same addresses. The client's view is the memfd mapped at
+ * FUZZ_CLIENT_ADDR, while that is the memfd attached there as a segment.
+ * An MR served after a hole was punched under an older one, if it were that
+ * older one, would read the pages the hole took away: what the cache's
+ * invalidation (ctime, witness pages) exists to prevent.
+ */
+static unsigned map_gen;             /* memfds mapped at FUZZ_CLIENT_ADDR in this input */
+static unsigned seg_gen;             /* map_gen of the one attached there as a segment, 0: none */
+static unsigned holes;               /* holes punched in this input */
+static struct served {
+	uint64_t handle, iova, length;
+	unsigned seg_gen, holes;
+} served[64];
+static unsigned n_served;
+static struct {                      /* the request sent last */
+	uint64_t id;
+	bool attach_here, reg_pinned, verify;
+	uint64_t handle, addr, length;
+} asked;
+
+static void note_asked(const Odpd__Request *q)
+{
+	memset(&asked, 0, sizeof(asked));
+	if (!q)
+		return;
+	asked.id = q->id;
+	if (q->body_case == ODPD__REQUEST__BODY_ATTACH_SEGMENT && q->attach_segment)
+		asked.attach_here = q->attach_segment->client_addr == FUZZ_CLIENT_ADDR;
+	if (q->body_case == ODPD__REQUEST__BODY_REG_MR && q->reg_mr)
+		asked.reg_pinned = q->reg_mr->kind == ODPD__MR_KIND__MR_PINNED && !q->reg_mr->client_pd;
+	if (q->body_case == ODPD__REQUEST__BODY_VERIFY && q->verify && !q->verify->has_rkey) {
+		asked.verify = true;
+		asked.handle = q->verify->handle;
+		asked.addr = q->verify->addr;
+		asked.length = q->verify->length;
+	}
+}
+
+/* A reply to the request sent last: what the oracle learns from it. */
+static void oracle(const Odpd__Reply *r)
+{
+	if (r->id != asked.id || r->status != 0)
+		return;
+	if (asked.attach_here && r->body_case == ODPD__REPLY__BODY_SEGMENT && r->segment &&
+	    r->segment->addr == FUZZ_CLIENT_ADDR && client_mapped)
+		seg_gen = map_gen;
+	if (asked.reg_pinned && r->body_case == ODPD__REPLY__BODY_MR && r->mr && seg_gen &&
+	    seg_gen == map_gen && n_served < sizeof(served) / sizeof(served[0]))
+		served[n_served++] = (struct served){ r->mr->handle, r->mr->iova, r->mr->length,
+						      seg_gen, holes };
+	if (asked.verify && r->body_case == ODPD__REPLY__BODY_VERIFY && r->verify)
+		for (unsigned i = 0; i < n_served; i++) {
+			const struct served *v = &served[i];
+			uint64_t a = asked.addr, n = asked.length;
+			uint32_t crc;
+
+			if (v->handle != asked.handle)
+				continue;
+			if (a == 0 && n == 0) {
+				a = v->iova;
+				n = v->length;
+			}
+			if (v->seg_gen != seg_gen || seg_gen != map_gen || v->holes != holes ||
+			    a < FUZZ_CLIENT_ADDR || n > FUZZ_MEMFD_SIZE ||
+			    a - FUZZ_CLIENT_ADDR > FUZZ_MEMFD_SIZE - n)
+				return;
+			crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)(uintptr_t)a, (uInt)n);
+			if (crc != r->verify->crc32) {
+				dump_state("a pinned MR read back other bytes than the segment holds");
+				fprintf(stderr, "fuzz-request: handle %llu [%#llx, +%llu): odpd read crc32 %#x, "
+					"the segment holds %#x (%u holes punched, none since it was served)\n",
+					(unsigned long long)asked.handle, (unsigned long long)a,
+					(unsigned long long)n, r->verify->crc32, crc, holes);
+				abort();
+			}
+			return;
+		}
+}
+
 /* Read odpd's replies, noting the segment address and lkey they carry. */
 static void drain(int fd)
 {
@@ -261,6 +352,7 @@ static void drain(int fd)
 			seg_addr = r->segment->addr;
 		if (r->body_case == ODPD__REPLY__BODY_MR && r->mr && r->mr->has_lkey)
 			last_lkey = r->mr->lkey;
+		oracle(r);
 		odpd__reply__free_unpacked(r, NULL);
 	}
 }
@@ -295,6 +387,7 @@ static void send_record(int fd, const struct fuzz_record *rec, const int *fds, u
 			}
 		}
 	}
+	note_asked(q);
 	if (changed && odpd__request__get_packed_size(q) <= sizeof(buf))
 		odpd_wire_send_buf(fd, buf, odpd__request__pack(q, buf), fds, n, MSG_DONTWAIT);
 	else
@@ -331,6 +424,7 @@ static void client_op(const struct fuzz_record *rec)
 		if (n > pages - first)
 			n = pages - first;
 		madvise(base + first * 4096, n * 4096, MADV_REMOVE);
+		holes++;
 	}
 }
 
@@ -348,6 +442,7 @@ static unsigned make_fds(uint8_t flags, int *fds)
 				 MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
 				abort();
 			client_mapped = have_client_addr;
+			map_gen++;
 			fds[n++] = fd;
 		} else if (fd >= 0) {
 			close(fd);
@@ -393,6 +488,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	seg_addr = 0;
 	last_lkey = 0;
+	map_gen = seg_gen = holes = n_served = 0;
+	memset(&asked, 0, sizeof(asked));
 	fd = odpd_wire_connect(sock_path);
 	if (fd < 0)
 		abort();
@@ -420,8 +517,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	close(fd);
 	client_addr_reset();
 	pump(released, "the connection released");
-	if (m.segs.count || m.registry.n_mrs) {
+	if (m.segs.count || m.segs.bytes || m.registry.n_mrs || m.registry.pinned || m.registry.n_relaxed ||
+	    m.registry.relaxed_bytes || m.registry.n_hit_pinned || m.registry.odp.mrs ||
+	    m.registry.odp.implicit_mrs || m.registry.odp.bytes || !LIST_EMPTY(&m.registry.holders)) {
 		dump_state("left behind");
+		fprintf(stderr, "fuzz-request: mapped bytes %llu, pinned %llu, relaxed %u (%llu bytes), "
+			"hit-table references over pinned MRs %u, ODP MRs %u (implicit %u, %llu bytes), "
+			"holders %s\n", (unsigned long long)m.segs.bytes,
+			(unsigned long long)m.registry.pinned, m.registry.n_relaxed,
+			(unsigned long long)m.registry.relaxed_bytes, m.registry.n_hit_pinned,
+			m.registry.odp.mrs, m.registry.odp.implicit_mrs,
+			(unsigned long long)m.registry.odp.bytes,
+			LIST_EMPTY(&m.registry.holders) ? "none" : "some");
 		abort();
 	}
 	check_accounts();
