@@ -26,6 +26,8 @@
 #define FUZZ_FD_UNSEALED 0x02       /* a memfd without seals */
 #define FUZZ_FD_PIPE 0x04           /* the read end of a pipe */
 #define FUZZ_FD_DEVNULL 0x08        /* /dev/null */
+#define FUZZ_FD_CMDFD 0x40          /* the cmd_fd of fuzz-request's own device context
+				     * (client-PD mode), where there is a device */
 #define FUZZ_OP_WRITE 0x10
 #define FUZZ_OP_PUNCH 0x20
 
@@ -51,6 +53,10 @@
 #define FUZZ_SEGMENT_ADDR 0x7e0000000000ull
 #define FUZZ_SEGMENT_SPAN (1ull << 30)
 #define FUZZ_LAST_LKEY 0xfffffff0u
+
+/* A RegMr client_pd_handle of this value becomes the handle of the PD that
+ * fuzz-request allocated in its own device context (FUZZ_FD_CMDFD). */
+#define FUZZ_CLIENT_PD_HANDLE 0xfffffff0u
 
 struct fuzz_reader {
 	const uint8_t *p;

@@ -23,6 +23,7 @@
  * Build and run: tests/fuzz/run (clang, -Dfuzz=true).
  */
 #include <dirent.h>
+#include <infiniband/verbs.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -49,6 +50,10 @@ void __sanitizer_symbolize_pc(void *pc, const char *fmt, char *out, size_t len) 
 static char sock_path[64], conf_path[64];
 static bool have_client_addr;       /* FUZZ_CLIENT_ADDR is ours to map memfds at */
 static bool client_mapped;          /* a memfd is mapped there now */
+/* Client-PD mode: a device context and PD of the client's own (the first
+ * device's; none without a device), whose cmd_fd FUZZ_FD_CMDFD sends. */
+static struct ibv_context *own_ctx;
+static struct ibv_pd *own_pd;
 
 /* FUZZ_CLIENT_ADDR back to an inaccessible reservation (no memfd mapped). */
 static void client_addr_reset(void)
@@ -101,6 +106,15 @@ static void init(void)
 		__sanitizer_symbolize_pc(__builtin_return_address(0), "%F", name, sizeof(name));
 	}
 	unlink(conf_path);                  /* read; a Reload finds none (an error to fuzz too) */
+	{
+		int n = 0;
+		struct ibv_device **list = ibv_get_device_list(&n);
+
+		if (list && n > 0 && (own_ctx = ibv_open_device(list[0])))
+			own_pd = ibv_alloc_pd(own_ctx);
+		if (list)
+			ibv_free_device_list(list);
+	}
 }
 
 /* What odpd holds now, for a finding's report. */
@@ -374,6 +388,10 @@ static void send_record(int fd, const struct fuzz_record *rec, const int *fds, u
 
 	if (q && q->body_case == ODPD__REQUEST__BODY_REG_MR && q->reg_mr) {
 		rebase(&q->reg_mr->addr, &changed);
+		if (q->reg_mr->client_pd_handle == FUZZ_CLIENT_PD_HANDLE && own_pd) {
+			q->reg_mr->client_pd_handle = own_pd->handle;
+			changed = true;
+		}
 	} else if (q && q->body_case == ODPD__REQUEST__BODY_VERIFY && q->verify) {
 		rebase(&q->verify->addr, &changed);
 	} else if (q && q->body_case == ODPD__REQUEST__BODY_ADVISE_MR && q->advise_mr) {
@@ -428,7 +446,7 @@ static void client_op(const struct fuzz_record *rec)
 	}
 }
 
-/* The fds @flags ask for (fuzz-input.h), at most ODPD_MAX_FDS + 1. */
+/* The fds @flags ask for (fuzz-input.h), at most ODPD_MAX_FDS + 2. */
 static unsigned make_fds(uint8_t flags, int *fds)
 {
 	unsigned n = 0;
@@ -467,9 +485,16 @@ static unsigned make_fds(uint8_t flags, int *fds)
 		if (fd >= 0)
 			fds[n++] = fd;
 	}
+	/* /dev/null and the uverbs device stay open elsewhere (fd 0, own_ctx):
+	 * not noted; the count still sees a copy odpd keeps */
 	for (unsigned i = 0; i < n; i++)
-		if (!(flags & FUZZ_FD_DEVNULL) || i + 1 < n)   /* /dev/null stays open elsewhere */
+		if (!(flags & FUZZ_FD_DEVNULL) || i + 1 < n)
 			note_sent(fds[i]);
+	if ((flags & FUZZ_FD_CMDFD) && own_pd) {
+		int fd = fcntl(own_ctx->cmd_fd, F_DUPFD_CLOEXEC, 0);
+		if (fd >= 0)
+			fds[n++] = fd;
+	}
 	return n;
 }
 

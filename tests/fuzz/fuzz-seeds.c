@@ -274,6 +274,27 @@ int main(int argc, char **argv)
 	list_mrs(7);
 	save(argv[1], "session-hit-table");
 
+	/* client-PD mode (the librdmacm mirror): MRs in the client's own PD,
+	 * its context's cmd_fd sent along (FUZZ_FD_CMDFD) and its PD named by
+	 * FUZZ_CLIENT_PD_HANDLE; import works with the testbed profile */
+	attach(FUZZ_CLIENT_ADDR, 2);
+	cpd.has_addr = cpd.has_length = cpd.has_access = 1;
+	cpd.addr = FUZZ_CLIENT_ADDR;
+	cpd.length = 8192;
+	cpd.access = 1;
+	cpd.has_client_pd = cpd.has_client_pd_handle = 1;
+	cpd.client_pd = 1;
+	cpd.client_pd_handle = FUZZ_CLIENT_PD_HANDLE;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &cpd;
+	record(FUZZ_FD_CMDFD, &req, 3);
+	cpd.addr = FUZZ_CLIENT_ADDR + 8192;
+	record(FUZZ_FD_CMDFD, &req, 4);
+	verify(2, 0, 0, 5);
+	dereg(2, false, 6);
+	dereg(3, true, 7);
+	save(argv[1], "session-client-pd");
+
 	/* admin and the rest, one each */
 	req.body_case = ODPD__REQUEST__BODY_STATUS;
 	req.status = &st;
@@ -295,6 +316,7 @@ int main(int argc, char **argv)
 	/* an lkey nobody has, client-PD mode with /dev/null for a context,
 	 * an attach with an unsealed memfd and a pipe */
 	advise(FUZZ_CLIENT_ADDR, 4096, 0x100, 2);
+	cpd = (Odpd__RegMr)ODPD__REG_MR__INIT;
 	cpd.has_addr = cpd.has_length = cpd.has_access = 1;
 	cpd.addr = FUZZ_CLIENT_ADDR;
 	cpd.length = 4096;
