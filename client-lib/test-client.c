@@ -106,7 +106,7 @@ struct fake_log {
 struct fake_opts {
 	uint32_t version;               /* HelloReply.version; 0: ours */
 	int hello_status;               /* refuse the Hello with this errno */
-	unsigned accept_after_ms;       /* accept nothing for this long (a full listen queue) */
+	int accept_gate;                /* > 0: accept nothing until a byte can be read here */
 };
 
 struct fake_seg {
@@ -562,8 +562,12 @@ static void fake_serve(int listener, const struct fake_opts *o)
 	memset(cl, 0, sizeof(cl));
 	for (int i = 0; i < FAKE_CLIENTS; i++)
 		cl[i].sock = -1;
-	if (o->accept_after_ms)
-		usleep(o->accept_after_ms * 1000u);
+	if (o->accept_gate > 0) {
+		char b;
+
+		while (read(o->accept_gate, &b, 1) < 0 && errno == EINTR)
+			;
+	}
 	for (;;) {
 		struct pollfd p[FAKE_CLIENTS + 1] = { { .fd = listener, .events = POLLIN } };
 
@@ -726,18 +730,21 @@ static void on_alarm(int sig)
 struct fill {
 	int fd[64];
 	int n;
+	int gate;                       /* write end: lets the fake daemon accept */
 };
 
-/* Close the connections that fill the queue, while odpd_connect() waits
- * behind them: the fake daemon then accepts them, reads their end of file,
- * and has room for the one that waited. */
+/* Once odpd_connect() was interrupted a few times in its connect(2), close
+ * the connections that fill the queue and let the fake daemon accept: it
+ * reads their end of file and has room for the one that waited. */
 static void *fill_close(void *arg)
 {
 	struct fill *f = arg;
 
-	usleep(200 * 1000);
+	for (int i = 0; i < 10000 && alarms < 5; i++)
+		usleep(1000);
 	while (f->n)
 		close(f->fd[--f->n]);
+	CHECK(write(f->gate, "g", 1) == 1);
 	return NULL;
 }
 
@@ -754,10 +761,14 @@ static void test_connect_interrupted(void)
 	sigset_t alrm;
 	pthread_t th;
 	char path[128];
+	int gate[2];
 	pid_t pid;
 
 	snprintf(path, sizeof(path), "%s/full.sock", test_dir);
-	pid = fake_start(path, &(struct fake_opts) { .accept_after_ms = 400 });
+	CHECK(pipe2(gate, O_CLOEXEC) == 0);
+	pid = fake_start(path, &(struct fake_opts) { .accept_gate = gate[0] });
+	close(gate[0]);
+	f.gate = gate[1];
 	strcpy(sa.sun_path, path);
 	/* fill the listen queue (backlog 8): a further connect would block */
 	for (; f.n < 64; f.n++) {
@@ -789,6 +800,7 @@ static void test_connect_interrupted(void)
 	CHECK(c);
 	CHECK(alarms >= 5);                       /* it was interrupted while it waited */
 	odpd_disconnect(c);
+	close(gate[1]);
 	fake_stop(pid);
 	unlink(path);
 }

@@ -467,7 +467,6 @@ void odpd_registrar_get(struct odpd_registrar *g)
 
 /* ---------------------------------------------------------------- the workers' side */
 
-/* One verb: send @msg (and @fd), wait for the answer. Under g->lock. */
 /* poll(2) one fd for POLLIN for @timeout_ms in all: a signal does not start
  * the wait over. >0 readable, 0 timed out, -errno. */
 static int poll_in(int fd, int timeout_ms)
@@ -496,6 +495,7 @@ static int poll_in(int fd, int timeout_ms)
 	}
 }
 
+/* One verb: send @msg (and @fd), wait for the answer. Under g->lock. */
 static int verbs_call(struct odpd_registrar *g, const struct odpd_reg_msg *msg, int fd,
 		      struct odpd_reg_reply *rep, struct odpd_err *err)
 {

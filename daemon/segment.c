@@ -353,9 +353,11 @@ bool odpd_pidfd_alive(int pidfd)
 		return true;
 	/* A pidfd becomes readable when its process exits. poll() answers
 	 * EINTR when a signal is pending and nothing is ready, even with a
-	 * zero timeout: that says nothing about the process. */
+	 * zero timeout: that says nothing about the process, ask again. Any
+	 * other failure proves nothing either: say gone (the pid may name
+	 * another process now). */
 	do
 		r = poll(&p, 1, 0);
 	while (r < 0 && errno == EINTR);
-	return r <= 0 || !(p.revents & (POLLIN | POLLHUP));
+	return r == 0 || (r > 0 && !(p.revents & (POLLIN | POLLHUP | POLLNVAL | POLLERR)));
 }

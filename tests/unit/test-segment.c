@@ -683,7 +683,7 @@ static void test_pidfd_alive_through_signals(void **state)
 {
 	(void)state;
 	struct sigaction sa = { .sa_handler = on_alarm }, old;
-	struct itimerval tick = { { 0, 20 }, { 0, 20 } }, off = { 0 };
+	struct itimerval tick = { { 0, 100 }, { 0, 100 } }, off = { 0 };
 	int pidfd = my_pidfd();
 	unsigned dead = 0;
 

@@ -232,7 +232,7 @@ static void test_zero_length_record_through_signals(void **state)
 {
 	struct fixture *f = *state;
 	struct sigaction sa = { .sa_handler = on_alarm }, old;
-	struct itimerval tick = { { 0, 20 }, { 0, 20 } }, off = { 0 };
+	struct itimerval tick = { { 0, 100 }, { 0, 100 } }, off = { 0 };
 	struct odpd_packet p;
 	unsigned eof = 0;
 
