@@ -42,6 +42,7 @@
 #include "manager.h"
 
 static struct odpd_manager m;
+static void cleanup(void);
 
 /* The sanitizers' symbolizer (a subprocess on two pipes) starts when
  * libFuzzer first names a function it reached; init() starts it, so that its
@@ -97,6 +98,7 @@ static void init(void)
 		.max_mrs = 256,
 		.log_level = level,
 		.config_path = conf_path,
+		.config_given = true,           /* a Reload finds it gone: an error, defaults kept */
 	};
 	if (odpd_manager_start(&m) < 0)
 		abort();
@@ -105,7 +107,8 @@ static void init(void)
 
 		__sanitizer_symbolize_pc(__builtin_return_address(0), "%F", name, sizeof(name));
 	}
-	unlink(conf_path);                  /* read; a Reload finds none (an error to fuzz too) */
+	unlink(conf_path);                  /* read; a Reload finds none and fails (fuzzed too) */
+	atexit(cleanup);
 	{
 		int n = 0;
 		struct ibv_device **list = ibv_get_device_list(&n);
@@ -279,6 +282,8 @@ static uint32_t last_lkey;           /* MrReply.lkey likewise */
  */
 static unsigned map_gen;             /* memfds mapped at FUZZ_CLIENT_ADDR in this input */
 static unsigned seg_gen;             /* map_gen of the one attached there as a segment, 0: none */
+static uint64_t seg_len;             /* its length there */
+static unsigned long long compared;  /* Verify replies the oracle compared, in this run */
 static unsigned holes;               /* holes punched in this input */
 static struct served {
 	uint64_t handle, iova, length;
@@ -309,16 +314,31 @@ static void note_asked(const Odpd__Request *q)
 	}
 }
 
+/* At exit: how often the oracle compared (0 would mean it never ran). */
+static void cleanup(void)
+{
+	fprintf(stderr, "fuzz-request: the oracle compared %llu pinned MRs read back with the segment\n",
+		compared);
+	unlink(sock_path);
+}
+
 /* A reply to the request sent last: what the oracle learns from it. */
 static void oracle(const Odpd__Reply *r)
 {
 	if (r->id != asked.id || r->status != 0)
 		return;
 	if (asked.attach_here && r->body_case == ODPD__REPLY__BODY_SEGMENT && r->segment &&
-	    r->segment->addr == FUZZ_CLIENT_ADDR && client_mapped)
+	    r->segment->addr == FUZZ_CLIENT_ADDR && client_mapped) {
 		seg_gen = map_gen;
+		seg_len = r->segment->length;
+	}
+	/* Only an MR wholly inside that segment: another one attached beside
+	 * it (another memfd) also lies in [FUZZ_CLIENT_ADDR, + FUZZ_MEMFD_SIZE)
+	 * but is not what the harness's mapping shows. */
 	if (asked.reg_pinned && r->body_case == ODPD__REPLY__BODY_MR && r->mr && seg_gen &&
-	    seg_gen == map_gen && n_served < sizeof(served) / sizeof(served[0]))
+	    seg_gen == map_gen && r->mr->mr_iova >= FUZZ_CLIENT_ADDR && r->mr->mr_length <= seg_len &&
+	    r->mr->mr_iova - FUZZ_CLIENT_ADDR <= seg_len - r->mr->mr_length &&
+	    n_served < sizeof(served) / sizeof(served[0]))
 		served[n_served++] = (struct served){ r->mr->handle, r->mr->iova, r->mr->length,
 						      seg_gen, holes };
 	if (asked.verify && r->body_case == ODPD__REPLY__BODY_VERIFY && r->verify)
@@ -338,6 +358,7 @@ static void oracle(const Odpd__Reply *r)
 			    a - FUZZ_CLIENT_ADDR > FUZZ_MEMFD_SIZE - n)
 				return;
 			crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)(uintptr_t)a, (uInt)n);
+			compared++;
 			if (crc != r->verify->crc32) {
 				dump_state("a pinned MR read back other bytes than the segment holds");
 				fprintf(stderr, "fuzz-request: handle %llu [%#llx, +%llu): odpd read crc32 %#x, "
@@ -514,6 +535,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	seg_addr = 0;
 	last_lkey = 0;
 	map_gen = seg_gen = holes = n_served = 0;
+	seg_len = 0;
 	memset(&asked, 0, sizeof(asked));
 	fd = odpd_wire_connect(sock_path);
 	if (fd < 0)

@@ -262,6 +262,19 @@ int main(int argc, char **argv)
 	dereg(3, false, 7);
 	save(argv[1], "session-punch");
 
+	/* the same with the first MR still held across the hole (no relaxed
+	 * window to outlast): the second registration's lookup finds it and
+	 * must see that it is stale */
+	attach(FUZZ_CLIENT_ADDR, 2);
+	op(FUZZ_OP_WRITE, (const uint8_t[]){ 0x00, 0x10, 'o', 'd', 'p', 'd' }, 6);
+	reg(FUZZ_CLIENT_ADDR, 16384, ODPD__MR_KIND__MR_PINNED, 0, 3);
+	op(FUZZ_OP_PUNCH, (const uint8_t[]){ 1, 0, 1, 0 }, 4);
+	reg(FUZZ_CLIENT_ADDR, 16384, ODPD__MR_KIND__MR_PINNED, 0, 4);
+	verify(3, 0, 0, 5);
+	dereg(2, false, 6);
+	dereg(3, false, 7);
+	save(argv[1], "session-punch-held");
+
 	/* a hit table: its use table (the memfd sent with OpenHitTable, mapped
 	 * at FUZZ_CLIENT_ADDR in place of the segment) written by the client */
 	attach(FUZZ_CLIENT_ADDR, 2);
