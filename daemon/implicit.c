@@ -13,12 +13,12 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "implicit.h"
 #include "log.h"
+#include "odpd-wire.h"
 #include "registrar-proto.h"
 
 extern char **environ;
@@ -467,38 +467,11 @@ void odpd_registrar_get(struct odpd_registrar *g)
 
 /* ---------------------------------------------------------------- the workers' side */
 
-/* poll(2) one fd for POLLIN for @timeout_ms in all: a signal does not start
- * the wait over. >0 readable, 0 timed out, -errno. */
-static int poll_in(int fd, int timeout_ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	struct timespec now, end;
-	int rc, left = timeout_ms;
-
-	clock_gettime(CLOCK_MONOTONIC, &end);
-	end.tv_sec += timeout_ms / 1000;
-	end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (end.tv_nsec >= 1000000000L) {
-		end.tv_sec++;
-		end.tv_nsec -= 1000000000L;
-	}
-	for (;;) {
-		rc = poll(&p, 1, left);
-		if (rc >= 0)
-			return rc;
-		if (errno != EINTR)
-			return -errno;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		left = (int)((end.tv_sec - now.tv_sec) * 1000 + (end.tv_nsec - now.tv_nsec) / 1000000L);
-		if (left <= 0)
-			return 0;
-	}
-}
-
 /* One verb: send @msg (and @fd), wait for the answer. Under g->lock. */
 static int verbs_call(struct odpd_registrar *g, const struct odpd_reg_msg *msg, int fd,
 		      struct odpd_reg_reply *rep, struct odpd_err *err)
 {
+	struct pollfd p = { .fd = g->verbs_fd, .events = POLLIN };
 	int rc;
 
 	if (atomic_load(&g->dead))
@@ -506,7 +479,7 @@ static int verbs_call(struct odpd_registrar *g, const struct odpd_reg_msg *msg, 
 	rc = send_msg(g->verbs_fd, msg, fd, 0);
 	if (rc < 0)
 		goto dead;
-	rc = poll_in(g->verbs_fd, VERBS_TIMEOUT_MS);
+	rc = odpd_poll(&p, 1, VERBS_TIMEOUT_MS);
 	if (rc <= 0) {                       /* no answer in time, or no way to wait for one */
 		log_error("%s: implicit-ODP registrar (pid %d) did not answer in %d s%s%s: killing it",
 			  g->label, (int)g->pid, VERBS_TIMEOUT_MS / 1000, rc < 0 ? ": poll: " : "",
@@ -587,9 +560,11 @@ static void reap_wait(struct odpd_registrar *g)
 	if (g->verbs_fd >= 0)
 		close(g->verbs_fd);        /* with the maps socket closed: EOF, it exits */
 	if (g->pidfd >= 0) {
+		struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
+
 		/* not exited in time, or no way to wait for it: the waitpid
 		 * below must not block on a stopped registrar */
-		if (poll_in(g->pidfd, EXIT_TIMEOUT_MS) <= 0) {
+		if (odpd_poll(&p, 1, EXIT_TIMEOUT_MS) <= 0) {
 			log_warning("%s: implicit-ODP registrar (pid %d) did not exit: killing it",
 				    g->label, (int)g->pid);
 			kill(g->pid, SIGKILL);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "odpd-wire.h"
 #include "segment.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
@@ -351,13 +352,10 @@ bool odpd_pidfd_alive(int pidfd)
 
 	if (pidfd < 0)
 		return true;
-	/* A pidfd becomes readable when its process exits. poll() answers
-	 * EINTR when a signal is pending and nothing is ready, even with a
-	 * zero timeout: that says nothing about the process, ask again. Any
-	 * other failure proves nothing either: say gone (the pid may name
-	 * another process now). */
-	do
-		r = poll(&p, 1, 0);
-	while (r < 0 && errno == EINTR);
+	/* A pidfd becomes readable when its process exits. A signal says
+	 * nothing about the process (odpd_poll asks again); a poll that fails
+	 * otherwise proves nothing either: say gone (the pid may name another
+	 * process now). */
+	r = odpd_poll(&p, 1, 0);
 	return r == 0 || (r > 0 && !(p.revents & (POLLIN | POLLHUP | POLLNVAL | POLLERR)));
 }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
 #include <sys/types.h>
 #include <protobuf-c/protobuf-c.h>
 
@@ -49,6 +50,14 @@ struct odpd_packet {
 int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsigned nfds, int flags);
 /* The same for an already packed message of @len bytes. */
 int odpd_wire_send_buf(int sock, const void *buf, size_t len, const int *fds, unsigned nfds, int flags);
+
+/*
+ * poll(2) @p for at most @timeout_ms milliseconds in all (0: look once, <0:
+ * no limit). A signal does not end the wait or start it over (poll answers
+ * EINTR when one is pending and nothing is ready, even with a timeout of 0).
+ * Returns what poll returns (>0 ready, 0 timed out) or a negative errno.
+ */
+int odpd_poll(struct pollfd *p, unsigned n, int timeout_ms);
 
 /*
  * Receive one packet into @buf of @cap bytes (pass ODPD_MAX_PACKET + 1).

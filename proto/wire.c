@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "odpd-wire.h"
@@ -49,16 +50,41 @@ int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsign
 	return odpd_wire_send_buf(sock, buf, len, fds, nfds, flags);
 }
 
+int odpd_poll(struct pollfd *p, unsigned n, int timeout_ms)
+{
+	struct timespec now, end;
+	int r, left = timeout_ms;
+	long long ns;
+
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += timeout_ms / 1000;
+	end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (end.tv_nsec >= 1000000000L) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000L;
+	}
+	for (;;) {
+		r = poll(p, n, left);
+		if (r >= 0)
+			return r;
+		if (errno != EINTR)
+			return -errno;
+		if (timeout_ms <= 0)        /* look once again, or wait on */
+			continue;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		ns = (long long)(end.tv_sec - now.tv_sec) * 1000000000LL + (end.tv_nsec - now.tv_nsec);
+		if (ns <= 0)
+			return 0;
+		left = (int)((ns + 999999) / 1000000);    /* never before the deadline */
+	}
+}
+
 /* recvmsg returned 0: an empty record, or the peer shut down? */
 static bool peer_shut_down(int sock)
 {
 	struct pollfd p = { .fd = sock, .events = POLLIN | POLLRDHUP };
-	int r;
 
-	do                          /* EINTR: a signal came, not a hangup */
-		r = poll(&p, 1, 0);
-	while (r < 0 && errno == EINTR);
-	if (r < 0)
+	if (odpd_poll(&p, 1, 0) < 0)
 		return true;
 	return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }

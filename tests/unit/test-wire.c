@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -248,6 +249,38 @@ static void test_zero_length_record_through_signals(void **state)
 	sigaction(SIGALRM, &old, NULL);
 	print_message("%d signals during the calls\n", (int)alarms);
 	assert_int_equal(eof, 0);
+}
+
+/* odpd_poll keeps its deadline while signals keep coming (poll(2) alone,
+ * restarted on EINTR with its whole timeout, would never time out). */
+static void test_poll_deadline_through_signals(void **state)
+{
+	struct fixture *f = *state;
+	struct sigaction sa = { .sa_handler = on_alarm }, old;
+	struct itimerval tick = { { 0, 1000 }, { 0, 1000 } }, off = { 0 };
+	struct pollfd p = { .fd = f->sv[1], .events = POLLIN };
+	struct timespec t0, t1;
+	double ms;
+	int r;
+
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+	alarms = 0;
+	assert_int_equal(setitimer(ITIMER_REAL, &tick, NULL), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = odpd_poll(&p, 1, 300);               /* nothing comes: times out */
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	print_message("timed out after %.0f ms, %d signals meanwhile\n", ms, (int)alarms);
+	assert_int_equal(r, 0);
+	assert_true(ms >= 300.0);
+	assert_true(alarms >= 10);
+	/* and answers what is there */
+	assert_int_equal(send(f->sv[0], "x", 1, 0), 1);
+	assert_int_equal(odpd_poll(&p, 1, 300), 1);
+	assert_true(p.revents & POLLIN);
 }
 
 static void test_peer_close_is_eof(void **state)
@@ -565,6 +598,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_zero_length_record, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_zero_length_record_through_signals, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_poll_deadline_through_signals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_close_is_eof, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_shutdown_is_eof, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_too_many_fds_closed, setup, teardown),
