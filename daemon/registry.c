@@ -351,6 +351,12 @@ static void mr_invalidate(struct odpd_registry *r, struct odpd_mr *mr, struct od
 	mr_unindex(mr);
 	mr->state = ODPD_MR_INVALIDATING;
 	mr->generation = ++r->generation;
+	/* A verify reads through it on a worker (its reference was revoked
+	 * or released meanwhile): deregistered, and freed, once that is done. */
+	if (mr->busy) {
+		mr->dead_stage = 1;
+		return;
+	}
 	mr->batch_next = *list;
 	*list = mr;
 }
@@ -2427,6 +2433,10 @@ static void verify_done(struct odpd_job *job)
 		mr->refs--;
 	if (--mr->busy == 0 && mr->state == ODPD_MR_DEAD && mr->dead_stage == 1) {
 		mr_kill_now(op->r, mr);
+	} else if (mr->busy == 0 && mr->state == ODPD_MR_INVALIDATING && mr->dead_stage == 1) {
+		mr->dead_stage = 0;              /* mr_invalidate left it to us */
+		mr->batch_next = NULL;
+		start_batch(op->r, mr, false, NULL);
 	} else if (op->anon && mr->refs == 0) {
 		/* its holders let go meanwhile: ours was the last reference */
 		if (mr->state == ODPD_MR_DEAD) {

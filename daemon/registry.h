@@ -114,7 +114,8 @@ struct odpd_mr {
 	uint16_t prefetch_errno;            /* REG_PREFETCH when registered: ibv_advise_mr's errno */
 	uint8_t state;                      /* enum odpd_mr_state */
 	/* DEAD: 1 waits for busy jobs, 2 in a batch, 3 deregistered and
-	 * released (charges, pins, its domain); freed with its last reference. */
+	 * released (charges, pins, its domain); freed with its last reference.
+	 * INVALIDATING: 1 waits for busy jobs (verify_done batches it), else 0. */
 	uint8_t dead_stage;
 	bool pinned;                        /* counts pinned pages */
 	bool implicit;                      /* implicit ODP: no segment, iova 0, length UINT64_MAX;
