@@ -470,14 +470,9 @@ static int conn_open(struct odpd_conn *c, const char *path)
 	if (r < 0)
 		return errmsg_set(r, "odpd_connect: socket: %m");
 
-	/* A blocking AF_UNIX connect sleeps while odpd's listen queue is full;
-	 * a signal of the application's then interrupts it before anything was
-	 * queued, and it may simply be made again. */
-	do
-		r = connect(c->sock, (struct sockaddr *)&sa, sizeof(sa));
-	while (r < 0 && errno == EINTR);
+	r = odpd_wire_connect_to(c->sock, &sa);     /* blocks while odpd's listen queue is full */
 	if (r < 0)
-		return errmsg_set(-errno, "odpd_connect: connecting to %s: %m", path);
+		return errmsg_set(r, "odpd_connect: connecting to %s: %m", path);
 	return 0;
 }
 

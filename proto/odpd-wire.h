@@ -74,6 +74,11 @@ struct sockaddr_un;
  * Returns 0, -EINVAL (empty path) or -ENAMETOOLONG. */
 int odpd_wire_sockaddr(const char *path, struct sockaddr_un *ret);
 
+/* connect(2) the AF_UNIX socket @fd to @sa: 0 or a negative errno. A
+ * signal does not make it fail (a connect waiting for room in a full listen
+ * queue that a signal interrupts has queued nothing, and is made again). */
+int odpd_wire_connect_to(int fd, const struct sockaddr_un *sa);
+
 /* A blocking SOCK_SEQPACKET | SOCK_CLOEXEC socket connected to @path, or a
  * negative errno (that of socket(2) or connect(2), or odpd_wire_sockaddr's). */
 int odpd_wire_connect(const char *path);

@@ -143,6 +143,16 @@ int odpd_wire_sockaddr(const char *path, struct sockaddr_un *ret)
 	return 0;
 }
 
+int odpd_wire_connect_to(int fd, const struct sockaddr_un *sa)
+{
+	int r;
+
+	do
+		r = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	while (r < 0 && errno == EINTR);
+	return r < 0 ? -errno : 0;
+}
+
 int odpd_wire_connect(const char *path)
 {
 	struct sockaddr_un sa;
@@ -153,11 +163,8 @@ int odpd_wire_connect(const char *path)
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	do                          /* AF_UNIX: interrupted before anything was queued */
-		r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	while (r < 0 && errno == EINTR);
+	r = odpd_wire_connect_to(fd, &sa);
 	if (r < 0) {
-		r = -errno;
 		close(fd);
 		return r;
 	}
