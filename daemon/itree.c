@@ -1,15 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/random.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "itree.h"
-
-/*
- * RB_GENERATE_STATIC spells its attribute "__unused", which libbsd leaves
- * undefined (it clashes with Linux headers' member names): say it here.
- */
-#define ITREE_RB_GENERATE(name, type, cmp) \
-	RB_GENERATE_INTERNAL(name, type, rb, cmp, __attribute__((__unused__)) static)
 
 static inline uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
 {
@@ -18,62 +15,62 @@ static inline uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
 	return m > c ? m : c;
 }
 
-/* Red-black shape and parent links of a subtree: its black height, or -1. */
-#define RB_CHECK_FN(fname, type)                                                \
-static int fname(const struct type *x, const struct type *parent)              \
-{                                                                               \
-	int l, r;                                                               \
-                                                                                \
-	if (!x)                                                                 \
-		return 1;                                                       \
-	if (RB_PARENT(x, rb) != parent)                                         \
-		return -1;                                                      \
-	if (RB_COLOR(x, rb) == RB_RED &&                                        \
-	    ((RB_LEFT(x, rb) && RB_COLOR(RB_LEFT(x, rb), rb) == RB_RED) ||      \
-	     (RB_RIGHT(x, rb) && RB_COLOR(RB_RIGHT(x, rb), rb) == RB_RED)))     \
-		return -1;                                                      \
-	l = fname(RB_LEFT(x, rb), x);                                           \
-	r = fname(RB_RIGHT(x, rb), x);                                          \
-	if (l < 0 || l != r)                                                    \
-		return -1;                                                      \
-	return l + (RB_COLOR(x, rb) == RB_BLACK);                               \
-}
-
 /* ========================================================== interval tree */
 
 /*
- * Augmentation, kept exact at every step, with RB_AUGMENT(x) recomputing x
- * alone from its own end and its children's max_end (O(1)):
- *  - rotations: <bsd/sys/tree.h> augments the lower node, then the upper
- *    one, each after its children are final; the pair's parent keeps the
- *    same subtree, so nothing above changes;
- *  - insert: RB_INSERT augments only the new leaf's parent, so the descent
- *    below raises max_end along the path first (RB_INSERT then takes the
- *    same path: keys are unique), and every value is exact before the
- *    rebalancing starts;
- *  - remove: the node's own end is first taken out of its max_end and its
- *    ancestors' (as if it were already gone), then RB_REMOVE: when the
- *    node has one child or none, the parent's max_end already is what it
- *    must become; when it has two, the tree re-augments the whole path from
- *    the successor's old parent to the root itself, bottom-up.
- * Insert and remove are O(log n). The randomized test checks every max_end
- * after every operation.
+ * A treap: in (start, seq) order as a search tree, and in priority order as
+ * a heap (a parent's priority above its children's). The priority is a
+ * bijective mix of seq and a random key, so priorities are distinct, and
+ * independent of the order and the ranges clients register: the tree's
+ * expected depth is O(log n) (about 2 ln n), and no client can make it
+ * deeper on purpose without learning the key. Insert splits the subtree
+ * where the new node's priority places it; remove merges the node's two
+ * subtrees into its place. Both recurse only along one root-to-leaf path
+ * (split and merge each along the spine they cut or join), fixing max_end
+ * on the way back up, so every value is exact after each operation. The
+ * randomized test checks the order, the heap and every max_end after every
+ * operation.
  */
+
+static uint64_t itree_secret(void)
+{
+	static _Atomic uint64_t secret;
+	uint64_t s = atomic_load_explicit(&secret, memory_order_relaxed);
+
+	if (s)
+		return s;
+	if (getrandom(&s, sizeof(s), GRND_NONBLOCK) != (ssize_t)sizeof(s)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);  /* no entropy yet (early boot): still varied */
+		s = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)ts.tv_sec ^
+		    (uint64_t)(uintptr_t)&s;
+	}
+	s |= 1;                                   /* 0 means "not yet" */
+	atomic_store_explicit(&secret, s, memory_order_relaxed);
+	return s;
+}
+
+/* A bijection of 64-bit values (splitmix64's finaliser): distinct seqs,
+ * distinct priorities. */
+static inline uint64_t prio(const struct odpd_itree *t, const struct odpd_inode *n)
+{
+	uint64_t z = n->seq ^ t->key;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
 
 static inline uint64_t inode_max(const struct odpd_inode *n)
 {
 	return n ? n->max_end : 0;
 }
 
-/* Recompute n->max_end from n and its children; true if it changed. */
-static inline bool inode_augment(struct odpd_inode *n)
+/* Recompute n->max_end from n and its children. */
+static inline void inode_augment(struct odpd_inode *n)
 {
-	uint64_t m = max3(n->end, inode_max(RB_LEFT(n, rb)), inode_max(RB_RIGHT(n, rb)));
-
-	if (m == n->max_end)
-		return false;
-	n->max_end = m;
-	return true;
+	n->max_end = max3(n->end, inode_max(n->left), inode_max(n->right));
 }
 
 static int inode_cmp(const struct odpd_inode *a, const struct odpd_inode *b)
@@ -83,42 +80,91 @@ static int inode_cmp(const struct odpd_inode *a, const struct odpd_inode *b)
 	return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-#undef RB_AUGMENT
-#define RB_AUGMENT(x) ((void)inode_augment(x))
-ITREE_RB_GENERATE(odpd_itree_rb, odpd_inode, inode_cmp)
-#undef RB_AUGMENT
-#define RB_AUGMENT(x) do {} while (0)
+/* Split the subtree @p into the nodes before @x (*@l) and after it (*@r);
+ * @x is not in it. */
+static void split(struct odpd_inode *p, const struct odpd_inode *x, struct odpd_inode **l,
+		  struct odpd_inode **r)
+{
+	if (!p) {
+		*l = *r = NULL;
+		return;
+	}
+	if (inode_cmp(p, x) < 0) {
+		split(p->right, x, &p->right, r);
+		*l = p;
+	} else {
+		split(p->left, x, l, &p->left);
+		*r = p;
+	}
+	inode_augment(p);
+}
+
+/* Join subtrees @a and @b, every node of @a before every node of @b. */
+static struct odpd_inode *merge(const struct odpd_itree *t, struct odpd_inode *a, struct odpd_inode *b)
+{
+	if (!a)
+		return b;
+	if (!b)
+		return a;
+	if (prio(t, a) > prio(t, b)) {
+		a->right = merge(t, a->right, b);
+		inode_augment(a);
+		return a;
+	}
+	b->left = merge(t, a, b->left);
+	inode_augment(b);
+	return b;
+}
 
 void odpd_itree_init(struct odpd_itree *t)
 {
-	RB_INIT(&t->root);
+	t->root = NULL;
+	t->key = itree_secret();
 	t->next_seq = 0;
 	t->count = 0;
 }
 
 void odpd_itree_insert(struct odpd_itree *t, struct odpd_inode *n)
 {
-	struct odpd_inode *p;
+	struct odpd_inode **link = &t->root, *p;
+	uint64_t pn;
 
 	if (n->seq < t->next_seq)
 		abort();                    /* a caller's bug: order and uniqueness would break */
 	t->next_seq = n->seq + 1;
-	n->max_end = n->end;
-	for (p = RB_ROOT(&t->root); p; p = inode_cmp(n, p) < 0 ? RB_LEFT(p, rb) : RB_RIGHT(p, rb))
+	pn = prio(t, n);
+	/* Down to where n's priority places it; the nodes above gain n. */
+	while ((p = *link) && prio(t, p) > pn) {
 		if (p->max_end < n->end)
 			p->max_end = n->end;
-	RB_INSERT(odpd_itree_rb, &t->root, n);
+		link = inode_cmp(n, p) < 0 ? &p->left : &p->right;
+	}
+	split(p, n, &n->left, &n->right);
+	inode_augment(n);
+	*link = n;
 	t->count++;
+}
+
+/* @n out of the subtree @p (it is in it); the subtree's new root. */
+static struct odpd_inode *remove_from(const struct odpd_itree *t, struct odpd_inode *p,
+				      struct odpd_inode *n)
+{
+	if (!p)
+		abort();                    /* a caller's bug: n is not in the tree */
+	if (p == n)
+		return merge(t, n->left, n->right);
+	if (inode_cmp(n, p) < 0)
+		p->left = remove_from(t, p->left, n);
+	else
+		p->right = remove_from(t, p->right, n);
+	inode_augment(p);
+	return p;
 }
 
 void odpd_itree_remove(struct odpd_itree *t, struct odpd_inode *n)
 {
-	struct odpd_inode *p;
-
-	n->max_end = max3(0, inode_max(RB_LEFT(n, rb)), inode_max(RB_RIGHT(n, rb)));
-	for (p = RB_PARENT(n, rb); p && inode_augment(p); p = RB_PARENT(p, rb))
-		;
-	RB_REMOVE(odpd_itree_rb, &t->root, n);
+	t->root = remove_from(t, t->root, n);
+	n->left = n->right = NULL;
 	t->count--;
 }
 
@@ -131,7 +177,7 @@ static struct odpd_inode *covering(struct odpd_inode *n, uint64_t s, uint64_t e,
 				   bool (*fn)(struct odpd_inode *n, void *arg), void *arg)
 {
 	while (n && n->max_end >= e) {
-		struct odpd_inode *r = covering(RB_LEFT(n, rb), s, e, fn, arg);
+		struct odpd_inode *r = covering(n->left, s, e, fn, arg);
 
 		if (r)
 			return r;
@@ -139,7 +185,7 @@ static struct odpd_inode *covering(struct odpd_inode *n, uint64_t s, uint64_t e,
 			return NULL;
 		if (n->end >= e && fn(n, arg))
 			return n;
-		n = RB_RIGHT(n, rb);
+		n = n->right;
 	}
 	return NULL;
 }
@@ -148,7 +194,7 @@ static struct odpd_inode *overlapping(struct odpd_inode *n, uint64_t s, uint64_t
 				      bool (*fn)(struct odpd_inode *n, void *arg), void *arg)
 {
 	while (n && n->max_end > s) {
-		struct odpd_inode *r = overlapping(RB_LEFT(n, rb), s, e, fn, arg);
+		struct odpd_inode *r = overlapping(n->left, s, e, fn, arg);
 
 		if (r)
 			return r;
@@ -156,7 +202,7 @@ static struct odpd_inode *overlapping(struct odpd_inode *n, uint64_t s, uint64_t
 			return NULL;
 		if (n->end > s && fn(n, arg))
 			return n;
-		n = RB_RIGHT(n, rb);
+		n = n->right;
 	}
 	return NULL;
 }
@@ -164,13 +210,13 @@ static struct odpd_inode *overlapping(struct odpd_inode *n, uint64_t s, uint64_t
 struct odpd_inode *odpd_itree_find_covering(struct odpd_itree *t, uint64_t s, uint64_t e,
 					     bool (*fn)(struct odpd_inode *n, void *arg), void *arg)
 {
-	return covering(RB_ROOT(&t->root), s, e, fn, arg);
+	return covering(t->root, s, e, fn, arg);
 }
 
 struct odpd_inode *odpd_itree_find_overlapping(struct odpd_itree *t, uint64_t s, uint64_t e,
 						bool (*fn)(struct odpd_inode *n, void *arg), void *arg)
 {
-	return overlapping(RB_ROOT(&t->root), s, e, fn, arg);
+	return overlapping(t->root, s, e, fn, arg);
 }
 
 struct uncovered {
@@ -220,7 +266,7 @@ static void uncovered_walk(struct odpd_itree *t, uint64_t s, uint64_t e, struct 
 	u->e = e;
 	if (s >= e)
 		return;
-	if (!overlapping(RB_ROOT(&t->root), s, e, uncovered_visit, u) && u->pos < e) {
+	if (!overlapping(t->root, s, e, uncovered_visit, u) && u->pos < e) {
 		uncovered_gap(u, u->pos, e);    /* the tail no node covers */
 		u->pos = e;
 	}
@@ -256,45 +302,67 @@ unsigned odpd_itree_gaps(struct odpd_itree *t, uint64_t s, uint64_t e,
 
 struct odpd_inode *odpd_itree_first(struct odpd_itree *t)
 {
-	return RB_MIN(odpd_itree_rb, &t->root);
+	struct odpd_inode *n = t->root;
+
+	while (n && n->left)
+		n = n->left;
+	return n;
 }
 
 struct odpd_inode *odpd_itree_next(struct odpd_itree *t, struct odpd_inode *n)
 {
-	(void)t;
-	return RB_NEXT(odpd_itree_rb, &t->root, n);
+	struct odpd_inode *p = t->root, *next = NULL;
+
+	while (p) {
+		if (inode_cmp(n, p) < 0) {
+			next = p;
+			p = p->left;
+		} else {
+			p = p->right;
+		}
+	}
+	return next;
 }
 
-RB_CHECK_FN(inode_check_shape, odpd_inode)
-
-/* max_end of every node of the subtree, and start < end. */
-static bool inode_check_max(const struct odpd_inode *n)
+/* Order, heap order and max_end of the subtree @n, whose nodes must lie
+ * strictly between @lo and @hi (NULL: unbounded) and below priority @top;
+ * counts its nodes into *@count. */
+static bool inode_check(const struct odpd_itree *t, const struct odpd_inode *n,
+			const struct odpd_inode *lo, const struct odpd_inode *hi, const uint64_t *top,
+			unsigned *count)
 {
+	uint64_t pn;
+
 	if (!n)
 		return true;
-	if (n->start >= n->end ||
-	    n->max_end != max3(n->end, inode_max(RB_LEFT(n, rb)), inode_max(RB_RIGHT(n, rb))))
+	pn = prio(t, n);
+	if (n->start >= n->end || n->seq >= t->next_seq || (top && pn >= *top) ||
+	    (lo && inode_cmp(lo, n) >= 0) || (hi && inode_cmp(n, hi) >= 0) ||
+	    n->max_end != max3(n->end, inode_max(n->left), inode_max(n->right)))
 		return false;
-	return inode_check_max(RB_LEFT(n, rb)) && inode_check_max(RB_RIGHT(n, rb));
+	++*count;
+	return inode_check(t, n->left, lo, n, &pn, count) && inode_check(t, n->right, n, hi, &pn, count);
 }
 
 bool odpd_itree_check(const struct odpd_itree *t)
 {
-	const struct odpd_inode *root = RB_ROOT(&t->root), *prev = NULL;
-	struct odpd_inode *n;
 	unsigned count = 0;
 
-	if (root && RB_COLOR(root, rb) != RB_BLACK)
-		return false;
-	if (inode_check_shape(root, NULL) < 0 || !inode_check_max(root))
-		return false;
-	RB_FOREACH(n, odpd_itree_rb, (struct odpd_itree_rb *)&t->root) {
-		if (prev && inode_cmp(prev, n) >= 0)
-			return false;
-		if (n->seq >= t->next_seq)
-			return false;
-		count++;
-		prev = n;
-	}
-	return count == t->count;
+	return inode_check(t, t->root, NULL, NULL, NULL, &count) && count == t->count;
+}
+
+static unsigned inode_depth(const struct odpd_inode *n)
+{
+	unsigned l, r;
+
+	if (!n)
+		return 0;
+	l = inode_depth(n->left);
+	r = inode_depth(n->right);
+	return 1 + (l > r ? l : r);
+}
+
+unsigned odpd_itree_depth(const struct odpd_itree *t)
+{
+	return inode_depth(t->root);
 }

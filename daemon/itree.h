@@ -2,31 +2,35 @@
 #pragma once
 
 /*
- * An interval tree over byte ranges [start, end) of one segment: a
- * red-black tree (libbsd's <bsd/sys/tree.h>) of caller-embedded nodes (the
- * MRs over one segment), augmented with each subtree's largest end, so that
+ * An interval tree over byte ranges [start, end) of one segment: a binary
+ * search tree of caller-embedded nodes (the MRs over one segment), ordered
+ * by (start, seq) and augmented with each subtree's largest end, so that
  * "which nodes cover [s, e)?" visits only subtrees that can hold one:
  * O(log n + k). Nodes may overlap and repeat. The same walk measures what
  * the union of some of the nodes leaves uncovered: distinct pinned pages
  * (overlapping MRs are not counted twice) and the witness coverage.
+ *
+ * Balanced as a treap: a node's priority is a keyed hash of its seq (the key
+ * random per process), so a node is two links and no balance field — an MR
+ * in the cache is this node and not much more (issue 11's bytes per cached
+ * MR). Expected depth O(log n) whatever order clients register in: they
+ * choose the starts but never see the priorities.
  */
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <bsd/sys/tree.h>
 
 struct odpd_inode {
-	RB_ENTRY(odpd_inode) rb;
+	struct odpd_inode *left, *right;    /* private */
 	uint64_t start, end;        /* [start, end), start < end; set before insert, fixed while in */
 	uint64_t max_end;           /* private: largest end in this subtree */
 	uint64_t seq;               /* the caller's: unique, larger than every seq inserted
 				     * before (insertion order, the tie-break); an MR's id */
 };
 
-RB_HEAD(odpd_itree_rb, odpd_inode);
-
 struct odpd_itree {
-	struct odpd_itree_rb root;
+	struct odpd_inode *root;
+	uint64_t key;               /* keys the priorities (process-wide random) */
 	uint64_t next_seq;          /* every seq in the tree is below it */
 	unsigned count;
 };
@@ -73,12 +77,15 @@ unsigned odpd_itree_gaps(struct odpd_itree *t, uint64_t s, uint64_t e,
 			 bool (*pred)(const struct odpd_inode *n, const void *arg), const void *arg,
 			 struct odpd_gap *gaps, unsigned max, uint64_t *ret_next);
 
-/* First node in (start, insertion) order, and the next; NULL at the end. */
+/* First node in (start, insertion) order, and the next (O(log n): a search
+ * from the root, nodes have no parent link); NULL at the end. */
 struct odpd_inode *odpd_itree_first(struct odpd_itree *t);
 struct odpd_inode *odpd_itree_next(struct odpd_itree *t, struct odpd_inode *n);
 
 /* ------------------------------------------------------------- for tests */
 
-/* Check every invariant: red-black shape, parent links, (start, insertion)
+/* Check every invariant: (start, insertion) order, the priorities' heap
  * order, each node's max_end, and count. O(n). */
 bool odpd_itree_check(const struct odpd_itree *t);
+/* Nodes on the longest root-to-leaf path (0: empty). O(n). */
+unsigned odpd_itree_depth(const struct odpd_itree *t);
