@@ -318,6 +318,66 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * The page: of the selected MRs with an id above @after, the @k smallest
+ * ids, ascending, into @page; returns how many (all of them when fewer).
+ * One walk over every MR keeping a max-heap of the k smallest seen:
+ * O(n log k), no index by id (an MR has no list link for one).
+ */
+static void heap_sift_down(const struct odpd_mr **h, unsigned n, unsigned i)
+{
+	for (;;) {
+		unsigned l = 2 * i + 1, r = l + 1, m = i;
+		const struct odpd_mr *t;
+
+		if (l < n && h[l]->node.seq > h[m]->node.seq)
+			m = l;
+		if (r < n && h[r]->node.seq > h[m]->node.seq)
+			m = r;
+		if (m == i)
+			return;
+		t = h[i];
+		h[i] = h[m];
+		h[m] = t;
+		i = m;
+	}
+}
+
+static unsigned mrs_page(const struct odpd_registry *r, const Odpd__ListMrs *req, const struct odpd_mr **page,
+			 unsigned k)
+{
+	const struct odpd_mr *mr;
+	unsigned n = 0;
+
+	for (mr = odpd_registry_next_mr(r, NULL); mr; mr = odpd_registry_next_mr(r, mr)) {
+		if (mr->node.seq <= req->after || !mr_selected(mr, req))
+			continue;
+		if (n < k) {
+			unsigned i = n++;
+
+			page[i] = mr;
+			while (i && page[(i - 1) / 2]->node.seq < page[i]->node.seq) {
+				const struct odpd_mr *t = page[i];
+
+				page[i] = page[(i - 1) / 2];
+				page[(i - 1) / 2] = t;
+				i = (i - 1) / 2;
+			}
+		} else if (mr->node.seq < page[0]->node.seq) {
+			page[0] = mr;
+			heap_sift_down(page, n, 0);
+		}
+	}
+	for (unsigned m = n; m > 1; m--) {           /* heap sort: ascending ids */
+		const struct odpd_mr *t = page[0];
+
+		page[0] = page[m - 1];
+		page[m - 1] = t;
+		heap_sift_down(page, m - 1, 0);
+	}
+	return n;
+}
+
 void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs *req)
 {
 	struct odpd_registry *r = &c->m->registry;
@@ -325,36 +385,37 @@ void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs
 	Odpd__MrsReply mr_reply = ODPD__MRS_REPLY__INIT;
 	Odpd__MrInfo *infos = calloc(MRS_PER_PAGE, sizeof(*infos));
 	Odpd__MrInfo **ptrs = calloc(MRS_PER_PAGE, sizeof(*ptrs));
+	const struct odpd_mr **page = calloc(MRS_PER_PAGE + 1, sizeof(*page));
 	int32_t *pids = NULL;
 	size_t n_pids = 0, used = 0;
-	const struct odpd_mr *mr;
 	uint64_t now = mono_ns();
 	unsigned n = 0;
 
 	if (!admin_only(c, id, "the MR list"))
 		goto out;
+	if (!page) {
+		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		goto out;
+	}
+	/* one more than a page: whether more follow */
+	n = mrs_page(r, req, page, MRS_PER_PAGE + 1);
+	if (n > MRS_PER_PAGE) {
+		mr_reply.has_more = mr_reply.more = 1;
+		n = MRS_PER_PAGE;
+	}
 	/* Holder pids of one page at most: bounded by the page's holders. */
-	TAILQ_FOREACH(mr, &r->mrs, link)
-		if (mr->node.seq > req->after && mr_selected(mr, req) && n++ < MRS_PER_PAGE)
-			n_pids += mr->refs;
-	n = 0;
+	for (unsigned i = 0; i < n; i++)
+		n_pids += page[i]->refs;
 	pids = calloc(n_pids + 1, sizeof(*pids));
 	if (!infos || !ptrs || !pids) {
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		goto out;
 	}
-	TAILQ_FOREACH(mr, &r->mrs, link) {
-		if (mr->node.seq <= req->after || !mr_selected(mr, req))
-			continue;
-		if (n == MRS_PER_PAGE) {
-			mr_reply.has_more = mr_reply.more = 1;
-			break;
-		}
-		odpd__mr_info__init(&infos[n]);
-		mr_info(mr, &infos[n], pids + used, now);
-		used += infos[n].n_holder_pids;
-		ptrs[n] = &infos[n];
-		n++;
+	for (unsigned i = 0; i < n; i++) {
+		odpd__mr_info__init(&infos[i]);
+		mr_info(page[i], &infos[i], pids + used, now);
+		used += infos[i].n_holder_pids;
+		ptrs[i] = &infos[i];
 	}
 	mr_reply.mrs = ptrs;
 	mr_reply.n_mrs = n;
@@ -364,6 +425,7 @@ void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs
 	reply.mrs = &mr_reply;
 	odpd_client_send(c, &reply);
 out:
+	free(page);
 	free(pids);
 	free(ptrs);
 	free(infos);

@@ -238,7 +238,6 @@ static int prop_device(sd_bus *bus, const char *path, const char *interface, con
 {
 	const struct device_ref *ref = userdata;
 	const struct odpd_device *d;
-	const struct odpd_mr *mr;
 	struct odpd_bus *b;
 	uint64_t mrs = 0, pds = 0;
 	char guid[20];
@@ -272,11 +271,12 @@ static int prop_device(sd_bus *bus, const char *path, const char *interface, con
 		return sd_bus_message_append(reply, "u", d->phys_port_cnt);
 	if (strcmp(property, "MaxMRSize") == 0)
 		return sd_bus_message_append(reply, "t", d->max_mr_size);
-	TAILQ_FOREACH(mr, &b->m->registry.mrs, link)
-		mrs += mr->dom && mr->dom->dev == d;
+	/* an MR counts in its domain until it is released (mr->dom) */
 	for (const struct odpd_domain *dom = LIST_FIRST(&b->m->registry.domains); dom;
-	     dom = LIST_NEXT(dom, link))
+	     dom = LIST_NEXT(dom, link)) {
 		pds += dom->dev == d && !dom->retired;
+		mrs += dom->dev == d ? dom->n_mrs : 0;
+	}
 	if (strcmp(property, "MRs") == 0)
 		return sd_bus_message_append(reply, "t", mrs);
 	if (strcmp(property, "PDs") == 0)

@@ -919,7 +919,6 @@ static void mr_strip(struct odpd_registry *r, struct odpd_mr *mr)
 static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 {
 	mr_strip(r, mr);
-	TAILQ_REMOVE(&r->mrs, mr, link);
 	r->n_mrs--;
 	if (mr->map)
 		odpd_mapping_put(r->segs, mr->map);
@@ -2157,7 +2156,6 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 		return err_set(err, ENOMEM, "out of memory");
 	}
 	odpd_mapping_ref(mr->map);
-	TAILQ_INSERT_TAIL(&r->mrs, mr, link);
 	r->n_mrs++;
 	if (d)
 		d->n_mrs++;
@@ -2249,7 +2247,6 @@ static int reg_implicit(struct reg_op *op, struct odpd_err *err)
 	mr->iova = 0;
 	mr->registrar = d->registrar;        /* read on the loop, kept by the MR */
 	odpd_registrar_get(mr->registrar);
-	TAILQ_INSERT_TAIL(&r->mrs, mr, link);
 	r->n_mrs++;
 	d->n_mrs++;
 	op->mr = mr;
@@ -2515,7 +2512,7 @@ int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_
 {
 	struct odpd_mr *mr;
 
-	TAILQ_FOREACH(mr, &r->mrs, link)
+	for (mr = odpd_registry_next_mr(r, NULL); mr; mr = odpd_registry_next_mr(r, mr))
 		if (mr->node.seq == mr_id)
 			break;
 	if (!mr)
@@ -2819,8 +2816,8 @@ void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *d
 			notify(h, mrs, arg);
 	}
 	/* Its MRs: registrations in flight fail when they complete (reg_done). */
-	for (mr = TAILQ_FIRST(&r->mrs); mr; mr = next) {
-		next = TAILQ_NEXT(mr, link);
+	for (mr = odpd_registry_next_mr(r, NULL); mr; mr = next) {
+		next = odpd_registry_next_mr(r, mr);
 		if (!mr_on(mr, dev))
 			continue;
 		if (mr->state == ODPD_MR_RELAXED) {
@@ -2891,7 +2888,6 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 	odpd_slab_init(&r->mr_slab, sizeof(struct odpd_mr));
 	odpd_slab_init(&r->ref_slab, sizeof(struct odpd_ref));
 	LIST_INIT(&r->quota.accounts);
-	TAILQ_INIT(&r->mrs);
 	TAILQ_INIT(&r->relaxed);
 	LIST_INIT(&r->domains);
 	LIST_INIT(&r->holders);

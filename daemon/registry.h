@@ -81,7 +81,6 @@ struct odpd_mr {
 	 * in map->mrs from its registration until it is stripped (in_map);
 	 * node.seq is its id (unique, increasing). */
 	struct odpd_inode node;
-	TAILQ_ENTRY(odpd_mr) link;          /* registry->mrs, by id */
 	struct odpd_mr *batch_next;
 	struct odpd_domain *dom;            /* daemon-PD mode */
 	struct odpd_mapping *map;           /* a reference */
@@ -196,8 +195,7 @@ struct odpd_registry {
 	const struct odpd_conf *conf;
 	struct odpd_devices *devices;
 	struct odpd_quota quota;
-	TAILQ_HEAD(, odpd_mr) mrs;          /* every MR, by id */
-	unsigned n_mrs;
+	unsigned n_mrs;                     /* every MR: the objects of mr_slab */
 	uint64_t pinned;                    /* distinct pinned bytes of the whole daemon */
 	TAILQ_HEAD(, odpd_mr) relaxed;      /* oldest first */
 	unsigned n_relaxed;
@@ -389,6 +387,13 @@ int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_
 			    void *arg, struct odpd_err *err);
 
 const char *odpd_mr_state_name(enum odpd_mr_state s);
+
+/* Every MR, in no particular order: the first (@mr NULL) or the one after
+ * @mr; NULL at the end. A walker may free @mr only after taking its next. */
+static inline struct odpd_mr *odpd_registry_next_mr(const struct odpd_registry *r, const struct odpd_mr *mr)
+{
+	return odpd_slab_next(&r->mr_slab, mr);
+}
 
 /* Bytes @mr registers (page rounded). */
 static inline uint64_t odpd_mr_length(const struct odpd_mr *mr)

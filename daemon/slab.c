@@ -13,13 +13,20 @@ struct slab_free {
 
 struct odpd_slab_block {
 	struct odpd_slab_block *next, *prev;    /* in s->partial while it has room */
+	struct odpd_slab_block *all_next, *all_prev;  /* in s->all while used */
 	struct slab_free *free;                  /* freed objects */
 	unsigned used;                           /* objects handed out */
 	unsigned carved;                         /* objects ever handed out from fresh space */
-	/* objects follow, from HEADER on, each s->size bytes (a multiple of 8) */
+	uint64_t in_use[];                       /* a bit per object: handed out */
+	/* objects follow, from s->header on, each s->size bytes (a multiple of 8) */
 };
 
-#define HEADER (((sizeof(struct odpd_slab_block)) + 15) & ~(size_t)15)
+static size_t header_for(unsigned per_block)
+{
+	size_t h = sizeof(struct odpd_slab_block) + (per_block + 63) / 64 * sizeof(uint64_t);
+
+	return (h + 15) & ~(size_t)15;
+}
 
 /* (per_block also with malloc: the tests count as if in blocks) */
 void odpd_slab_init(struct odpd_slab *s, size_t size)
@@ -28,7 +35,10 @@ void odpd_slab_init(struct odpd_slab *s, size_t size)
 		abort();                            /* the caller's bug (slab.h) */
 	memset(s, 0, sizeof(*s));
 	s->size = (size + 7) & ~(size_t)7;
-	s->per_block = (unsigned)((ODPD_SLAB_BLOCK - HEADER) / s->size);
+	s->per_block = (unsigned)((ODPD_SLAB_BLOCK - header_for(0)) / s->size);
+	while (header_for(s->per_block) + s->per_block * s->size > ODPD_SLAB_BLOCK)
+		s->per_block--;
+	s->header = header_for(s->per_block);
 }
 
 static void slab_check_empty(const struct odpd_slab *s)
@@ -39,20 +49,51 @@ static void slab_check_empty(const struct odpd_slab *s)
 
 #ifdef ODPD_SLAB_BY_MALLOC
 
+/* Before each object: the links of s->objs. */
+struct odpd_slab_obj {
+	struct odpd_slab_obj *next, *prev;
+};
+
+#define OBJ_HEADER ((sizeof(struct odpd_slab_obj) + 15) & ~(size_t)15)
+
 void *odpd_slab_zalloc(struct odpd_slab *s)
 {
-	void *p = calloc(1, s->size);
+	struct odpd_slab_obj *o = calloc(1, OBJ_HEADER + s->size);
 
-	if (p)
-		s->objects++;
-	return p;
+	if (!o)
+		return NULL;
+	s->objects++;
+	o->prev = NULL;
+	o->next = s->objs;
+	if (o->next)
+		o->next->prev = o;
+	s->objs = o;
+	return (char *)o + OBJ_HEADER;
 }
 
 void odpd_slab_free(struct odpd_slab *s, void *p)
 {
-	if (p)
-		s->objects--;
-	free(p);
+	struct odpd_slab_obj *o;
+
+	if (!p)
+		return;
+	s->objects--;
+	o = (struct odpd_slab_obj *)((char *)p - OBJ_HEADER);
+	if (o->prev)
+		o->prev->next = o->next;
+	else
+		s->objs = o->next;
+	if (o->next)
+		o->next->prev = o->prev;
+	free(o);
+}
+
+void *odpd_slab_next(const struct odpd_slab *s, const void *prev)
+{
+	const struct odpd_slab_obj *o =
+		prev ? ((const struct odpd_slab_obj *)((const char *)prev - OBJ_HEADER))->next : s->objs;
+
+	return o ? (char *)o + OBJ_HEADER : NULL;
 }
 
 void odpd_slab_fini(struct odpd_slab *s)
@@ -105,6 +146,31 @@ static inline struct odpd_slab_block *block_of(const void *p)
 
 
 
+static inline unsigned index_of(const struct odpd_slab *s, const struct odpd_slab_block *b, const void *p)
+{
+	return (unsigned)(((uintptr_t)p - (uintptr_t)b - s->header) / s->size);
+}
+
+static void all_add(struct odpd_slab *s, struct odpd_slab_block *b)
+{
+	b->all_prev = NULL;
+	b->all_next = s->all;
+	if (s->all)
+		s->all->all_prev = b;
+	s->all = b;
+}
+
+static void all_del(struct odpd_slab *s, struct odpd_slab_block *b)
+{
+	if (b->all_prev)
+		b->all_prev->all_next = b->all_next;
+	else
+		s->all = b->all_next;
+	if (b->all_next)
+		b->all_next->all_prev = b->all_prev;
+	b->all_next = b->all_prev = NULL;
+}
+
 static void partial_add(struct odpd_slab *s, struct odpd_slab_block *b)
 {
 	b->prev = NULL;
@@ -128,6 +194,7 @@ static void partial_del(struct odpd_slab *s, struct odpd_slab_block *b)
 void *odpd_slab_zalloc(struct odpd_slab *s)
 {
 	struct odpd_slab_block *b;
+	unsigned i;
 	void *p;
 
 	b = s->partial;
@@ -142,6 +209,7 @@ void *odpd_slab_zalloc(struct odpd_slab *s)
 			s->blocks++;
 			b->free = NULL;
 			b->used = b->carved = 0;
+			memset(b->in_use, 0, s->header - sizeof(*b));
 		}
 		partial_add(s, b);
 	}
@@ -150,8 +218,12 @@ void *odpd_slab_zalloc(struct odpd_slab *s)
 		VALGRIND_MAKE_MEM_DEFINED(p, sizeof(struct slab_free));
 		b->free = b->free->next;
 	} else {
-		p = (char *)b + HEADER + (size_t)b->carved++ * s->size;
+		p = (char *)b + s->header + (size_t)b->carved++ * s->size;
 	}
+	i = index_of(s, b, p);
+	b->in_use[i / 64] |= (uint64_t)1 << (i % 64);
+	if (b->used == 0)
+		all_add(s, b);
 	if (++b->used == s->per_block)
 		partial_del(s, b);                 /* full */
 	s->objects++;
@@ -163,11 +235,14 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 {
 	struct odpd_slab_block *b;
 	struct slab_free *f = p;
+	unsigned i;
 
 	if (!p)
 		return;
 	s->objects--;
 	b = block_of(p);
+	i = index_of(s, b, p);
+	b->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
 	if (b->used-- == s->per_block)
 		partial_add(s, b);                 /* was full: has room again */
 	f->next = b->free;
@@ -175,6 +250,7 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 	VALGRIND_FREELIKE_BLOCK(p, 0);
 	if (b->used)
 		return;
+	all_del(s, b);
 	partial_del(s, b);                         /* empty: kept as the spare, or given back */
 	if (s->spare) {
 		block_free(b);
@@ -184,6 +260,27 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 	b->free = NULL;
 	b->carved = 0;
 	s->spare = b;
+}
+
+void *odpd_slab_next(const struct odpd_slab *s, const void *prev)
+{
+	const struct odpd_slab_block *b = prev ? block_of(prev) : s->all;
+	unsigned i = prev ? index_of(s, b, prev) + 1 : 0;
+
+	for (; b; b = b->all_next, i = 0) {
+		while (i < b->carved) {
+			uint64_t w = b->in_use[i / 64] >> (i % 64);
+
+			if (w) {
+				i += (unsigned)__builtin_ctzll(w);
+				if (i < b->carved)
+					return (char *)b + s->header + (size_t)i * s->size;
+				break;
+			}
+			i = (i / 64 + 1) * 64;
+		}
+	}
+	return NULL;
 }
 
 void odpd_slab_fini(struct odpd_slab *s)

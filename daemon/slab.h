@@ -9,7 +9,8 @@
  * (with two clients registering at once, malloc left about 70 bytes of
  * holes per cached MR). A block that empties is given back, but one.
  *
- * Loop thread only (no locking). Built with AddressSanitizer, objects come
+ * Every object in use can be walked (odpd_slab_next): the registry needs
+ * no list of its MRs of its own. Loop thread only (no locking). Built with AddressSanitizer, objects come
  * from calloc() one by one, so that a use after free is still caught; under
  * valgrind they are its heap blocks (VALGRIND_MALLOCLIKE_BLOCK) where
  * <valgrind/memcheck.h> was found at build time.
@@ -28,11 +29,16 @@
 
 struct odpd_slab_block;
 
+struct odpd_slab_obj;
+
 struct odpd_slab {
 	size_t size;                        /* bytes per object, rounded to 8 */
+	size_t header;                      /* bytes before a block's first object */
 	unsigned per_block;
 	struct odpd_slab_block *partial;    /* blocks with room, most recently used first */
+	struct odpd_slab_block *all;        /* blocks with objects in use */
 	struct odpd_slab_block *spare;      /* one empty block kept */
+	struct odpd_slab_obj *objs;         /* by malloc: every object in use */
 	unsigned blocks;                    /* held, the spare included */
 	size_t objects;                     /* in use */
 };
@@ -46,5 +52,11 @@ void odpd_slab_init(struct odpd_slab *s, size_t size);
 void *odpd_slab_zalloc(struct odpd_slab *s);
 /* Give back an object of @s (NULL: nothing). */
 void odpd_slab_free(struct odpd_slab *s, void *p);
+/*
+ * Walk the objects in use: the first (@prev NULL) or the one after @prev, in
+ * no particular order; NULL at the end. Objects allocated during a walk may
+ * be missed; the walker may free @prev only after taking its next.
+ */
+void *odpd_slab_next(const struct odpd_slab *s, const void *prev);
 /* Free every block; every object must have been freed. */
 void odpd_slab_fini(struct odpd_slab *s);

@@ -127,6 +127,83 @@ static void test_slab_fill_free_reuse(void **state)
 }
 
 /* A full block that gets room again is used before a new one. */
+/* The objects odpd_slab_next walks: exactly those in use, each once. */
+static void expect_walk(const struct odpd_slab *s, void *const *p, const bool *in, unsigned n)
+{
+	unsigned seen = 0, want = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		want += in[i];
+	for (void *o = odpd_slab_next(s, NULL); o; o = odpd_slab_next(s, o)) {
+		unsigned i = *(unsigned *)o;
+
+		assert_true(i < n && p[i] == o && in[i]);
+		assert_true(seen++ < want);
+	}
+	assert_int_equal(seen, want);
+}
+
+/*
+ * The walk finds every object in use, in full and partial blocks, none that
+ * was freed, none twice; the walker may free the object it stands on once
+ * it took the next (emptying blocks, which go back), and objects allocated
+ * afterwards are walked again.
+ */
+static void test_slab_walk(void **state)
+{
+	(void)state;
+	enum { N = 1200 };
+	static void *p[N];
+	static bool in[N];
+	struct odpd_slab s;
+	unsigned left = N;
+
+	odpd_slab_init(&s, 192);
+	assert_null(odpd_slab_next(&s, NULL));
+	for (unsigned i = 0; i < N; i++) {
+		p[i] = odpd_slab_zalloc(&s);
+		assert_non_null(p[i]);
+		*(unsigned *)p[i] = i;
+		in[i] = true;
+	}
+	expect_walk(&s, p, in, N);
+	for (unsigned i = 0; i < N; i += 3) {         /* holes everywhere */
+		odpd_slab_free(&s, p[i]);
+		in[i] = false;
+		left--;
+	}
+	expect_walk(&s, p, in, N);
+	/* free every object whose index is odd while walking: the next is taken first */
+	for (void *o = odpd_slab_next(&s, NULL), *next; o; o = next) {
+		unsigned i = *(unsigned *)o;
+
+		next = odpd_slab_next(&s, o);
+		if (i % 2) {
+			odpd_slab_free(&s, o);
+			in[i] = false;
+			left--;
+		}
+	}
+	expect_walk(&s, p, in, N);
+	assert_int_equal(s.objects, left);
+	for (unsigned i = 0; i < N; i++)
+		if (!in[i]) {
+			p[i] = odpd_slab_zalloc(&s);
+			assert_non_null(p[i]);
+			*(unsigned *)p[i] = i;
+			in[i] = true;
+		}
+	expect_walk(&s, p, in, N);
+	for (void *o = odpd_slab_next(&s, NULL), *next; o; o = next) {
+		next = odpd_slab_next(&s, o);
+		in[*(unsigned *)o] = false;
+		odpd_slab_free(&s, o);
+	}
+	assert_int_equal(s.objects, 0);
+	assert_null(odpd_slab_next(&s, NULL));
+	odpd_slab_fini(&s);
+}
+
 static void test_slab_full_block_gets_room(void **state)
 {
 	struct odpd_slab s;
@@ -160,6 +237,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_slab_fill_free_reuse),
 		cmocka_unit_test(test_slab_full_block_gets_room),
+		cmocka_unit_test(test_slab_walk),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
