@@ -298,12 +298,16 @@ static void mr_info(const struct odpd_mr *mr, Odpd__MrInfo *o, int32_t *pids, ui
 	}
 	o->holders = mr->refs;
 	o->state = odpd_registry_mr_kept(mr) ? ODPD__MR_STATE__MR_STATE_KEPT : (Odpd__MrState)mr->state;
-	o->generation = mr->generation;
+	o->generation = odpd_mr_generation(mr);
 	o->segment_dev = mr->map ? mr->map->dev : 0;     /* implicit: no segment */
 	o->segment_ino = mr->map ? mr->map->ino : 0;
 	o->offset = mr->node.start;
-	o->uid = mr->charges ? mr->charges->acct->uid : 0;
-	o->age_ms = mr->state == ODPD_MR_RELAXED ? (now - mr->relaxed_ns) / 1000000 : 0;
+	o->uid = odpd_mr_first_charge(mr) ? odpd_mr_first_charge(mr)->acct->uid : 0;
+	if (mr->state == ODPD_MR_RELAXED) {
+		uint64_t since = odpd_mr_relaxed_ns(mr, now);
+
+		o->age_ms = now > since ? (now - since) / 1000000 : 0;
+	}
 	LIST_FOREACH(ref, &mr->holders, mlink)
 		pids[n++] = ref->holder->pid;
 	o->holder_pids = pids;

@@ -73,7 +73,7 @@ static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_ref *
 	mr.length = ref->length;
 	mr.kernel_handle = e->mr->handle;
 	mr.access = e->access;
-	mr.generation = e->generation;
+	mr.generation = odpd_mr_generation(e);
 	mr.cache_hit = hit;
 	mr.mr_iova = e->iova;
 	mr.mr_length = odpd_mr_length(e);

@@ -83,15 +83,23 @@ const char *odpd_mr_state_name(enum odpd_mr_state s)
 	return "?";
 }
 
+/* Issue 11: odpd's own memory per cached MR <= 256 bytes, of which
+ * libibverbs' MR object takes 64 (bench/run-mem measures the whole). */
+_Static_assert(sizeof(struct odpd_mr) <= 184, "struct odpd_mr grew past 184 bytes");
+_Static_assert(ODPD__ACCESS__ACCESS_REMOTE_ATOMIC < 16, "Odpd__Access needs more than mr->access's 4 bits");
+
 static void relaxed_arm(struct odpd_registry *r);
 static void prefetch_count(struct odpd_registry *r, const struct odpd_device *dev, int rc, uint64_t bytes);
 static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w);
 
 /* ---------------------------------------------------------------- charges */
 
+/* An MR's charges: charge0 in place (acct NULL: free), then charge0.next. */
 static struct odpd_charge *charge_find(const struct odpd_mr *mr, const struct odpd_account *a)
 {
-	for (struct odpd_charge *c = mr->charges; c; c = c->next)
+	if (mr->charge0.acct == a && a)
+		return (struct odpd_charge *)&mr->charge0;
+	for (struct odpd_charge *c = mr->charge0.next; c; c = c->next)
 		if (c->acct == a)
 			return c;
 	return NULL;
@@ -139,23 +147,29 @@ static int charge_add(struct odpd_registry *r, struct odpd_mr *mr, struct odpd_a
 	c->refs = 0;
 	odpd_account_charge(a, mr->pinned ? mr_uncovered(mr, charged_to, a) : 0);
 	c->acct = a;
-	c->next = mr->charges;
-	mr->charges = c;
+	if (c != &mr->charge0) {
+		c->next = mr->charge0.next;
+		mr->charge0.next = c;
+	}
 	*ret = c;
 	return 0;
 }
 
 static void charge_drop(struct odpd_registry *r, struct odpd_mr *mr, struct odpd_charge *c)
 {
-	for (struct odpd_charge **pc = &mr->charges; *pc; pc = &(*pc)->next)
-		if (*pc == c) {
-			*pc = c->next;
-			break;
-		}
-	odpd_account_uncharge(&r->quota, c->acct, mr->pinned ? mr_uncovered(mr, charged_to, c->acct) : 0);
+	struct odpd_account *a = c->acct;
+
+	/* out of the MR's charges first: its pages then count as uncovered */
 	if (c == &mr->charge0)
 		c->acct = NULL;
 	else
+		for (struct odpd_charge **pc = &mr->charge0.next; *pc; pc = &(*pc)->next)
+			if (*pc == c) {
+				*pc = c->next;
+				break;
+			}
+	odpd_account_uncharge(&r->quota, a, mr->pinned ? mr_uncovered(mr, charged_to, a) : 0);
+	if (c != &mr->charge0)
 		free(c);
 }
 
@@ -350,7 +364,7 @@ static void mr_invalidate(struct odpd_registry *r, struct odpd_mr *mr, struct od
 		relaxed_remove(r, mr);
 	mr_unindex(mr);
 	mr->state = ODPD_MR_INVALIDATING;
-	mr->generation = ++r->generation;
+	mr->invalidated = true;
 	/* A verify reads through it on a worker (its reference was revoked
 	 * or released meanwhile): deregistered, and freed, once that is done. */
 	if (mr->busy) {
@@ -448,7 +462,7 @@ static void relaxed_arm(struct odpd_registry *r)
 		return;
 	}
 	now = now_ns();
-	due = oldest->relaxed_ns + r->conf->relaxed_window_ms * 1000000ull;
+	due = odpd_mr_relaxed_ns(oldest, now) + r->conf->relaxed_window_ms * 1000000ull;
 	due = due > now ? due - now : 0;
 	tv.tv_sec = (time_t)(due / 1000000000ull);
 	tv.tv_usec = (suseconds_t)(due % 1000000000ull / 1000);
@@ -841,13 +855,24 @@ static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
 
 /* Client-PD mode: unimport the MR's PD and drop its client context (the last
  * reference closes our copy of the client's fd). */
-static void import_drop(struct odpd_import *imp)
+/* Client-PD mode: an MR's import (NULL: none) undone and freed. */
+static void import_drop(struct odpd_import **pimp)
 {
+	struct odpd_import *imp = *pimp;
+
+	if (!imp)
+		return;
 	if (imp->pd)
 		ibv_unimport_pd(imp->pd);
 	odpd_client_ctx_put(imp->cctx);
-	imp->pd = NULL;
-	imp->cctx = NULL;
+	free(imp);
+	*pimp = NULL;
+}
+
+/* The client context a client-PD MR is in, or NULL. */
+static struct odpd_client_ctx *mr_cctx(const struct odpd_mr *mr)
+{
+	return !mr->implicit && mr->imp ? mr->imp->cctx : NULL;
 }
 
 /*
@@ -898,8 +923,8 @@ static void mr_strip(struct odpd_registry *r, struct odpd_mr *mr)
 		return;
 	mr->stripped = true;
 	mr->cached = false;
-	while (mr->charges)
-		charge_drop(r, mr, mr->charges);
+	while (odpd_mr_first_charge(mr))
+		charge_drop(r, mr, (struct odpd_charge *)odpd_mr_first_charge(mr));
 	global_uncharge(r, mr);
 	map_remove(mr);
 	if (mr->implicit) {
@@ -1022,7 +1047,7 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 	b->flush = flush;
 	for (struct odpd_mr *mr = list; mr; mr = mr->batch_next) {
 		b->n++;
-		b->n_dereg += mr->mr != NULL || (!mr->implicit && mr->imp.cctx != NULL);
+		b->n_dereg += mr->mr != NULL || mr_cctx(mr) != NULL;
 		b->bytes += odpd_mr_length(mr);
 	}
 	if (w) {
@@ -1327,7 +1352,7 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 	if (relaxed && mr->cached && mr->state == ODPD_MR_LIVE) {
 		/* c (refs 0) stays: the relaxed MR is still charged to its last holder */
 		mr->state = ODPD_MR_RELAXED;
-		mr->relaxed_ns = now_ns();
+		mr->relaxed_ms = (uint32_t)((now_ns() + 999999) / 1000000);  /* never early */
 		mr->relaxed_pid = h->pid;
 		mr->relaxed_by = h->id;
 		TAILQ_INSERT_TAIL(&r->relaxed, mr, rlink);
@@ -1676,7 +1701,7 @@ static void retire_stale(struct odpd_registry *r, struct odpd_mr *stale)
 			mr_invalidate(r, mr, &list);
 		} else {
 			mr_unindex(mr);
-			mr->generation = ++r->generation;
+			mr->invalidated = true;
 			mr_hits_invalidate(mr);
 		}
 	}
@@ -1770,7 +1795,9 @@ static struct odpd_mr *cache_lookup(struct odpd_registry *r, struct odpd_domain 
 
 static bool match_account(const struct odpd_mr *mr, const void *arg)
 {
-	return mr->charges && mr->charges->acct == arg;   /* a relaxed MR has one charge */
+	const struct odpd_charge *c = odpd_mr_first_charge(mr);
+
+	return c && c->acct == arg;   /* a relaxed MR has one charge */
 }
 
 /*
@@ -1838,13 +1865,11 @@ static int reg_import(struct reg_op *op)
 	struct odpd_mr *mr = op->mr;
 	int r;
 
-	mr->imp.cctx = op->cctx;             /* the request's reference is the MR's now */
-	op->cctx = NULL;
-	r = odpd_client_ctx_import(mr->imp.cctx, &op->err);
+	r = odpd_client_ctx_import(mr->imp->cctx, &op->err);
 	if (r < 0)
 		return r;
-	mr->imp.pd = ibv_import_pd(mr->imp.cctx->ctx, op->q.pd_handle);
-	if (!mr->imp.pd)
+	mr->imp->pd = ibv_import_pd(mr->imp->cctx->ctx, op->q.pd_handle);
+	if (!mr->imp->pd)
 		return err_set(&op->err, errno, "ibv_import_pd(%u): %s", op->q.pd_handle, strerror(errno));
 	return 0;
 }
@@ -1877,11 +1902,11 @@ static void reg_run(struct odpd_job *job)
 	struct ibv_pd *pd;
 	int e;
 
-	if (op->cctx) {
+	if (mr_cctx(mr)) {                     /* client-PD mode */
 		op->rc = reg_import(op);
 		if (op->rc < 0)
 			return;
-		pd = mr->imp.pd;
+		pd = mr->imp->pd;
 	} else {
 		pthread_mutex_lock(&mr->dom->lock);
 		op->rc = odpd_domain_open_locked(mr->dom, &op->err);
@@ -1985,7 +2010,7 @@ static void reg_done(struct odpd_job *job)
 			mr_invalidate(r, mr, &list);
 			start_batch(r, list, false, NULL);
 		} else {
-			struct odpd_client_ctx *cctx = mr->implicit ? NULL : mr->imp.cctx;
+			struct odpd_client_ctx *cctx = mr_cctx(mr);
 
 			if (!mr->implicit)
 				import_drop(&mr->imp);   /* the list's reference keeps it */
@@ -2003,7 +2028,9 @@ static void reg_done(struct odpd_job *job)
 			r->odp.registrations++;
 		if (op->q.prefetch) {
 			prefetch_count(r, op->q.dev, op->prefetch_rc, odpd_mr_length(mr));
-			mr->prefetch_errno = op->prefetch_rc;
+			/* an errno (Linux's are below 256); anything else says EIO */
+			mr->prefetch_errno = op->prefetch_rc > 0 && op->prefetch_rc < 256 ?
+					     (uint8_t)op->prefetch_rc : op->prefetch_rc ? EIO : 0;
 		}
 		log_debug("registry: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
 			  mr->node.seq, mr->iova, odpd_mr_length(mr), mr->mr->lkey, mr->mr->rkey);
@@ -2070,7 +2097,8 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 		if (evict)                     /* (never @mr: not charged to this account) */
 			return evict_then_retry(op, evict, err);
 		if (mr->state == ODPD_MR_RELAXED)
-			relaxed_charge = mr->charges;    /* the last holder's, refs 0 */
+			relaxed_charge = (struct odpd_charge *)odpd_mr_first_charge(mr);  /* the last
+											     * holder's, refs 0 */
 		rc = charge_add(r, mr, h->acct, &c);
 		if (rc < 0)
 			return err_set(err, ENOMEM, "out of memory");
@@ -2118,7 +2146,6 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 		r->odp.bytes += odpd_mr_length(mr);
 	}
 	mr->state = ODPD_MR_REGISTERING;
-	mr->generation = ++r->generation;
 	mr->owner_id = op->h->id;
 	LIST_INIT(&mr->holders);
 	return mr;
@@ -2128,6 +2155,7 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 {
 	struct odpd_registry *r = op->r;
 	struct odpd_mr *mr, *evict = NULL;
+	struct odpd_import *imp = NULL;
 	struct odpd_charge *c;
 	int rc;
 
@@ -2136,9 +2164,15 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 		return rc;
 	if (evict)
 		return evict_then_retry(op, evict, err);
-	mr = mr_new(r, op, d, s, e);
-	if (!mr)
+	/* Client-PD mode: the import's place (few MRs need one: it is not in
+	 * the MR), with the context set here, where device removal reads it. */
+	if (op->cctx && !(imp = calloc(1, sizeof(*imp))))
 		return err_set(err, ENOMEM, "out of memory");
+	mr = mr_new(r, op, d, s, e);
+	if (!mr) {
+		free(imp);
+		return err_set(err, ENOMEM, "out of memory");
+	}
 	/* In its mapping's tree from now on, in the cache unless no-cache: a
 	 * request for it meanwhile waits for it. */
 	map_insert(mr);
@@ -2153,7 +2187,13 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 			r->odp.bytes -= odpd_mr_length(mr);
 		}
 		odpd_slab_free(&r->mr_slab, mr);
+		free(imp);
 		return err_set(err, ENOMEM, "out of memory");
+	}
+	if (imp) {
+		mr->imp = imp;
+		imp->cctx = op->cctx;        /* the request's reference is the MR's now */
+		op->cctx = NULL;
 	}
 	odpd_mapping_ref(mr->map);
 	r->n_mrs++;
@@ -2455,8 +2495,12 @@ static int verify_start(struct odpd_registry *r, struct odpd_mr *mr, uint64_t io
 			const uint32_t *probe_rkey, size_t buf_size, odpd_verify_cb cb, void *arg, bool anon,
 			unsigned long lane, struct odpd_err *err)
 {
-	struct verify_op *op = calloc(1, sizeof(*op));
+	struct verify_op *op;
 
+	if (mr->busy == ODPD_MR_MAX_BUSY)
+		return err_set(err, EBUSY, "%u verifies already read through this MR: try again later",
+			       (unsigned)ODPD_MR_MAX_BUSY);
+	op = calloc(1, sizeof(*op));
 	if (!op)
 		return err_set(err, ENOMEM, "out of memory");
 	op->r = r;
@@ -2790,7 +2834,7 @@ static bool mr_on(const struct odpd_mr *mr, const struct odpd_device *dev)
 		return false;
 	if (mr->state == ODPD_MR_REGISTERING)
 		return mr->dom && mr->dom->dev == dev;
-	return mr->dom ? mr->dom->dev == dev : !mr->implicit && cctx_on(mr->imp.cctx, dev);
+	return mr->dom ? mr->dom->dev == dev : mr_cctx(mr) && cctx_on(mr_cctx(mr), dev);
 }
 
 void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *dev,
@@ -2826,7 +2870,7 @@ void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *d
 		} else if (mr->state == ODPD_MR_LIVE) {
 			mr_unindex(mr);
 			mr->state = ODPD_MR_DEAD;
-			mr->generation = ++r->generation;
+			mr->invalidated = true;
 			mr_hits_invalidate(mr);
 			killed++;
 			if (mr->busy) {
