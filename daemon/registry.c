@@ -962,6 +962,18 @@ static bool waiter_ready(const struct odpd_registry *r, const struct odpd_waiter
 	return true;
 }
 
+/* An MR a batch deregistered: freed, or, dead and still held by clients,
+ * released (charges, pins, its PD) and freed with its last reference. */
+static void batch_mr_done(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	if (mr->state == ODPD_MR_DEAD && mr->refs > 0) {
+		mr->dead_stage = 3;
+		mr_strip(r, mr);
+	} else {
+		mr_free(r, mr);
+	}
+}
+
 static void batch_done(struct odpd_job *job)
 {
 	struct odpd_batch *b = (struct odpd_batch *)job;
@@ -973,12 +985,7 @@ static void batch_done(struct odpd_job *job)
 	while (b->mrs) {
 		struct odpd_mr *mr = b->mrs;
 		b->mrs = mr->batch_next;
-		if (mr->state == ODPD_MR_DEAD && mr->refs > 0) {
-			mr->dead_stage = 3;             /* held: freed with its last reference */
-			mr_strip(r, mr);
-		} else {
-			mr_free(r, mr);
-		}
+		batch_mr_done(r, mr);
 	}
 	r->stats.deregistrations += b->n_dereg;
 	if (b->flush) {
@@ -1035,7 +1042,7 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 		batch_run(&tmp.job);
 		for (struct odpd_mr *mr = list, *n; mr; mr = n) {
 			n = mr->batch_next;
-			mr_free(r, mr);
+			batch_mr_done(r, mr);
 		}
 		if (w)
 			waiter_fire_later(r, w);
@@ -1462,6 +1469,22 @@ static void holder_forget_idle(struct odpd_registry *r, struct odpd_holder *h, s
 {
 	if (c && c->linked && atomic_load(&c->refs) == 1)
 		holder_unlink_client_ctx(r, h, c);
+}
+
+/*
+ * Drop a reference (a request's, an MR's) to @c (NULL: none), then forget
+ * @c if only @h's list still holds it. Whether it is on the list is read
+ * before the put: the loop alone takes it off, and while it is on, the
+ * list's reference keeps it; once off (its device went away), this put may
+ * be the last one, and @c is gone after it.
+ */
+static void cctx_drop(struct odpd_registry *r, struct odpd_holder *h, struct odpd_client_ctx *c)
+{
+	bool linked = c && c->linked;
+
+	odpd_client_ctx_put(c);
+	if (linked)
+		holder_forget_idle(r, h, c);
 }
 
 /*
@@ -2012,9 +2035,11 @@ static void reg_done(struct odpd_job *job)
 		} else {
 			struct odpd_client_ctx *cctx = mr_cctx(mr);
 
-			if (!mr->implicit)
-				import_drop(&mr->imp);   /* the list's reference keeps it */
-			holder_forget_idle(r, op->h, cctx);
+			if (cctx) {
+				mr->imp->cctx = NULL;    /* its reference, dropped below */
+				import_drop(&mr->imp);
+				cctx_drop(r, op->h, cctx);
+			}
 			mr_unindex(mr);
 			mr_free(r, mr);
 		}
@@ -2054,8 +2079,7 @@ static void reg_retry(void *arg, unsigned mrs, uint64_t bytes)
 	rc = reg_start(op, &ref, &err);
 	if (rc == 1)
 		return;
-	odpd_client_ctx_put(op->cctx);       /* the list's reference keeps it */
-	holder_forget_idle(op->r, op->h, op->cctx);
+	cctx_drop(op->r, op->h, op->cctx);
 	op->cb(op->arg, rc, &err, ref, rc == 0);
 	free(op);
 }
@@ -2367,8 +2391,7 @@ int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const stru
 	}
 	rc = reg_start(op, ret_ref, err);
 	if (rc != 1) {
-		odpd_client_ctx_put(op->cctx);   /* the list's reference keeps it */
-		holder_forget_idle(r, h, op->cctx);
+		cctx_drop(r, h, op->cctx);
 		free(op);
 	}
 	return rc;

@@ -95,7 +95,8 @@ struct odpd_mr {
 	uint64_t owner_id;                  /* the client that registered it */
 	LIST_HEAD(, odpd_ref) holders;
 	union {
-		struct odpd_import *imp;    /* client-PD mode: imp->cctx (malloc'd on a worker) */
+		struct odpd_import *imp;    /* client-PD mode: imp->cctx (malloc'd on the loop;
+					     * a worker imports imp->pd, a batch frees it) */
 		struct odpd_registrar *registrar;   /* implicit: the domain's registrar (implicit.h),
 						     * a reference */
 	};
