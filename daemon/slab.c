@@ -12,8 +12,8 @@ struct slab_free {
 };
 
 struct odpd_slab_block {
-	struct odpd_slab_block *next, *prev;    /* in s->partial while it has room */
-	struct odpd_slab_block *all_next, *all_prev;  /* in s->all while used */
+	LIST_ENTRY(odpd_slab_block) plink;      /* in s->partial while it has room */
+	LIST_ENTRY(odpd_slab_block) alink;      /* in s->all while used */
 	struct slab_free *free;                  /* freed objects */
 	unsigned used;                           /* objects handed out */
 	unsigned carved;                         /* objects ever handed out from fresh space */
@@ -51,7 +51,7 @@ static void slab_check_empty(const struct odpd_slab *s)
 
 /* Before each object: the links of s->objs. */
 struct odpd_slab_obj {
-	struct odpd_slab_obj *next, *prev;
+	LIST_ENTRY(odpd_slab_obj) link;
 };
 
 #define OBJ_HEADER ((sizeof(struct odpd_slab_obj) + 15) & ~(size_t)15)
@@ -63,11 +63,7 @@ void *odpd_slab_zalloc(struct odpd_slab *s)
 	if (!o)
 		return NULL;
 	s->objects++;
-	o->prev = NULL;
-	o->next = s->objs;
-	if (o->next)
-		o->next->prev = o;
-	s->objs = o;
+	LIST_INSERT_HEAD(&s->objs, o, link);
 	return (char *)o + OBJ_HEADER;
 }
 
@@ -79,19 +75,15 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 		return;
 	s->objects--;
 	o = (struct odpd_slab_obj *)((char *)p - OBJ_HEADER);
-	if (o->prev)
-		o->prev->next = o->next;
-	else
-		s->objs = o->next;
-	if (o->next)
-		o->next->prev = o->prev;
+	LIST_REMOVE(o, link);
 	free(o);
 }
 
 void *odpd_slab_next(const struct odpd_slab *s, const void *prev)
 {
 	const struct odpd_slab_obj *o =
-		prev ? ((const struct odpd_slab_obj *)((const char *)prev - OBJ_HEADER))->next : s->objs;
+		prev ? LIST_NEXT((const struct odpd_slab_obj *)((const char *)prev - OBJ_HEADER), link) :
+		       LIST_FIRST(&s->objs);
 
 	return o ? (char *)o + OBJ_HEADER : NULL;
 }
@@ -151,53 +143,13 @@ static inline unsigned index_of(const struct odpd_slab *s, const struct odpd_sla
 	return (unsigned)(((uintptr_t)p - (uintptr_t)b - s->header) / s->size);
 }
 
-static void all_add(struct odpd_slab *s, struct odpd_slab_block *b)
-{
-	b->all_prev = NULL;
-	b->all_next = s->all;
-	if (s->all)
-		s->all->all_prev = b;
-	s->all = b;
-}
-
-static void all_del(struct odpd_slab *s, struct odpd_slab_block *b)
-{
-	if (b->all_prev)
-		b->all_prev->all_next = b->all_next;
-	else
-		s->all = b->all_next;
-	if (b->all_next)
-		b->all_next->all_prev = b->all_prev;
-	b->all_next = b->all_prev = NULL;
-}
-
-static void partial_add(struct odpd_slab *s, struct odpd_slab_block *b)
-{
-	b->prev = NULL;
-	b->next = s->partial;
-	if (s->partial)
-		s->partial->prev = b;
-	s->partial = b;
-}
-
-static void partial_del(struct odpd_slab *s, struct odpd_slab_block *b)
-{
-	if (b->prev)
-		b->prev->next = b->next;
-	else
-		s->partial = b->next;
-	if (b->next)
-		b->next->prev = b->prev;
-	b->next = b->prev = NULL;
-}
-
 void *odpd_slab_zalloc(struct odpd_slab *s)
 {
 	struct odpd_slab_block *b;
 	unsigned i;
 	void *p;
 
-	b = s->partial;
+	b = LIST_FIRST(&s->partial);
 	if (!b) {
 		if (s->spare) {
 			b = s->spare;
@@ -211,7 +163,7 @@ void *odpd_slab_zalloc(struct odpd_slab *s)
 			b->used = b->carved = 0;
 			memset(b->in_use, 0, s->header - sizeof(*b));
 		}
-		partial_add(s, b);
+		LIST_INSERT_HEAD(&s->partial, b, plink);
 	}
 	if (b->free) {
 		p = b->free;
@@ -223,9 +175,9 @@ void *odpd_slab_zalloc(struct odpd_slab *s)
 	i = index_of(s, b, p);
 	b->in_use[i / 64] |= (uint64_t)1 << (i % 64);
 	if (b->used == 0)
-		all_add(s, b);
+		LIST_INSERT_HEAD(&s->all, b, alink);
 	if (++b->used == s->per_block)
-		partial_del(s, b);                 /* full */
+		LIST_REMOVE(b, plink);                     /* full */
 	s->objects++;
 	VALGRIND_MALLOCLIKE_BLOCK(p, s->size, 0, 0);
 	return memset(p, 0, s->size);
@@ -244,14 +196,14 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 	i = index_of(s, b, p);
 	b->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
 	if (b->used-- == s->per_block)
-		partial_add(s, b);                 /* was full: has room again */
+		LIST_INSERT_HEAD(&s->partial, b, plink);  /* was full: has room again */
 	f->next = b->free;
 	b->free = f;
 	VALGRIND_FREELIKE_BLOCK(p, 0);
 	if (b->used)
 		return;
-	all_del(s, b);
-	partial_del(s, b);                         /* empty: kept as the spare, or given back */
+	LIST_REMOVE(b, alink);
+	LIST_REMOVE(b, plink);                     /* empty: kept as the spare, or given back */
 	if (s->spare) {
 		block_free(b);
 		s->blocks--;
@@ -264,10 +216,10 @@ void odpd_slab_free(struct odpd_slab *s, void *p)
 
 void *odpd_slab_next(const struct odpd_slab *s, const void *prev)
 {
-	const struct odpd_slab_block *b = prev ? block_of(prev) : s->all;
+	const struct odpd_slab_block *b = prev ? block_of(prev) : LIST_FIRST(&s->all);
 	unsigned i = prev ? index_of(s, b, prev) + 1 : 0;
 
-	for (; b; b = b->all_next, i = 0) {
+	for (; b; b = LIST_NEXT(b, alink), i = 0) {
 		while (i < b->carved) {
 			uint64_t w = b->in_use[i / 64] >> (i % 64);
 
@@ -286,10 +238,10 @@ void *odpd_slab_next(const struct odpd_slab *s, const void *prev)
 void odpd_slab_fini(struct odpd_slab *s)
 {
 	slab_check_empty(s);
-	while (s->partial) {
-		struct odpd_slab_block *b = s->partial;
+	while (!LIST_EMPTY(&s->partial)) {
+		struct odpd_slab_block *b = LIST_FIRST(&s->partial);
 
-		partial_del(s, b);
+		LIST_REMOVE(b, plink);
 		block_free(b);
 	}
 	block_free(s->spare);

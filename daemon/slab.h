@@ -17,6 +17,7 @@
  */
 
 #include <stddef.h>
+#include <sys/queue.h>
 
 /* Built with AddressSanitizer: objects come from calloc() (slab.c). */
 #if defined(__SANITIZE_ADDRESS__)
@@ -35,10 +36,10 @@ struct odpd_slab {
 	size_t size;                        /* bytes per object, rounded to 8 */
 	size_t header;                      /* bytes before a block's first object */
 	unsigned per_block;
-	struct odpd_slab_block *partial;    /* blocks with room, most recently used first */
-	struct odpd_slab_block *all;        /* blocks with objects in use */
+	LIST_HEAD(, odpd_slab_block) partial;   /* blocks with room, most recently used first */
+	LIST_HEAD(, odpd_slab_block) all;   /* blocks with objects in use */
 	struct odpd_slab_block *spare;      /* one empty block kept */
-	struct odpd_slab_obj *objs;         /* by malloc: every object in use */
+	LIST_HEAD(, odpd_slab_obj) objs;    /* by malloc: every object in use */
 	unsigned blocks;                    /* held, the spare included */
 	size_t objects;                     /* in use */
 };
