@@ -451,7 +451,8 @@ int odpd_flush_relaxed(struct odpd_conn *conn);
  * @ret_crc32 NULL), ENOENT (@mr not registered), EIO (a work completion
  * failed - odpd_errmsg() names its status - or polling the CQ failed),
  * ETIMEDOUT (no completion within 10 s), ENETDOWN (port 1 not active, or
- * no usable GID), ENOMEM, the errors of the verbs that set the QP pair up
+ * no usable GID), EBUSY (65,535 verifies through the MR already in flight,
+ * from all its holders), ENOMEM, the errors of the verbs that set the QP pair up
  * (ibv_create_cq/_qp, ibv_modify_qp, ibv_reg_mr of the bounce buffer) and
  * of ibv_post_send, ENOTCONN.
  */
