@@ -8,17 +8,21 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -746,6 +750,239 @@ static void test_relaxed_window_expires(void **state)
 	odpd_detach(seg);
 	odpd_disconnect(c);
 	daemon_stop(&d);
+	unlink(path);
+}
+
+/* ---------------------------------------------------------------- revoked under a verify */
+
+#define REVOKE_MR_BYTES (128 * MIB)
+
+/* The kernel holds @mrs MRs of the daemon @pid. */
+struct kernel_want {
+	pid_t pid;
+	int mrs;
+};
+
+static bool kernel_holds(void *arg)
+{
+	const struct kernel_want *w = arg;
+
+	return kernel_mr_count(w->pid) == w->mrs;
+}
+
+/* Has the daemon revoked a reference of this hit table (its header word)? */
+static bool hit_revoked(void *arg)
+{
+	const _Atomic uint64_t *gen = arg;
+
+	return atomic_load(&gen[0]) != 0;
+}
+
+static double secs_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* The reply on @conn to a verify of REVOKE_MR_BYTES: seconds of work under
+ * TCG (3 s here, 4 with the sanitizers), so wait longer than raw_recv. If odpd
+ * hung up instead, it died under the verify: say how, from its exit status. */
+static Odpd__Reply *recv_verify_reply(struct test_daemon *d, int conn)
+{
+	struct pollfd p = { .fd = conn, .events = POLLIN };
+	pid_t w = 0;
+	char b;
+	int st = 0;
+
+	for (int i = 0; i < 300 && poll(&p, 1, 1000) == 0; i++)
+		;
+	if (!(p.revents & (POLLIN | POLLHUP)))
+		fail_msg("no reply to the verify within 300 s");
+	if (recv(conn, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 0)
+		return raw_recv(conn);
+	for (int i = 0; i < 600 && (w = waitpid(d->pid, &st, WNOHANG)) == 0; i++)
+		usleep(50000);
+	if (w != d->pid) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, &st, 0);
+		d->pid = 0;
+		fail_msg("odpd hung up on the verifying client but ran on (killed)");
+	}
+	d->pid = 0;
+	fail_msg("odpd died during the verify: %s %d", WIFSIGNALED(st) ? "signal" : "exit status",
+		 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	return NULL;
+}
+
+/*
+ * Regression (use-after-free, commit 7bf6df2): the hit timer revokes a
+ * reference while the client's Verify reads through its MR on a worker, and
+ * the revocation drops the MR's last reference. The MR must stay registered
+ * until the verify is done: the verify reads every byte right, odpd serves on,
+ * and the MR is deregistered afterwards. Before the fix, the MR went
+ * through the relaxed queue (a window of 1 ms here) into a deregistration
+ * batch on the other worker, which deregistered and freed it under the
+ * verify; verify_done then read the freed MR: AddressSanitizer reports a
+ * heap-use-after-free, and without it odpd dies of SIGSEGV (mr_strip had
+ * cleared the freed MR's domain), which the hung-up connection shows here.
+ *
+ * Deterministic: the verify is known to be on its worker (its domain's
+ * bounce buffer appeared in the kernel) before the client writes "unused"
+ * into its use word, and the revocation is seen (the generation table's
+ * header) while no reply has come yet; a verify that ended first fails the
+ * test as not having tested anything.
+ */
+static void test_revoked_during_verify(void **state)
+{
+	const uint64_t len = REVOKE_MR_BYTES;
+	char path[128];
+	struct test_daemon d = { 0 };
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
+	Odpd__RegMr rm = ODPD__REG_MR__INIT;
+	Odpd__Verify v = ODPD__VERIFY__INIT;
+	Odpd__StatusReply *sr;
+	Odpd__Reply *r;
+	struct pollfd pending;
+	struct timespec t0;
+	_Atomic uint64_t *use;
+	const _Atomic uint64_t *gen;
+	int admin, conn, use_fd, gen_fd = -1, seg_fd;
+	uint64_t base, handle;
+	uint32_t slot, crc;
+	struct kernel_want kw;
+	double revoked_at, replied_at;
+	bool overlapped;
+	uint8_t *p;
+
+	(void)state;
+	daemon_start_conf(&d, path, sizeof(path), "revoke", "[limits]\nrelaxed-window-ms = 1\n",
+			  NULL, NULL);
+	admin = raw_connect_hello(d.sock);
+	conn = raw_connect_hello(d.sock);
+	/* the hit table: the client's use words, the daemon's generations */
+	use_fd = sealed_memfd(4096);
+	o.has_slots = 1;
+	o.slots = 64;
+	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
+	req.open_hit_table = &o;
+	r = raw_call_fd(conn, 2, &req, &use_fd, 1, &gen_fd);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_true(gen_fd >= 0);
+	use = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, use_fd, 0);
+	gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, gen_fd, 0);
+	assert_true(use != MAP_FAILED && gen != MAP_FAILED);
+
+	/* one large pinned MR over known bytes */
+	seg_fd = sealed_memfd(len);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, seg_fd, 0);
+	assert_true(p != MAP_FAILED);
+	fill(p, len, 11);
+	crc = crc_of(p, len);
+	base = raw_attach(conn, 3, seg_fd);
+	rm.has_addr = rm.has_length = rm.has_access = 1;
+	rm.addr = base;
+	rm.length = len;
+	rm.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &rm;
+	r = raw_call(conn, 4, &req, NULL, 0);
+	if (r->status != 0)
+		fail_msg("RegMr: %s: %s", strerror(r->status), r->message ? r->message : "");
+	assert_true(r->mr->has_slot && r->mr->slot > 0);
+	handle = r->mr->handle;
+	slot = r->mr->slot;
+	odpd__reply__free_unpacked(r, NULL);
+	kw = (struct kernel_want){ d.pid, kernel_mr_count(d.pid) + 1 };
+	assert_int_equal(kw.mrs, 2);                   /* the MR, then its verify's bounce buffer */
+
+	/* the verify, on a worker once its domain's bounce buffer is registered */
+	v.has_handle = v.has_addr = v.has_length = 1;
+	v.handle = handle;
+	v.addr = base;
+	v.length = len;
+	req.body_case = ODPD__REQUEST__BODY_VERIFY;
+	req.verify = &v;
+	req.has_id = 1;
+	req.id = 5;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	raw_send(conn, &req, NULL, 0);
+	if (!wait_until(kernel_holds, &kw))
+		fail_msg("the verify's bounce buffer never appeared: odpd holds %d MRs (want %d)",
+			 kernel_mr_count(d.pid), kw.mrs);
+
+	/* "unused": a word that is not the ticket. The timer's first look sees
+	 * it move, its second sees it stay and revokes the reference, our only one. */
+	atomic_store(&use[slot], 1);
+	if (!wait_until(hit_revoked, (void *)gen))
+		fail_msg("the hit timer did not revoke the unused reference");
+	revoked_at = secs_since(&t0);
+	pending = (struct pollfd){ .fd = conn, .events = POLLIN };
+	overlapped = poll(&pending, 1, 0) == 0;
+	assert_int_equal(atomic_load(&gen[slot]), 0);
+
+	r = recv_verify_reply(&d, conn);
+	replied_at = secs_since(&t0);
+	fprintf(stderr, "revoked_during_verify: %llu MiB, revoked at %.3f s, replied at %.3f s\n",
+		(unsigned long long)(len / MIB), revoked_at, replied_at);
+	assert_int_equal(r->id, 5);
+	if (r->status != 0)
+		fail_msg("verify through the revoked reference: %s: %s (its MR was deregistered under it?)",
+			 strerror(r->status), r->message ? r->message : "");
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_VERIFY);
+	assert_int_equal(r->verify->length, len);
+	assert_int_equal(r->verify->crc32, crc);
+	odpd__reply__free_unpacked(r, NULL);
+	if (!overlapped)
+		fail_msg("the verify ended (%.3f s) before the revocation (%.3f s): the race was not "
+			 "tested; make REVOKE_MR_BYTES larger", replied_at, revoked_at);
+
+	/* then the MR goes: the kernel keeps only the bounce buffer */
+	kw.mrs = 1;
+	if (!wait_until(kernel_holds, &kw))
+		fail_msg("after the verify odpd holds %d MRs in the kernel (want 1: the bounce buffer)",
+			 kernel_mr_count(d.pid));
+	sr = status_get(admin, &r);
+	assert_int_equal(sr->mrs, 0);
+	assert_non_null(sr->cache);
+	assert_int_equal(sr->cache->revoked, 1);          /* by the hit timer, not a release */
+	odpd__reply__free_unpacked(r, NULL);
+
+	/* odpd serves on: another client's registration reads right */
+	{
+		struct odpd_conn *c = odpd_connect(d.sock, NULL);
+		struct odpd_segment *seg;
+		struct odpd_mr *mr;
+		uint8_t *q;
+
+		assert_non_null(c);
+		seg = odpd_alloc(c, MIB, 0);
+		assert_non_null(seg);
+		q = odpd_segment_addr(seg);
+		fill(q, MIB, 12);
+		mr = reg_or_fail(c, q, MIB, IBV_ACCESS_LOCAL_WRITE);
+		assert_int_equal(verify_or_fail(mr), crc_of(q, MIB));
+		assert_int_equal(odpd_dereg(mr), 0);
+		odpd_detach(seg);
+		odpd_disconnect(c);
+	}
+
+	munmap(p, len);
+	munmap(use, 4096);
+	munmap((void *)gen, 4096);
+	close(seg_fd);
+	close(use_fd);
+	close(gen_fd);
+	close(conn);
+	wait_idle(admin);
+	kw.mrs = 0;
+	if (!wait_until(kernel_holds, &kw))
+		fail_msg("odpd idle, but the kernel holds %d MRs of it", kernel_mr_count(d.pid));
+	close(admin);
+	daemon_stop(&d);                   /* exit status 0: no sanitizer report */
 	unlink(path);
 }
 
@@ -1711,6 +1948,7 @@ int main(void)
 		cmocka_unit_test_setup(test_flush_returns_after_unpin, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_queue_limits, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_window_expires, harness_test_setup),
+		cmocka_unit_test_setup(test_revoked_during_verify, harness_test_setup),
 		cmocka_unit_test_setup(test_ctime_change_alone_keeps_hits, harness_test_setup),
 		cmocka_unit_test_setup(test_ctime_change_alone_keeps_local_hits, harness_test_setup),
 		cmocka_unit_test_setup(test_punched_hole_replaces_pinned_mr, harness_test_setup),
