@@ -36,6 +36,14 @@ struct odpd_batch {
 	bool flush;                         /* a flush, not a plain deregistration */
 };
 
+/* An MR a verify reads through when it was invalidated or its device went
+ * away (dead_stage 1): verify_done batches it under the number reserved here. */
+struct odpd_deferred {
+	struct odpd_deferred *next;
+	struct odpd_mr *mr;
+	uint64_t seq;                       /* 0: none reserved (no memory for this) */
+};
+
 /* Someone waiting for batches: a flush barrier (every batch up to seq) or a
  * deregistration (that one batch). */
 struct odpd_waiter {
@@ -357,6 +365,41 @@ static void relaxed_remove(struct odpd_registry *r, struct odpd_mr *mr)
 	r->relaxed_bytes -= odpd_mr_length(mr);
 }
 
+/*
+ * @mr (invalidated or dead) has verifies reading through it: it is batched
+ * when the last one ends (verify_done), under a batch number reserved now,
+ * so that a flush from now on waits for it as for the batches in flight.
+ */
+static void mr_defer(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	struct odpd_deferred *d = malloc(sizeof(*d));
+
+	mr->dead_stage = 1;
+	if (!d) {
+		log_error("out of memory: a flush may not wait for MR %" PRIu64, mr->node.seq);
+		return;
+	}
+	d->mr = mr;
+	d->seq = ++r->batch_seq;
+	d->next = r->deferred;
+	r->deferred = d;
+}
+
+/* Take @mr's deferral off the list: its reserved batch number, or 0. */
+static uint64_t mr_undefer(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	for (struct odpd_deferred **pd = &r->deferred; *pd; pd = &(*pd)->next)
+		if ((*pd)->mr == mr) {
+			struct odpd_deferred *d = *pd;
+			uint64_t seq = d->seq;
+
+			*pd = d->next;
+			free(d);
+			return seq;
+		}
+	return 0;
+}
+
 /* Invalidate: out of the cache and the queue, a new generation, into @list. */
 static void mr_invalidate(struct odpd_registry *r, struct odpd_mr *mr, struct odpd_mr **list)
 {
@@ -368,7 +411,7 @@ static void mr_invalidate(struct odpd_registry *r, struct odpd_mr *mr, struct od
 	/* A verify reads through it on a worker (its reference was revoked
 	 * or released meanwhile): deregistered, and freed, once that is done. */
 	if (mr->busy) {
-		mr->dead_stage = 1;
+		mr_defer(r, mr);
 		return;
 	}
 	mr->batch_next = *list;
@@ -959,6 +1002,9 @@ static bool waiter_ready(const struct odpd_registry *r, const struct odpd_waiter
 	LIST_FOREACH(b, &r->batches, link)
 		if (w->only ? b->seq == w->seq : b->seq <= w->seq)
 			return false;
+	for (const struct odpd_deferred *d = r->deferred; d && !w->only; d = d->next)
+		if (d->seq <= w->seq)
+			return false;
 	return true;
 }
 
@@ -1031,7 +1077,8 @@ static void waiter_fire_later(struct odpd_registry *r, struct odpd_waiter *w)
 
 /* Deregister @list (by batch_next) on a worker. @w (optional, its callback
  * set) waits for it. */
-static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w)
+static void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w,
+			    uint64_t seq)
 {
 	struct odpd_batch *b = calloc(1, sizeof(*b));
 
@@ -1049,7 +1096,7 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 		return;
 	}
 	b->r = r;
-	b->seq = ++r->batch_seq;
+	b->seq = seq ? seq : ++r->batch_seq;
 	b->mrs = list;
 	b->flush = flush;
 	for (struct odpd_mr *mr = list; mr; mr = mr->batch_next) {
@@ -1067,6 +1114,11 @@ static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flus
 	LIST_INSERT_HEAD(&r->batches, b, link);
 	r->pending++;
 	odpd_pool_submit(r->pool, &b->job);
+}
+
+static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w)
+{
+	start_batch_seq(r, list, flush, w, 0);
 }
 
 /* ---------------------------------------------------------------- hit tables */
@@ -2417,7 +2469,7 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 	}
 	collect_relaxed(r, match_sel, sel, &list);
 	relaxed_arm(r);
-	if (!list && LIST_EMPTY(&r->batches))
+	if (!list && LIST_EMPTY(&r->batches) && !r->deferred)
 		return 0;
 	if (list)
 		start_batch(r, list, true, NULL);
@@ -2473,7 +2525,6 @@ static void verify_run(struct odpd_job *job)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static void mr_kill_now(struct odpd_registry *r, struct odpd_mr *mr);
 
 static void verify_done(struct odpd_job *job)
 {
@@ -2491,12 +2542,11 @@ static void verify_done(struct odpd_job *job)
 	d->jobs--;
 	if (op->anon)
 		mr->refs--;
-	if (--mr->busy == 0 && mr->state == ODPD_MR_DEAD && mr->dead_stage == 1) {
-		mr_kill_now(op->r, mr);
-	} else if (mr->busy == 0 && mr->state == ODPD_MR_INVALIDATING && mr->dead_stage == 1) {
-		mr->dead_stage = 0;              /* mr_invalidate left it to us */
+	if (--mr->busy == 0 && mr->dead_stage == 1) {
+		/* invalidated or dead meanwhile: left to us (mr_defer) */
+		mr->dead_stage = mr->state == ODPD_MR_DEAD ? 2 : 0;
 		mr->batch_next = NULL;
-		start_batch(op->r, mr, false, NULL);
+		start_batch_seq(op->r, mr, false, NULL, mr_undefer(op->r, mr));
 	} else if (op->anon && mr->refs == 0) {
 		/* its holders let go meanwhile: ours was the last reference */
 		if (mr->state == ODPD_MR_DEAD) {
@@ -2829,14 +2879,6 @@ int odpd_registry_export_pd(struct odpd_registry *r, struct odpd_holder *h, stru
 
 /* ---------------------------------------------------------------- device removal */
 
-/* A dead MR no job uses any more: deregister it on a worker. */
-static void mr_kill_now(struct odpd_registry *r, struct odpd_mr *mr)
-{
-	mr->dead_stage = 2;
-	mr->batch_next = NULL;
-	start_batch(r, mr, false, NULL);
-}
-
 static bool cctx_on(struct odpd_client_ctx *c, const struct odpd_device *dev)
 {
 	bool on;
@@ -2897,7 +2939,7 @@ void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *d
 			mr_hits_invalidate(mr);
 			killed++;
 			if (mr->busy) {
-				mr->dead_stage = 1;      /* verify_done deregisters it */
+				mr_defer(r, mr);         /* verify_done deregisters it */
 				continue;
 			}
 			mr->dead_stage = 2;
@@ -2991,6 +3033,8 @@ void odpd_registry_finish(struct odpd_registry *r)
 	if (r->pagemap_fd >= 0)
 		close(r->pagemap_fd);
 	r->pagemap_fd = -1;
+	while (r->deferred)                   /* (none: the pool drained, every verify ended) */
+		mr_undefer(r, r->deferred->mr);
 	odpd_slab_fini(&r->mr_slab);
 	odpd_slab_fini(&r->ref_slab);
 }

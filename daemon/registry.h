@@ -133,7 +133,8 @@ struct odpd_mr {
 	unsigned state : 3;                 /* enum odpd_mr_state */
 	/* DEAD: 1 waits for busy jobs, 2 in a batch, 3 deregistered and
 	 * released (charges, pins, its domain); freed with its last reference.
-	 * INVALIDATING: 1 waits for busy jobs (verify_done batches it), else 0. */
+	 * INVALIDATING: 1 waits for busy jobs (verify_done batches it under
+	 * the batch number registry->deferred reserved), else 0. */
 	unsigned dead_stage : 2;
 	unsigned in_map : 1;                /* in map->mrs */
 	unsigned cached : 1;                /* a lookup may serve it (not stale, no-cache, client PD) */
@@ -201,6 +202,7 @@ struct odpd_odp_stats {
 };
 
 struct odpd_batch;
+struct odpd_deferred;
 struct odpd_waiter;
 
 struct odpd_registry {
@@ -226,6 +228,9 @@ struct odpd_registry {
 	LIST_HEAD(, odpd_shared_pd) shared;
 	unsigned n_shared;
 	LIST_HEAD(, odpd_batch) batches;    /* in flight */
+	/* MRs out of the cache that a verify still reads through, each with the
+	 * batch number reserved for it: a flush waits for them too. */
+	struct odpd_deferred *deferred;
 	LIST_HEAD(, odpd_waiter) waiters;
 	uint64_t next_mr_id, generation, batch_seq;
 	struct odpd_slab mr_slab, ref_slab; /* struct odpd_mr and struct odpd_ref */

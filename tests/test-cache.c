@@ -833,8 +833,16 @@ static Odpd__Reply *recv_verify_reply(struct test_daemon *d, int conn)
  * into its use word, and the revocation is seen (the generation table's
  * header) while no reply has come yet; a verify that ended first fails the
  * test as not having tested anything.
+ *
+ * With @flush, the relaxed window is 300 ms (the revoked MR waits on the
+ * relaxed queue, still read through) and an admin flushes everything as
+ * soon as the revocation shows: a flush returns once what it invalidated is
+ * deregistered, and that MR can only go after the verify, so the flush's
+ * reply must come after the verify's (already queued on the client's
+ * socket) with the MR gone from the kernel. (odpd used to leave such an MR
+ * out of the flush's batch and answer the flush at once.)
  */
-static void test_revoked_during_verify(void **state)
+static void revoked_during_verify(bool flush)
 {
 	const uint64_t len = REVOKE_MR_BYTES;
 	char path[128];
@@ -850,15 +858,15 @@ static void test_revoked_during_verify(void **state)
 	_Atomic uint64_t *use;
 	const _Atomic uint64_t *gen;
 	int admin, conn, use_fd, gen_fd = -1, seg_fd;
-	uint64_t base, handle;
+	uint64_t base, handle, ticket;
 	uint32_t slot, crc;
 	struct kernel_want kw;
 	double revoked_at, replied_at;
 	bool overlapped;
 	uint8_t *p;
 
-	(void)state;
-	daemon_start_conf(&d, path, sizeof(path), "revoke", "[limits]\nrelaxed-window-ms = 1\n",
+	daemon_start_conf(&d, path, sizeof(path), "revoke",
+			  flush ? "[limits]\nrelaxed-window-ms = 300\n" : "[limits]\nrelaxed-window-ms = 1\n",
 			  NULL, NULL);
 	admin = raw_connect_hello(d.sock);
 	conn = raw_connect_hello(d.sock);
@@ -892,9 +900,10 @@ static void test_revoked_during_verify(void **state)
 	r = raw_call(conn, 4, &req, NULL, 0);
 	if (r->status != 0)
 		fail_msg("RegMr: %s: %s", strerror(r->status), r->message ? r->message : "");
-	assert_true(r->mr->has_slot && r->mr->slot > 0);
+	assert_true(r->mr->has_slot && r->mr->slot > 0 && r->mr->has_ticket);
 	handle = r->mr->handle;
 	slot = r->mr->slot;
+	ticket = r->mr->ticket;
 	odpd__reply__free_unpacked(r, NULL);
 	kw = (struct kernel_want){ d.pid, kernel_mr_count(d.pid) + 1 };
 	assert_int_equal(kw.mrs, 2);                   /* the MR, then its verify's bounce buffer */
@@ -916,18 +925,39 @@ static void test_revoked_during_verify(void **state)
 
 	/* "unused": a word that is not the ticket. The timer's first look sees
 	 * it move, its second sees it stay and revokes the reference, our only one. */
-	atomic_store(&use[slot], 1);
+	atomic_store(&use[slot], ticket + 1);
 	if (!wait_until(hit_revoked, (void *)gen))
 		fail_msg("the hit timer did not revoke the unused reference");
 	revoked_at = secs_since(&t0);
 	pending = (struct pollfd){ .fd = conn, .events = POLLIN };
 	overlapped = poll(&pending, 1, 0) == 0;
 	assert_int_equal(atomic_load(&gen[slot]), 0);
+	if (flush && overlapped) {
+		Odpd__Flush fl = ODPD__FLUSH__INIT;
+		Odpd__Request freq = ODPD__REQUEST__INIT;
+		double flushed_at;
+
+		fl.has_all = fl.all = 1;
+		freq.body_case = ODPD__REQUEST__BODY_FLUSH;
+		freq.flush = &fl;
+		r = raw_call(admin, 90, &freq, NULL, 0);
+		flushed_at = secs_since(&t0);
+		if (r->status != 0)
+			fail_msg("Flush: %s: %s", strerror(r->status), r->message ? r->message : "");
+		odpd__reply__free_unpacked(r, NULL);
+		pending = (struct pollfd){ .fd = conn, .events = POLLIN };
+		if (poll(&pending, 1, 0) != 1)
+			fail_msg("the flush returned (%.3f s) before the verify replied: the MR it "
+				 "invalidated was still registered", flushed_at);
+		if (kernel_mr_count(d.pid) != 1)
+			fail_msg("the flush returned with %d MRs of odpd in the kernel (want 1: the "
+				 "bounce buffer)", kernel_mr_count(d.pid));
+	}
 
 	r = recv_verify_reply(&d, conn);
 	replied_at = secs_since(&t0);
-	fprintf(stderr, "revoked_during_verify: %llu MiB, revoked at %.3f s, replied at %.3f s\n",
-		(unsigned long long)(len / MIB), revoked_at, replied_at);
+	fprintf(stderr, "revoked_during_verify%s: %llu MiB, revoked at %.3f s, replied at %.3f s\n",
+		flush ? " (flushed)" : "", (unsigned long long)(len / MIB), revoked_at, replied_at);
 	assert_int_equal(r->id, 5);
 	if (r->status != 0)
 		fail_msg("verify through the revoked reference: %s: %s (its MR was deregistered under it?)",
@@ -984,6 +1014,18 @@ static void test_revoked_during_verify(void **state)
 	close(admin);
 	daemon_stop(&d);                   /* exit status 0: no sanitizer report */
 	unlink(path);
+}
+
+static void test_revoked_during_verify(void **state)
+{
+	(void)state;
+	revoked_during_verify(false);
+}
+
+static void test_flush_waits_for_verify(void **state)
+{
+	(void)state;
+	revoked_during_verify(true);
 }
 
 /* ---------------------------------------------------------------- punched holes */
@@ -1949,6 +1991,7 @@ int main(void)
 		cmocka_unit_test_setup(test_relaxed_queue_limits, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_window_expires, harness_test_setup),
 		cmocka_unit_test_setup(test_revoked_during_verify, harness_test_setup),
+		cmocka_unit_test_setup(test_flush_waits_for_verify, harness_test_setup),
 		cmocka_unit_test_setup(test_ctime_change_alone_keeps_hits, harness_test_setup),
 		cmocka_unit_test_setup(test_ctime_change_alone_keeps_local_hits, harness_test_setup),
 		cmocka_unit_test_setup(test_punched_hole_replaces_pinned_mr, harness_test_setup),
