@@ -896,9 +896,9 @@ static bool witness_present(struct odpd_registry *r, const struct odpd_mr *mr)
 
 /* ---------------------------------------------------------------- batches */
 
-/* Client-PD mode: unimport the MR's PD and drop its client context (the last
- * reference closes our copy of the client's fd). */
-/* Client-PD mode: an MR's import (NULL: none) undone and freed. */
+/* Client-PD mode: an MR's import (NULL: none) undone and freed: its PD
+ * unimported, its client context dropped (the last reference closes our copy
+ * of the client's fd). */
 static void import_drop(struct odpd_import **pimp)
 {
 	struct odpd_import *imp = *pimp;
@@ -967,7 +967,7 @@ static void mr_strip(struct odpd_registry *r, struct odpd_mr *mr)
 	mr->stripped = true;
 	mr->cached = false;
 	while (odpd_mr_first_charge(mr))
-		charge_drop(r, mr, (struct odpd_charge *)odpd_mr_first_charge(mr));
+		charge_drop(r, mr, odpd_mr_first_charge(mr));
 	global_uncharge(r, mr);
 	map_remove(mr);
 	if (mr->implicit) {
@@ -2173,8 +2173,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 		if (evict)                     /* (never @mr: not charged to this account) */
 			return evict_then_retry(op, evict, err);
 		if (mr->state == ODPD_MR_RELAXED)
-			relaxed_charge = (struct odpd_charge *)odpd_mr_first_charge(mr);  /* the last
-											     * holder's, refs 0 */
+			relaxed_charge = odpd_mr_first_charge(mr);  /* the last holder's, refs 0 */
 		rc = charge_add(r, mr, h->acct, &c);
 		if (rc < 0)
 			return err_set(err, ENOMEM, "out of memory");

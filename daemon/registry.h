@@ -435,10 +435,11 @@ static inline uint64_t odpd_mr_relaxed_ns(const struct odpd_mr *mr, uint64_t now
 	return (now_ms - (uint64_t)(int64_t)ago) * 1000000;
 }
 
-/* The first of @mr's charges (its account pays for a relaxed MR), or NULL. */
-static inline const struct odpd_charge *odpd_mr_first_charge(const struct odpd_mr *mr)
+/* The first of @mr's charges (its account pays for a relaxed MR), or NULL
+ * (as strchr(), const in, not out: the registry changes what it finds). */
+static inline struct odpd_charge *odpd_mr_first_charge(const struct odpd_mr *mr)
 {
-	return mr->charge0.acct ? &mr->charge0 : mr->charge0.next;
+	return mr->charge0.acct ? (struct odpd_charge *)&mr->charge0 : mr->charge0.next;
 }
 
 /* Bytes @mr registers (page rounded). */
