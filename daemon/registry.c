@@ -1002,11 +1002,13 @@ static bool waiter_ready(const struct odpd_registry *r, const struct odpd_waiter
 	LIST_FOREACH(b, &r->batches, link)
 		if (w->only ? b->seq == w->seq : b->seq <= w->seq)
 			return false;
-	for (const struct odpd_deferred *d = r->deferred; d && !w->only; d = d->next)
-		if (d->seq <= w->seq)
+	for (const struct odpd_deferred *d = r->deferred; d; d = d->next)
+		if (w->only ? d->seq == w->seq : d->seq <= w->seq)
 			return false;
 	return true;
 }
+
+static void waiters_check(struct odpd_registry *r, bool later);
 
 /* An MR a batch deregistered: freed, or, dead and still held by clients,
  * released (charges, pins, its PD) and freed with its last reference. */
@@ -1024,7 +1026,7 @@ static void batch_done(struct odpd_job *job)
 {
 	struct odpd_batch *b = (struct odpd_batch *)job;
 	struct odpd_registry *r = b->r;
-	struct odpd_waiter *w, *wn;
+	struct odpd_waiter *w;
 
 	LIST_REMOVE(b, link);
 	r->pending--;
@@ -1038,19 +1040,13 @@ static void batch_done(struct odpd_job *job)
 		r->stats.flushes++;
 		r->stats.invalidated += b->n;
 	}
-	for (w = LIST_FIRST(&r->waiters); w; w = wn) {
-		wn = LIST_NEXT(w, link);
+	LIST_FOREACH(w, &r->waiters, link)
 		if (w->own == b->seq) {
 			w->mrs += b->n;
 			w->bytes += b->bytes;
 		}
-		if (waiter_ready(r, w)) {
-			LIST_REMOVE(w, link);
-			w->cb(w->arg, w->mrs, w->bytes);
-			free(w);
-		}
-	}
 	free(b);
+	waiters_check(r, false);
 }
 
 static void on_waiter_later(evutil_socket_t fd, short what, void *arg)
@@ -1075,6 +1071,26 @@ static void waiter_fire_later(struct odpd_registry *r, struct odpd_waiter *w)
 	}
 }
 
+/* Answer the waiters nothing is left for: now, or (@later) on the loop's
+ * next turn, for a call in progress whose client is not yet waiting. */
+static void waiters_check(struct odpd_registry *r, bool later)
+{
+	struct odpd_waiter *w, *wn;
+
+	for (w = LIST_FIRST(&r->waiters); w; w = wn) {
+		wn = LIST_NEXT(w, link);
+		if (!waiter_ready(r, w))
+			continue;
+		LIST_REMOVE(w, link);
+		if (later) {
+			waiter_fire_later(r, w);
+		} else {
+			w->cb(w->arg, w->mrs, w->bytes);
+			free(w);
+		}
+	}
+}
+
 /* Deregister @list (by batch_next) on a worker. @w (optional, its callback
  * set) waits for it. */
 static void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w,
@@ -1093,6 +1109,7 @@ static void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool 
 		}
 		if (w)
 			waiter_fire_later(r, w);
+		waiters_check(r, true);            /* no batch for what they waited for (seq) */
 		return;
 	}
 	b->r = r;
@@ -1429,18 +1446,31 @@ static void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed
 int odpd_registry_release(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed,
 			  odpd_done_cb cb, void *arg)
 {
-	struct odpd_mr *list = NULL;
+	struct odpd_mr *mr = ref->mr, *list = NULL;
+	/* the last reference of an MR a verify reads through: deferred (mr_defer) */
+	bool deferred = !relaxed && mr->refs == 1 && mr->busy && mr->state == ODPD_MR_LIVE;
 	struct odpd_waiter *w;
+	uint64_t seq = 0;
 
 	ref_drop(r, ref, relaxed, &list);
-	if (!list)
+	if (deferred)
+		for (const struct odpd_deferred *d = r->deferred; d && !seq; d = d->next)
+			seq = d->mr == mr ? d->seq : 0;
+	if (!list && !seq)
 		return 0;
 	w = calloc(1, sizeof(*w));
 	if (w) {
 		w->cb = cb;
 		w->arg = arg;
 	}
-	start_batch(r, list, false, w);
+	if (list) {
+		start_batch(r, list, false, w);
+	} else if (w) {
+		/* its batch gets the number reserved for it (verify_done) */
+		w->seq = w->own = seq;
+		w->only = true;
+		LIST_INSERT_HEAD(&r->waiters, w, link);
+	}
 	return w ? 1 : 0;
 }
 
@@ -1892,7 +1922,9 @@ static int quota_check(struct odpd_registry *r, struct odpd_holder *h, struct od
 	a->limit = h->limit.max_pinned;
 	snprintf(a->rule, sizeof(a->rule), "%s", h->limit.rule);
 	if (want && (want > h->limit.max_pinned || a->pinned > h->limit.max_pinned - want)) {
-		if (may_evict && collect_relaxed(r, match_account, a, evict))
+		/* (relaxed MRs a verify still reads are deregistered after it:
+		 * they make no room yet) */
+		if (may_evict && collect_relaxed(r, match_account, a, evict) && *evict)
 			return 0;
 		return err_set(err, EDQUOT, "pinning %" PRIu64 " more bytes would pass uid %u's limit of %"
 			       PRIu64 " bytes (%s; %" PRIu64 " pinned): raise it with a rule in odpd.conf",
@@ -1902,7 +1934,7 @@ static int quota_check(struct odpd_registry *r, struct odpd_holder *h, struct od
 		return 0;
 	if ((gwant && (gwant > conf->max_pinned || r->pinned > conf->max_pinned - gwant)) ||
 	    r->n_mrs >= conf->max_mrs) {
-		if (may_evict && collect_relaxed(r, match_all, NULL, evict))
+		if (may_evict && collect_relaxed(r, match_all, NULL, evict) && *evict)
 			return 0;
 		if (r->n_mrs >= conf->max_mrs)
 			return err_set(err, ENOMEM, "odpd holds its limit of %" PRIu64 " MRs (max-mrs)",
@@ -2456,6 +2488,7 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 	struct odpd_mr *list = NULL;
 	struct odpd_waiter *w;
 	struct odpd_holder *h;
+	uint64_t seq0;
 
 	/* What client caches keep unused is released first (relaxed), then
 	 * flushed with the rest. */
@@ -2470,6 +2503,7 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 	relaxed_arm(r);
 	if (!list && LIST_EMPTY(&r->batches) && !r->deferred)
 		return 0;
+	seq0 = r->batch_seq;
 	if (list)
 		start_batch(r, list, true, NULL);
 	w = calloc(1, sizeof(*w));
@@ -2478,8 +2512,11 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 	w->cb = cb;
 	w->arg = arg;
 	w->seq = r->batch_seq;              /* a barrier: every batch up to the newest */
-	w->own = list ? r->batch_seq : 0;   /* it counts only what it selected */
+	/* it counts only what it selected (none when start_batch, out of
+	 * memory, deregistered it here) */
+	w->own = r->batch_seq != seq0 ? r->batch_seq : 0;
 	LIST_INSERT_HEAD(&r->waiters, w, link);
+	waiters_check(r, true);             /* nothing in flight after all */
 	return 1;
 }
 

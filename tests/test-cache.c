@@ -753,6 +753,82 @@ static void test_relaxed_window_expires(void **state)
 	unlink(path);
 }
 
+/* ---------------------------------------------------------------- the MR list's pages */
+
+/*
+ * The admin MR list (odpctl mrs) comes in pages of at most 200 MRs
+ * (MrsReply.more, ListMrs.after; odpd picks each page from all its MRs
+ * without a list of them by id): 450 MRs of one connection, every third
+ * deregistered again so that their ids have gaps, listed page by page come
+ * in ascending ids, each of ours exactly once, none of the deregistered,
+ * with `more` on every page but the last.
+ */
+static void test_mr_list_pages(void **state)
+{
+	enum { N = 450 };
+	struct odpd_conn *c = connect_or_fail();
+	struct odpd_segment *seg = odpd_alloc(c, N * 4096, 0);
+	struct odpd_mr *mr[N];
+	bool seen[N] = { false };
+	uint64_t after = 0, last = 0;
+	unsigned pages = 0, ours = 0;
+	bool more = true;
+	uint8_t *p;
+
+	(void)state;
+	assert_non_null(seg);
+	p = odpd_segment_addr(seg);
+	fill(p, N * 4096, 3);
+	for (unsigned i = 0; i < N; i++)
+		mr[i] = reg_or_fail(c, p + (size_t)i * 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+	for (unsigned i = 0; i < N; i += 3) {
+		assert_int_equal(odpd_dereg(mr[i]), 0);
+		mr[i] = NULL;
+	}
+	while (more) {
+		static uint64_t id = 7000;
+		Odpd__Request req = ODPD__REQUEST__INIT;
+		Odpd__ListMrs lm = ODPD__LIST_MRS__INIT;
+		Odpd__Reply *r;
+
+		lm.has_after = after != 0;
+		lm.after = after;
+		req.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+		req.list_mrs = &lm;
+		r = raw_ok(test_admin_fd, ++id, &req, NULL, 0);
+		assert_true(r->mrs->n_mrs <= 200);
+		more = r->mrs->has_more && r->mrs->more;
+		if (more)
+			assert_int_equal(r->mrs->n_mrs, 200);
+		for (size_t k = 0; k < r->mrs->n_mrs; k++) {
+			const Odpd__MrInfo *o = r->mrs->mrs[k];
+
+			if (o->id <= last)
+				fail_msg("page %u: MR id %llu after %llu", pages, (unsigned long long)o->id,
+					 (unsigned long long)last);
+			last = o->id;
+			for (unsigned i = 0; i < N; i++) {
+				if (!mr[i] || mr[i]->lkey != o->lkey)
+					continue;
+				assert_false(seen[i]);
+				seen[i] = true;
+				ours++;
+			}
+		}
+		after = last;
+		pages++;
+		odpd__reply__free_unpacked(r, NULL);
+		assert_true(pages <= 10);
+	}
+	assert_int_equal(ours, N - (N + 2) / 3);
+	assert_true(pages >= 2);
+	for (unsigned i = 0; i < N; i++)
+		if (mr[i])
+			assert_int_equal(odpd_dereg(mr[i]), 0);
+	odpd_detach(seg);
+	odpd_disconnect(c);
+}
+
 /* ---------------------------------------------------------------- revoked under a verify */
 
 #define REVOKE_MR_BYTES (128 * MIB)
@@ -841,9 +917,18 @@ static Odpd__Reply *recv_verify_reply(struct test_daemon *d, int conn)
  * reply must come after the verify's (already queued on the client's
  * socket) with the MR gone from the kernel. (odpd used to leave such an MR
  * out of the flush's batch and answer the flush at once.)
+ *
+ * With @release, a second connection holds the MR too (both joined one
+ * shared PD: its registration is a hit), so the revocation drops a
+ * reference but not the last one; then the second connection releases its
+ * own, the last, not relaxed: odpd answers a release once the MR is
+ * deregistered, again after the verify. (It used to answer at once.)
  */
-static void revoked_during_verify(bool flush)
+enum revoke_then { REVOKE_ONLY, REVOKE_FLUSH, REVOKE_RELEASE };
+
+static void revoked_during_verify(enum revoke_then then)
 {
+	const bool flush = then == REVOKE_FLUSH, release = then == REVOKE_RELEASE;
 	const uint64_t len = REVOKE_MR_BYTES;
 	char path[128];
 	struct test_daemon d = { 0 };
@@ -857,7 +942,8 @@ static void revoked_during_verify(bool flush)
 	struct timespec t0;
 	_Atomic uint64_t *use;
 	const _Atomic uint64_t *gen;
-	int admin, conn, use_fd, gen_fd = -1, seg_fd;
+	int admin, conn, other = -1, use_fd, gen_fd = -1, seg_fd;
+	struct raw_mr other_mr = { 0 };
 	uint64_t base, handle, ticket;
 	uint32_t slot, crc;
 	struct kernel_want kw;
@@ -866,10 +952,16 @@ static void revoked_during_verify(bool flush)
 	uint8_t *p;
 
 	daemon_start_conf(&d, path, sizeof(path), "revoke",
-			  flush ? "[limits]\nrelaxed-window-ms = 300\n" : "[limits]\nrelaxed-window-ms = 1\n",
+			  then != REVOKE_ONLY ? "[limits]\nrelaxed-window-ms = 300\n" :
+						"[limits]\nrelaxed-window-ms = 1\n",
 			  NULL, NULL);
 	admin = raw_connect_hello(d.sock);
 	conn = raw_connect_hello(d.sock);
+	if (release) {
+		other = raw_connect_hello(d.sock);
+		raw_join(conn, 90, "revoke");
+		raw_join(other, 90, "revoke");
+	}
 	/* the hit table: the client's use words, the daemon's generations */
 	use_fd = sealed_memfd(4096);
 	o.has_slots = 1;
@@ -905,6 +997,11 @@ static void revoked_during_verify(bool flush)
 	slot = r->mr->slot;
 	ticket = r->mr->ticket;
 	odpd__reply__free_unpacked(r, NULL);
+	if (release) {                                /* the same MR, a second holder */
+		other_mr = raw_reg(other, 91, raw_attach(other, 92, seg_fd), len,
+				   ODPD__ACCESS__ACCESS_LOCAL_WRITE);
+		assert_true(other_mr.hit);
+	}
 	kw = (struct kernel_want){ d.pid, kernel_mr_count(d.pid) + 1 };
 	assert_int_equal(kw.mrs, 2);                   /* the MR, then its verify's bounce buffer */
 
@@ -932,6 +1029,19 @@ static void revoked_during_verify(bool flush)
 	pending = (struct pollfd){ .fd = conn, .events = POLLIN };
 	overlapped = poll(&pending, 1, 0) == 0;
 	assert_int_equal(atomic_load(&gen[slot]), 0);
+	if (release && overlapped) {
+		double released_at;
+
+		raw_dereg(other, 93, other_mr.handle, false);  /* the last reference */
+		released_at = secs_since(&t0);
+		pending = (struct pollfd){ .fd = conn, .events = POLLIN };
+		if (poll(&pending, 1, 0) != 1)
+			fail_msg("the release returned (%.3f s) before the verify replied: the MR was "
+				 "still registered", released_at);
+		if (kernel_mr_count(d.pid) != 1)
+			fail_msg("the release returned with %d MRs of odpd in the kernel (want 1: the "
+				 "bounce buffer)", kernel_mr_count(d.pid));
+	}
 	if (flush && overlapped) {
 		Odpd__Flush fl = ODPD__FLUSH__INIT;
 		Odpd__Request freq = ODPD__REQUEST__INIT;
@@ -957,7 +1067,8 @@ static void revoked_during_verify(bool flush)
 	r = recv_verify_reply(&d, conn);
 	replied_at = secs_since(&t0);
 	fprintf(stderr, "revoked_during_verify%s: %llu MiB, revoked at %.3f s, replied at %.3f s\n",
-		flush ? " (flushed)" : "", (unsigned long long)(len / MIB), revoked_at, replied_at);
+		flush ? " (flushed)" : release ? " (released)" : "", (unsigned long long)(len / MIB),
+		revoked_at, replied_at);
 	assert_int_equal(r->id, 5);
 	if (r->status != 0)
 		fail_msg("verify through the revoked reference: %s: %s (its MR was deregistered under it?)",
@@ -1007,6 +1118,8 @@ static void revoked_during_verify(bool flush)
 	close(use_fd);
 	close(gen_fd);
 	close(conn);
+	if (other >= 0)
+		close(other);
 	wait_idle(admin);
 	kw.mrs = 0;
 	if (!wait_until(kernel_holds, &kw))
@@ -1019,13 +1132,19 @@ static void revoked_during_verify(bool flush)
 static void test_revoked_during_verify(void **state)
 {
 	(void)state;
-	revoked_during_verify(false);
+	revoked_during_verify(REVOKE_ONLY);
 }
 
 static void test_flush_waits_for_verify(void **state)
 {
 	(void)state;
-	revoked_during_verify(true);
+	revoked_during_verify(REVOKE_FLUSH);
+}
+
+static void test_release_waits_for_verify(void **state)
+{
+	(void)state;
+	revoked_during_verify(REVOKE_RELEASE);
 }
 
 /* ---------------------------------------------------------------- punched holes */
@@ -1990,8 +2109,10 @@ int main(void)
 		cmocka_unit_test_setup(test_flush_returns_after_unpin, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_queue_limits, harness_test_setup),
 		cmocka_unit_test_setup(test_relaxed_window_expires, harness_test_setup),
+		cmocka_unit_test_setup(test_mr_list_pages, harness_test_setup),
 		cmocka_unit_test_setup(test_revoked_during_verify, harness_test_setup),
 		cmocka_unit_test_setup(test_flush_waits_for_verify, harness_test_setup),
+		cmocka_unit_test_setup(test_release_waits_for_verify, harness_test_setup),
 		cmocka_unit_test_setup(test_ctime_change_alone_keeps_hits, harness_test_setup),
 		cmocka_unit_test_setup(test_ctime_change_alone_keeps_local_hits, harness_test_setup),
 		cmocka_unit_test_setup(test_punched_hole_replaces_pinned_mr, harness_test_setup),
