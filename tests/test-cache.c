@@ -161,6 +161,8 @@ struct raw_mr {
 	uint32_t lkey, rkey;
 	bool hit;
 	uint64_t generation;
+	uint32_t slot;                      /* in the connection's hit table, or 0 */
+	uint64_t ticket;
 };
 
 static struct raw_mr raw_reg(int fd, uint64_t id, uint64_t addr, uint64_t length, uint32_t access)
@@ -177,7 +179,8 @@ static struct raw_mr raw_reg(int fd, uint64_t id, uint64_t addr, uint64_t length
 	req.body_case = ODPD__REQUEST__BODY_REG_MR;
 	req.reg_mr = &rm;
 	r = raw_ok(fd, id, &req, NULL, 0);
-	m = (struct raw_mr){ r->mr->handle, r->mr->lkey, r->mr->rkey, r->mr->cache_hit, r->mr->generation };
+	m = (struct raw_mr){ r->mr->handle, r->mr->lkey, r->mr->rkey, r->mr->cache_hit, r->mr->generation,
+			     r->mr->has_slot ? r->mr->slot : 0, r->mr->has_ticket ? r->mr->ticket : 0 };
 	odpd__reply__free_unpacked(r, NULL);
 	return m;
 }
@@ -934,7 +937,6 @@ static void revoked_during_verify(enum revoke_then then)
 	struct test_daemon d = { 0 };
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
-	Odpd__RegMr rm = ODPD__REG_MR__INIT;
 	Odpd__Verify v = ODPD__VERIFY__INIT;
 	Odpd__StatusReply *sr;
 	Odpd__Reply *r;
@@ -983,20 +985,14 @@ static void revoked_during_verify(enum revoke_then then)
 	fill(p, len, 11);
 	crc = crc_of(p, len);
 	base = raw_attach(conn, 3, seg_fd);
-	rm.has_addr = rm.has_length = rm.has_access = 1;
-	rm.addr = base;
-	rm.length = len;
-	rm.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
-	req.body_case = ODPD__REQUEST__BODY_REG_MR;
-	req.reg_mr = &rm;
-	r = raw_call(conn, 4, &req, NULL, 0);
-	if (r->status != 0)
-		fail_msg("RegMr: %s: %s", strerror(r->status), r->message ? r->message : "");
-	assert_true(r->mr->has_slot && r->mr->slot > 0 && r->mr->has_ticket);
-	handle = r->mr->handle;
-	slot = r->mr->slot;
-	ticket = r->mr->ticket;
-	odpd__reply__free_unpacked(r, NULL);
+	{
+		struct raw_mr m = raw_reg(conn, 4, base, len, ODPD__ACCESS__ACCESS_LOCAL_WRITE);
+
+		assert_true(m.slot > 0 && m.ticket > 0);
+		handle = m.handle;
+		slot = m.slot;
+		ticket = m.ticket;
+	}
 	if (release) {                                /* the same MR, a second holder */
 		other_mr = raw_reg(other, 91, raw_attach(other, 92, seg_fd), len,
 				   ODPD__ACCESS__ACCESS_LOCAL_WRITE);
