@@ -322,12 +322,7 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/*
- * The page: of the selected MRs with an id above @after, the @k smallest
- * ids, ascending, into @page; returns how many (all of them when fewer).
- * One walk over every MR keeping a max-heap of the k smallest seen:
- * O(n log k), no index by id (an MR has no list link for one).
- */
+/* Restore the max-heap (by id) of @h[0..n) below @i. */
 static void heap_sift_down(const struct odpd_mr **h, unsigned n, unsigned i)
 {
 	for (;;) {
@@ -347,6 +342,12 @@ static void heap_sift_down(const struct odpd_mr **h, unsigned n, unsigned i)
 	}
 }
 
+/*
+ * The page: of the selected MRs with an id above @after, the @k smallest
+ * ids, ascending, into @page; returns how many (all of them when fewer).
+ * One walk over every MR keeping a max-heap of the k smallest seen:
+ * O(n log k), no index by id (an MR has no list link for one).
+ */
 static unsigned mrs_page(const struct odpd_registry *r, const Odpd__ListMrs *req, const struct odpd_mr **page,
 			 unsigned k)
 {

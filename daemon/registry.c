@@ -1092,12 +1092,19 @@ static void waiters_check(struct odpd_registry *r, bool later)
 }
 
 /* Deregister @list (by batch_next) on a worker. @w (optional, its callback
- * set) waits for it. */
+ * set) waits for it. An empty list (what was invalidated was all deferred
+ * to its verifies, mr_defer) is no batch. */
 static void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w,
 			    uint64_t seq)
 {
-	struct odpd_batch *b = calloc(1, sizeof(*b));
+	struct odpd_batch *b;
 
+	if (!list) {
+		if (w)
+			waiter_fire_later(r, w);
+		return;
+	}
+	b = calloc(1, sizeof(*b));
 	if (!b) {
 		/* No memory for the job: deregister here rather than leak a pin. */
 		struct odpd_batch tmp = { .r = r, .mrs = list };
