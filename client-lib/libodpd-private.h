@@ -344,6 +344,24 @@ void hit_before_request(struct odpd_conn *c, Odpd__Request *req);
 /* Unimport and forget every mirror MR of @c (odpd_disconnect). */
 void mirror_release_all(struct odpd_conn *c);
 
+struct ibv_pd;
+struct ibv_mr;
+/*
+ * Client-PD registration into @pd through the default connection: the
+ * daemon imports @pd's context, registers [@addr, @addr + @length) there
+ * (iova = @addr) with @access (IBV_ACCESS_*), and the MR is imported here.
+ * @addr must lie in a segment of the default connection. odpd_reg_msgs()
+ * and the preload (client-lib/preload) use it.
+ */
+int mirror_reg_pd(const char *what, struct ibv_pd *pd, void *addr, size_t length,
+		  unsigned access, struct ibv_mr **ret);
+/* Deregister a mirror MR in the daemon, then unimport it (odpd_dereg_mr). */
+int mirror_dereg(const char *what, struct ibv_mr *mr);
+/* Forget a mirror MR whose connection is gone, without the daemon (mirror.c). */
+int mirror_forget(struct ibv_mr *mr);
+/* ibv_rereg_mr for a mirror MR: @fresh takes @mr's place (mirror.c). */
+int mirror_swap(const char *what, struct ibv_mr *mr, struct ibv_mr *fresh);
+
 /* ---------------------------------------------------------------- import.c */
 
 /* Unimport the PD odpd_import_pd() returned and close its context. */

@@ -87,6 +87,15 @@ static int mirror_args(const char *what, const struct rdma_cm_id *id)
 	return 0;
 }
 
+static int mirror_pd_args(const char *what, const struct ibv_pd *pd)
+{
+	if (!pd || !pd->context || !pd->context->device)
+		return errmsg_set(-EINVAL, "%s: %s", what,
+				  !pd ? "pd is NULL" : !pd->context ? "pd->context is NULL" :
+				  "pd->context->device is NULL");
+	return 0;
+}
+
 /*
  * Can this process's provider for @ctx's device import (ibv_import_mr at the
  * end of a mirror registration needs it)? Asked once per device name, with
@@ -144,11 +153,11 @@ static int mirror_local_import(const char *what, struct ibv_context *ctx, const 
 	return 0;
 }
 
-/* The daemon must know @id's device and must be able to import on it. */
-static int mirror_device(struct odpd_conn *c, const char *what, const struct rdma_cm_id *id,
+/* The daemon must know @pd's device and must be able to import on it. */
+static int mirror_device(struct odpd_conn *c, const char *what, const struct ibv_pd *pd,
 			 const char **ret_name)
 {
-	const char *name = ibv_get_device_name(id->verbs->device);
+	const char *name = ibv_get_device_name(pd->context->device);
 	const struct odpd_device_attr *d = name ? conn_find_device(c, name) : NULL;
 	int r;
 
@@ -162,7 +171,7 @@ static int mirror_device(struct odpd_conn *c, const char *what, const struct rdm
 				  "(daemon PD) instead", what, name,
 				  d->import == ODPD_SUPPORT_NO && d->import_errno > 0 ?
 				  strerror(d->import_errno) : "not probed");
-	r = mirror_local_import(what, id->verbs, name);
+	r = mirror_local_import(what, pd->context, name);
 	if (r < 0)
 		return r;
 	*ret_name = name;
@@ -191,7 +200,7 @@ static int mirror_import(struct odpd_conn *c, const char *what, struct ibv_pd *p
 }
 
 /* With c->lock held: check, register, import. */
-static int mirror_reg_locked(struct odpd_conn *c, const char *what, struct rdma_cm_id *id,
+static int mirror_reg_locked(struct odpd_conn *c, const char *what, struct ibv_pd *pd,
 			     void *addr, size_t length, struct mr_request *q, struct mirror_entry *e)
 {
 	struct mr_result res;
@@ -199,7 +208,7 @@ static int mirror_reg_locked(struct odpd_conn *c, const char *what, struct rdma_
 
 	r = conn_check(c, what);
 	if (r >= 0)
-		r = mirror_device(c, what, id, &q->device);
+		r = mirror_device(c, what, pd, &q->device);
 	if (r >= 0)
 		r = segment_lookup(c, what, addr, length, &e->seg);
 	/* pinned: fault the pages here, so that this process's cgroup pays */
@@ -208,7 +217,7 @@ static int mirror_reg_locked(struct odpd_conn *c, const char *what, struct rdma_
 	if (r >= 0)
 		r = mr_register(c, what, addr, length, q, &res);
 	if (r >= 0)
-		r = mirror_import(c, what, id->pd, &res, &e->mr);
+		r = mirror_import(c, what, pd, &res, &e->mr);
 	if (r < 0)
 		return r;
 	/* ibv_import_mr leaves addr NULL and reports the kernel MR's length. */
@@ -219,15 +228,15 @@ static int mirror_reg_locked(struct odpd_conn *c, const char *what, struct rdma_
 	return 0;
 }
 
-static int mirror_reg(const char *what, struct rdma_cm_id *id, void *addr, size_t length,
-		      unsigned access, struct ibv_mr **ret)
+int mirror_reg_pd(const char *what, struct ibv_pd *pd, void *addr, size_t length,
+		  unsigned access, struct ibv_mr **ret)
 {
 	struct mr_request q = { .client_pd = true };
 	struct mirror_entry *e;
 	struct odpd_conn *c;
 	int r;
 
-	r = mirror_args(what, id);
+	r = mirror_pd_args(what, pd);
 	if (r >= 0)
 		r = access_to_wire(what, access, &q.access, &q.kind);
 	if (r >= 0)
@@ -237,11 +246,11 @@ static int mirror_reg(const char *what, struct rdma_cm_id *id, void *addr, size_
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return errmsg_set(-ENOMEM, "%s: %m", what);
-	q.client_pd_handle = id->pd->handle;
-	q.cmd_fd = id->verbs->cmd_fd;
+	q.client_pd_handle = pd->handle;
+	q.cmd_fd = pd->context->cmd_fd;
 
 	pthread_mutex_lock(&c->lock);
-	r = mirror_reg_locked(c, what, id, addr, length, &q, e);
+	r = mirror_reg_locked(c, what, pd, addr, length, &q, e);
 	pthread_mutex_unlock(&c->lock);
 	if (r < 0) {
 		free(e);
@@ -258,7 +267,9 @@ static struct ibv_mr *mirror_public(const char *what, struct rdma_cm_id *id, voi
 	int r;
 
 	errmsg_clear();
-	r = mirror_reg(what, id, addr, length, access, &mr);
+	r = mirror_args(what, id);
+	if (r >= 0)
+		r = mirror_reg_pd(what, id->pd, addr, length, access, &mr);
 	return public_ptr(r, mr);
 }
 
@@ -285,9 +296,8 @@ _public_ struct ibv_mr *odpd_reg_write(struct rdma_cm_id *id, void *addr, size_t
  * Deregister in the daemon first, then unimport (which only frees our
  * struct): if the daemon refuses, @mr stays valid and registered.
  */
-static int mirror_dereg(struct ibv_mr *mr)
+int mirror_dereg(const char *what, struct ibv_mr *mr)
 {
-	const char *what = "odpd_dereg_mr";
 	/* Only default connections, which are never freed, hold mirror MRs. */
 	struct odpd_conn *c = conns_find(conn_has_mirror, mr);
 	struct mirror_entry *e;
@@ -317,5 +327,76 @@ _public_ int odpd_dereg_mr(struct ibv_mr *mr)
 	errmsg_clear();
 	if (!mr)
 		return public_int(errmsg_set(-EINVAL, "odpd_dereg_mr: mr is NULL"));
-	return public_int(mirror_dereg(mr));
+	return public_int(mirror_dereg("odpd_dereg_mr", mr));
+}
+
+/* ---------------------------------------------------------------- for the preload */
+
+/*
+ * Forget @mr without asking the daemon (its connection is gone, so the
+ * daemon has let go of the MR already): the caller then destroys the MR in
+ * its own context (ibv_dereg_mr), which also frees the struct. 0, or -ENOENT
+ * if @mr is not a mirror MR.
+ */
+int mirror_forget(struct ibv_mr *mr)
+{
+	struct odpd_conn *c = conns_find(conn_has_mirror, mr);
+	struct mirror_entry *e = NULL;
+
+	if (!c)
+		return -ENOENT;
+	pthread_mutex_lock(&c->lock);
+	e = mirror_find(c, mr);
+	if (e)
+		mirror_remove(c, e);
+	pthread_mutex_unlock(&c->lock);
+	if (!e)
+		return -ENOENT;
+	free(e);
+	return 0;
+}
+
+/*
+ * ibv_rereg_mr for a mirror MR: @fresh (a mirror MR just registered with the
+ * new translation, PD or access) takes @mr's place. The daemon deregisters
+ * @mr's old MR; @mr's public fields become @fresh's, so that the caller's
+ * pointer stays valid (as ibv_rereg_mr keeps it), and @fresh's struct is
+ * freed. On failure (the old MR could not be deregistered) nothing changes
+ * and @fresh stays registered, for the caller to deregister.
+ */
+int mirror_swap(const char *what, struct ibv_mr *mr, struct ibv_mr *fresh)
+{
+	struct odpd_conn *c = conns_find(conn_has_mirror, mr);
+	struct mirror_entry *old = NULL, *e = NULL;
+	int r;
+
+	if (!c)
+		return errmsg_set(-ENOENT, "%s: this MR is not odpd's", what);
+	pthread_mutex_lock(&c->lock);
+	old = mirror_find(c, mr);
+	e = mirror_find(c, fresh);
+	if (!old || !e)
+		r = errmsg_set(-ENOENT, "%s: this MR is no longer registered", what);
+	else
+		r = mr_deregister(c, what, old->handle, false);
+	if (r >= 0) {
+		mirror_remove(c, old);
+		tables_lock(c);
+		mr->context = fresh->context;
+		mr->pd = fresh->pd;
+		mr->addr = fresh->addr;
+		mr->length = fresh->length;
+		mr->handle = fresh->handle;
+		mr->lkey = fresh->lkey;
+		mr->rkey = fresh->rkey;
+		e->mr = mr;
+		tables_unlock(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0)
+		return r;
+	ibv_unimport_mr(fresh);
+	/* the old struct's provider part stays: the caller's pointer is @mr */
+	free(old);
+	return 0;
 }

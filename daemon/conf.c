@@ -738,11 +738,17 @@ static void limits_key(struct parse *p, enum limit_key key, const char *v)
 	}
 }
 
-/* @i: index among the rule keys (0 max-pinned, 1 + enum odpd_user_limit). */
+/* @i: index among the rule keys (0 max-pinned, 1 + enum odpd_user_limit,
+ * then remote-access). */
 static void rule_key(struct parse *p, int i, const char *key, const char *v)
 {
 	struct odpd_rule *r = &p->c->rules[p->sec_index];
 
+	if (i == 1 + ODPD_N_UL) {
+		set_bool(p, key, v, &r->remote_access);
+		r->has_remote_access = !p->failed;
+		return;
+	}
 	if (i == 0) {
 		set_size(p, key, v, &r->max_pinned);
 		r->has_max_pinned = !p->failed;
@@ -795,6 +801,8 @@ static int key_index(const struct parse *p, const char *key)
 	case SEC_RULE:
 		if (strcmp(key, "max-pinned") == 0)
 			return 0;
+		if (strcmp(key, "remote-access") == 0)
+			return 1 + ODPD_N_UL;
 		for (int i = 0; i < ODPD_N_UL; i++)
 			if (strncmp(key, "max-", 4) == 0 && strcmp(key + 4, odpd_user_limit_names[i]) == 0)
 				return 1 + i;
@@ -812,7 +820,7 @@ static const char *const section_keys[] = {
 	[SEC_LIMITS] = "max-pinned, max-mrs, default-pinned, relaxed-window-ms, relaxed-max-mrs, "
 		       "relaxed-max-bytes, hole-check-ms, default-connections, default-segments, default-mapped "
 		       "or default-mrs",
-	[SEC_RULE] = "max-pinned, max-connections, max-segments, max-mapped or max-mrs",
+	[SEC_RULE] = "max-pinned, max-connections, max-segments, max-mapped, max-mrs or remote-access",
 	[SEC_PD] = "users or groups",
 	[SEC_ODP] = "prefetch-on-register",
 };
@@ -1032,7 +1040,8 @@ const struct odpd_rule *odpd_conf_match_rule_for(const struct odpd_conf *c, int 
 	for (unsigned i = 0; i < c->n_rules; i++) {
 		const struct odpd_rule *r = &c->rules[i];
 
-		if (key == ODPD_RULE_KEY_PINNED ? !r->has_max_pinned : !r->has[key])
+		if (key == ODPD_RULE_KEY_PINNED ? !r->has_max_pinned :
+		    key == ODPD_RULE_KEY_REMOTE ? !r->has_remote_access : !r->has[key])
 			continue;
 		switch (r->kind) {
 		case ODPD_RULE_USER:

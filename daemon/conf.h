@@ -21,6 +21,7 @@
  *   [user alice]              # also [user 1000], [group rdma], [group 27], [cgroup /kubepods.slice]
  *   max-pinned = 64G
  *   max-connections = 128     # and max-segments, max-mapped, max-mrs
+ *   remote-access = yes       # client-PD MRs may have remote access (else root/admin only)
  *   [pd training]             # a named shared PD (fnmatch pattern; first match in file order)
  *   users = alice bob 1001
  *   groups = rdma
@@ -61,6 +62,8 @@ struct odpd_rule {
 	uint64_t max_pinned;        /* bytes, or ODPD_UNLIMITED */
 	bool has[ODPD_N_UL];
 	uint64_t max[ODPD_N_UL];    /* counts, or bytes for ODPD_UL_MAPPED; ODPD_UNLIMITED */
+	bool has_remote_access;
+	bool remote_access;         /* remote-access: client-PD MRs may have remote access */
 	unsigned line;              /* of the section header */
 };
 
@@ -139,6 +142,7 @@ const struct odpd_rule *odpd_conf_match_rule(const struct odpd_conf *c, uid_t ui
  * [user alice] that sets only max-connections leaves her max-pinned to a
  * [group] rule, as before per-user limits existed); none: [limits]. */
 #define ODPD_RULE_KEY_PINNED (-1)
+#define ODPD_RULE_KEY_REMOTE (-2)   /* remote-access */
 const struct odpd_rule *odpd_conf_match_rule_for(const struct odpd_conf *c, int key, uid_t uid, gid_t gid,
 						 const gid_t *groups, unsigned n_groups,
 						 const char *cgroup);

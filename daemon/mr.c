@@ -304,9 +304,10 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	if (client_pd) {
 		if (!is_uverbs_fd(fd))
 			return err_set(err, EINVAL, "client-PD mode: the fd is not a uverbs device of this host");
-		if ((access & ACCESS_REMOTE) && !c->admin)
-			return err_set(err, EPERM, "client-PD mode: remote access is granted to root and "
-				       "the admin group only");
+		if ((access & ACCESS_REMOTE) && !c->admin && !c->holder.limit.remote_access)
+			return err_set(err, EPERM, "client-PD mode: remote access is granted to root, "
+				       "the admin group and users a rule of odpd.conf gives "
+				       "remote-access = yes");
 	}
 	q->dev = odpd_manager_device(m, req->device, err);
 	if (!q->dev)

@@ -90,6 +90,8 @@ int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, ui
 			snprintf(ret->src[k], sizeof(ret->src[k]), "default-%s", odpd_user_limit_names[k]);
 		}
 	}
+	rule = odpd_conf_match_rule_for(conf, ODPD_RULE_KEY_REMOTE, uid, gid, groups, n_groups, cgroup);
+	ret->remote_access = rule && rule->remote_access;
 	if (ret->max[ODPD_UL_MAPPED] == ODPD_MAPPED_QUARTER_WINDOW)
 		ret->max[ODPD_UL_MAPPED] = window_size / 4;
 	rule = odpd_conf_match_rule(conf, uid, gid, groups, n_groups, cgroup);

@@ -51,6 +51,7 @@ struct odpd_limit {
 	char rule[80];              /* "[user alice]", "memlock", "default-pinned" */
 	uint64_t max[ODPD_N_UL];    /* per user (conf.h); ODPD_UNLIMITED */
 	char src[ODPD_N_UL][96];    /* "[user alice] max-connections", "default-connections" */
+	bool remote_access;         /* a rule's remote-access = yes: client-PD MRs may be remote */
 };
 
 /*

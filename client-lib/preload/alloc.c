@@ -1,0 +1,642 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * alloc.c - the program's large allocations, in segments odpd can map.
+ *
+ * odpd registers only memory it can map itself, which means memfd segments
+ * (DESIGN.md section 3); a program under odpd-run allocates with malloc and
+ * its family. So every allocation of ODPD_PRELOAD_MIN_SIZE bytes or more is
+ * served by jemalloc, from an arena of its own whose extent hooks take
+ * memory from *chunks*: each a sealed memfd (F_SEAL_SHRINK | F_SEAL_GROW),
+ * mapped MAP_SHARED at an address inside a window this library reserves at
+ * start. A registration of such a buffer is then an attachment of its chunk
+ * (once) and a registration: nothing is copied, and the address is the one
+ * the program already holds. Smaller allocations go to the C library's own
+ * malloc (__libc_malloc and its kin), as before; free() tells the two apart
+ * by the window. jemalloc does the allocator's work (size classes, splitting
+ * and coalescing, decay); we only hand it chunks and give pages back
+ * (FALLOC_FL_PUNCH_HOLE: a shared mapping's pages are the file's, so
+ * MADV_DONTNEED would free nothing). doc/design.md says why jemalloc.
+ *
+ * Chunks are never unmapped: their address space is jemalloc's to reuse.
+ * An MR odpd holds over a range the program freed keeps its pages until it
+ * is deregistered (the kernel's rule for any MR); a range that is freed,
+ * purged and reused is the same segment with new pages, and odpd notices the
+ * punched hole (the inode's ctime) before it serves a cached MR there.
+ *
+ * fork(): the chunks are MAP_SHARED, so a child would share writes with its
+ * parent. The child therefore replaces each chunk with a private copy before
+ * fork() returns in it (the data ranges of the old memfd, SEEK_DATA, into a
+ * new memfd mapped at the same address), and the parent waits until it has.
+ * posix_spawn and vfork children (system(), popen()) run no fork handlers
+ * and copy nothing; they exec at once.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jemalloc/jemalloc.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+/* The C library's allocator, which the program would have used. */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+
+#define PUBLIC __attribute__((visibility("default")))
+#define CHUNKS_MAX 4096                 /* a chunk is 2 MiB or more */
+#define CHUNK_ALIGN ((uintptr_t)2 << 20)
+#define DEFAULT_MIN_SIZE ((size_t)32 << 10)
+#define DEFAULT_WINDOW ((size_t)1 << 40)
+
+enum { INIT_NOT, INIT_RUNNING, INIT_DONE };
+
+static struct {
+	_Atomic int init;
+	bool on;
+	size_t min_size;                /* SIZE_MAX until the arena exists */
+	uintptr_t base, size;           /* the window; size 0: none */
+	uintptr_t next;                 /* first free address in it, under lock */
+	int flags;                      /* mallocx flags: our arena, no tcache */
+	pthread_mutex_t lock;           /* chunk creation */
+	_Atomic unsigned n;             /* chunks published */
+	struct preload_chunk chunks[CHUNKS_MAX];
+	int fork_pipe[2];               /* the child says it has copied */
+} P = {
+	.min_size = SIZE_MAX,
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.fork_pipe = { -1, -1 },
+};
+
+/* ---------------------------------------------------------------- logging */
+
+void preload_log(const char *fmt, ...)
+{
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "odpd-preload[%d]: ", (int)getpid());
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof(line))
+		n += vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line) - 1)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	for (char *p = line; n > 0;) {
+		ssize_t w = write(STDERR_FILENO, p, (size_t)n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		p += w;
+		n -= (int)w;
+	}
+}
+
+bool preload_parse_size(const char *s, size_t *ret)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	if (!s || !*s || *s == '-')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return false;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || (shift && v > (SIZE_MAX >> shift)))
+		return false;
+	*ret = (size_t)v << shift;
+	return true;
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+static inline bool in_window(const void *p)
+{
+	return (uintptr_t)p - P.base < P.size;
+}
+
+struct preload_chunk *preload_chunk_find(uintptr_t addr, size_t length)
+{
+	unsigned lo = 0, hi = atomic_load_explicit(&P.n, memory_order_acquire);
+
+	if (!in_window((void *)addr))
+		return NULL;
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		struct preload_chunk *k = &P.chunks[mid];
+
+		if (addr < k->base)
+			hi = mid;
+		else if (addr - k->base >= k->length)
+			lo = mid + 1;
+		else
+			return length <= k->length - (addr - k->base) ? k : NULL;
+	}
+	return NULL;
+}
+
+bool preload_alloc_on(void)
+{
+	return atomic_load_explicit(&P.init, memory_order_acquire) == INIT_DONE && P.on;
+}
+
+size_t preload_min_size(void)
+{
+	return P.min_size;
+}
+
+static int new_memfd(size_t size)
+{
+	int fd = memfd_create("odpd-preload", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)size) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		int e = errno;
+
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/* A new chunk of @size bytes at an address aligned to @align, or NULL. */
+static void *chunk_new(size_t size, size_t align)
+{
+	struct preload_chunk *k;
+	uintptr_t a;
+	struct stat st;
+	void *p = NULL;
+	int fd;
+
+	if (align < CHUNK_ALIGN)
+		align = CHUNK_ALIGN;
+	pthread_mutex_lock(&P.lock);
+	a = (P.next + align - 1) & ~(uintptr_t)(align - 1);
+	if (atomic_load_explicit(&P.n, memory_order_relaxed) >= CHUNKS_MAX || a < P.next ||
+	    a - P.base > P.size || size > P.size - (a - P.base))
+		goto out;
+	fd = new_memfd(size);
+	if (fd < 0)
+		goto out;
+	if (fstat(fd, &st) < 0 ||
+	    mmap((void *)a, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+		close(fd);
+		goto out;
+	}
+	k = &P.chunks[atomic_load_explicit(&P.n, memory_order_relaxed)];
+	*k = (struct preload_chunk){ .base = a, .length = size, .fd = fd, .ino = st.st_ino };
+	atomic_fetch_add_explicit(&P.n, 1, memory_order_release);
+	P.next = a + size;
+	p = (void *)a;
+out:
+	pthread_mutex_unlock(&P.lock);
+	return p;
+}
+
+static struct preload_chunk *chunk_of(const void *addr)
+{
+	return preload_chunk_find((uintptr_t)addr, 1);
+}
+
+/* Give the pages of [@addr, +@length) back: the next read sees zeros. */
+static bool chunk_punch(void *addr, size_t length)
+{
+	struct preload_chunk *k = chunk_of(addr);
+
+	if (!k || length > k->length - ((uintptr_t)addr - k->base))
+		return true;
+	return fallocate(k->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			 (off_t)((uintptr_t)addr - k->base), (off_t)length) != 0;
+}
+
+/* ---------------------------------------------------------------- jemalloc's extent hooks */
+
+static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align,
+			bool *zero, bool *commit, unsigned arena)
+{
+	void *p;
+
+	(void)h; (void)arena;
+	if (new_addr)                   /* growing in place: the next chunk is not contiguous */
+		return NULL;
+	p = chunk_new(size, align);
+	if (p) {
+		*zero = true;           /* a new memfd's pages read as zeros */
+		*commit = true;
+	}
+	return p;
+}
+
+/* Opt out: the chunk stays, jemalloc keeps the extent for reuse (retained). */
+static bool hook_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena)
+{
+	(void)h; (void)addr; (void)size; (void)committed; (void)arena;
+	return true;
+}
+
+static void hook_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena)
+{
+	(void)h; (void)committed; (void)arena;
+	chunk_punch(addr, size);
+}
+
+static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
+			unsigned arena)
+{
+	(void)h; (void)addr; (void)size; (void)off; (void)len; (void)arena;
+	return false;                   /* always committed */
+}
+
+static bool hook_decommit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
+			  unsigned arena)
+{
+	(void)h; (void)addr; (void)size; (void)off; (void)len; (void)arena;
+	return true;                    /* not supported: stays committed */
+}
+
+static bool hook_purge(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
+		       unsigned arena)
+{
+	(void)h; (void)size; (void)arena;
+	return chunk_punch((char *)addr + off, len);
+}
+
+static bool hook_split(extent_hooks_t *h, void *addr, size_t size, size_t size_a, size_t size_b,
+		       bool committed, unsigned arena)
+{
+	(void)h; (void)addr; (void)size; (void)size_a; (void)size_b; (void)committed; (void)arena;
+	return false;                   /* an extent lies in one chunk, and so do its parts */
+}
+
+/* Merge only inside one chunk: a registration must find its range in one segment. */
+static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *addr_b, size_t size_b,
+		       bool committed, unsigned arena)
+{
+	(void)h; (void)size_a; (void)size_b; (void)committed; (void)arena;
+	return chunk_of(addr_a) != chunk_of(addr_b);
+}
+
+static extent_hooks_t hooks = {
+	.alloc = hook_alloc,
+	.dalloc = hook_dalloc,
+	.destroy = hook_destroy,
+	.commit = hook_commit,
+	.decommit = hook_decommit,
+	.purge_lazy = hook_purge,
+	.purge_forced = hook_purge,
+	.split = hook_split,
+	.merge = hook_merge,
+};
+
+/* ---------------------------------------------------------------- fork */
+
+static void fork_prepare(void)
+{
+	preload_verbs_lock();
+	pthread_mutex_lock(&P.lock);
+	if (atomic_load_explicit(&P.n, memory_order_relaxed) > 0 &&
+	    pipe2(P.fork_pipe, O_CLOEXEC) < 0)
+		P.fork_pipe[0] = P.fork_pipe[1] = -1;
+}
+
+static void fork_parent(void)
+{
+	char b;
+
+	if (P.fork_pipe[1] >= 0) {
+		/* EOF once the child has copied its chunks (or died) */
+		close(P.fork_pipe[1]);
+		while (read(P.fork_pipe[0], &b, 1) < 0 && errno == EINTR)
+			;
+		close(P.fork_pipe[0]);
+		P.fork_pipe[0] = P.fork_pipe[1] = -1;
+	}
+	pthread_mutex_unlock(&P.lock);
+	preload_verbs_unlock();
+}
+
+/* Copy the data of @old (holes stay holes) into @new, both @length bytes. */
+static int copy_data(int old, int new, size_t length)
+{
+	off_t off = 0;
+	static char buf[1 << 16];
+
+	for (;;) {
+		off_t d = lseek(old, off, SEEK_DATA), h;
+
+		if (d < 0)
+			return errno == ENXIO ? 0 : -1;
+		if ((size_t)d >= length)
+			return 0;
+		h = lseek(old, d, SEEK_HOLE);
+		if (h < 0 || (size_t)h > length)
+			h = (off_t)length;
+		while (d < h) {
+			size_t want = (size_t)(h - d) < sizeof(buf) ? (size_t)(h - d) : sizeof(buf);
+			ssize_t n = pread(old, buf, want, d);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0 || pwrite(new, buf, (size_t)n, d) != n)
+				return -1;
+			d += n;
+		}
+		off = h;
+	}
+}
+
+/* In the child: chunk @k becomes a private copy at the same address, same fd number. */
+static void chunk_privatize(struct preload_chunk *k)
+{
+	struct stat st;
+	int fd = memfd_create("odpd-preload", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *map;
+
+	if (fd < 0 || ftruncate(fd, (off_t)k->length) < 0 || copy_data(k->fd, fd, k->length) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+	    fstat(fd, &st) < 0)
+		goto fail;
+	map = mmap((void *)k->base, k->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (map == MAP_FAILED)
+		goto fail;
+	if (dup3(fd, k->fd, O_CLOEXEC) < 0)
+		goto fail;
+	close(fd);
+	k->ino = st.st_ino;
+	return;
+fail:
+	preload_log("fork: could not give the child its own copy of [%p, +%zu): %s; the child "
+		    "shares these pages with its parent", (void *)k->base, k->length, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+static void fork_child(void)
+{
+	unsigned n = atomic_load_explicit(&P.n, memory_order_relaxed);
+
+	for (unsigned i = 0; i < n; i++) {
+		chunk_privatize(&P.chunks[i]);
+		P.chunks[i].seg = P.chunks[i].seg_conn = NULL;   /* the connection is the parent's */
+	}
+	if (P.fork_pipe[1] >= 0) {
+		close(P.fork_pipe[0]);
+		close(P.fork_pipe[1]);
+		P.fork_pipe[0] = P.fork_pipe[1] = -1;
+	}
+	pthread_mutex_init(&P.lock, NULL);
+	preload_verbs_unlock();
+}
+
+/* ---------------------------------------------------------------- start */
+
+static void alloc_start(void)
+{
+	const char *s = getenv("ODPD_PRELOAD"), *min = getenv("ODPD_PRELOAD_MIN_SIZE"),
+		   *win = getenv("ODPD_PRELOAD_WINDOW");
+	size_t min_size = DEFAULT_MIN_SIZE, window = DEFAULT_WINDOW, sz;
+	extent_hooks_t *hp = &hooks;
+	unsigned arena;
+	void *w;
+
+	if (s && strcmp(s, "0") == 0)
+		return;
+	if (min && !preload_parse_size(min, &min_size)) {
+		preload_log("ODPD_PRELOAD_MIN_SIZE=%s is not a size (bytes, or with K, M, G); "
+			    "using %zu", min, DEFAULT_MIN_SIZE);
+		min_size = DEFAULT_MIN_SIZE;
+	}
+	if (win && (!preload_parse_size(win, &window) || window < CHUNK_ALIGN)) {
+		preload_log("ODPD_PRELOAD_WINDOW=%s is not a size of 2M or more; using 1T", win);
+		window = DEFAULT_WINDOW;
+	}
+	window &= ~(CHUNK_ALIGN - 1);
+	w = mmap(NULL, window + CHUNK_ALIGN, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (w == MAP_FAILED) {
+		preload_log("cannot reserve %zu bytes of address space for segments (%s): "
+			    "allocations stay in the C library's heap", window, strerror(errno));
+		return;
+	}
+	P.base = P.next = ((uintptr_t)w + CHUNK_ALIGN - 1) & ~(CHUNK_ALIGN - 1);
+	P.size = window;
+	sz = sizeof(arena);
+	if (mallctl("arenas.create", &arena, &sz, &hp, sizeof(hp)) != 0) {
+		preload_log("jemalloc could not make an arena: allocations stay in the C library's heap");
+		P.size = 0;
+		return;
+	}
+	P.flags = (int)(MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE);
+	if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) {
+		preload_log("pthread_atfork failed: allocations stay in the C library's heap");
+		return;
+	}
+	P.min_size = min_size ? min_size : 1;
+	P.on = true;
+}
+
+/* true once the arena is ready; false while starting (a call from inside the start) */
+static bool ready(void)
+{
+	int st = atomic_load_explicit(&P.init, memory_order_acquire);
+	int want = INIT_NOT;
+
+	if (st == INIT_DONE)
+		return P.on;
+	if (st == INIT_RUNNING ||
+	    !atomic_compare_exchange_strong(&P.init, &want, INIT_RUNNING))
+		return false;
+	alloc_start();
+	atomic_store_explicit(&P.init, INIT_DONE, memory_order_release);
+	return P.on;
+}
+
+__attribute__((constructor)) static void alloc_constructor(void)
+{
+	ready();
+}
+
+/* ---------------------------------------------------------------- the C library's calls */
+
+static inline bool big(size_t n)
+{
+	return n >= P.min_size && ready();
+}
+
+PUBLIC void *malloc(size_t n)
+{
+	if (big(n)) {
+		void *p = mallocx(n, P.flags);
+
+		if (p)
+			return p;
+	}
+	return __libc_malloc(n);
+}
+
+PUBLIC void free(void *p)
+{
+	if (in_window(p))
+		dallocx(p, MALLOCX_TCACHE_NONE);
+	else
+		__libc_free(p);
+}
+
+PUBLIC void *calloc(size_t a, size_t b)
+{
+	size_t n;
+
+	if (__builtin_mul_overflow(a, b, &n)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (big(n)) {
+		void *p = mallocx(n, P.flags | MALLOCX_ZERO);
+
+		if (p)
+			return p;
+	}
+	return __libc_calloc(a, b);
+}
+
+static size_t (*libc_usable_size)(void *);
+
+static size_t libc_usable(void *p)
+{
+	if (!libc_usable_size)
+		libc_usable_size = (size_t (*)(void *))dlvsym(RTLD_NEXT, "malloc_usable_size",
+							      "GLIBC_2.2.5");
+	return libc_usable_size ? libc_usable_size(p) : 0;
+}
+
+PUBLIC size_t malloc_usable_size(void *p)
+{
+	if (!p)
+		return 0;
+	return in_window(p) ? sallocx(p, 0) : libc_usable(p);
+}
+
+PUBLIC void *realloc(void *p, size_t n)
+{
+	void *q;
+
+	if (!p)
+		return malloc(n);
+	if (n == 0) {
+		free(p);
+		return NULL;
+	}
+	if (in_window(p)) {
+		q = rallocx(p, n, P.flags);
+		if (!q)
+			errno = ENOMEM;
+		return q;
+	}
+	if (big(n) && (q = mallocx(n, P.flags))) {
+		size_t old = libc_usable(p);
+
+		memcpy(q, p, old < n ? old : n);
+		__libc_free(p);
+		return q;
+	}
+	return __libc_realloc(p, n);
+}
+
+PUBLIC void *reallocarray(void *p, size_t a, size_t b)
+{
+	size_t n;
+
+	if (__builtin_mul_overflow(a, b, &n)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return realloc(p, n);
+}
+
+static inline bool power_of_two(size_t a)
+{
+	return a && !(a & (a - 1));
+}
+
+PUBLIC void *memalign(size_t align, size_t n)
+{
+	if (big(n) && power_of_two(align)) {
+		void *p = mallocx(n, P.flags | (int)MALLOCX_ALIGN(align));
+
+		if (p)
+			return p;
+	}
+	return __libc_memalign(align, n);
+}
+
+PUBLIC void *aligned_alloc(size_t align, size_t n)
+{
+	return memalign(align, n);
+}
+
+PUBLIC int posix_memalign(void **ret, size_t align, size_t n)
+{
+	void *p;
+
+	if (!power_of_two(align) || align % sizeof(void *))
+		return EINVAL;
+	p = memalign(align, n);
+	if (!p && n)
+		return ENOMEM;
+	*ret = p;
+	return 0;
+}
+
+PUBLIC void *valloc(size_t n)
+{
+	if (big(n))
+		return memalign((size_t)sysconf(_SC_PAGESIZE), n);
+	return __libc_valloc(n);
+}
+
+PUBLIC void *pvalloc(size_t n)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), r;
+
+	if (__builtin_add_overflow(n, page - 1, &r)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	r &= ~(page - 1);
+	if (big(r))
+		return memalign(page, r);
+	return __libc_pvalloc(n);
+}
