@@ -48,6 +48,9 @@ typedef struct ibv_mr *(*reg_mr_iova_fn)(struct ibv_pd *, void *, size_t, uint64
 typedef struct ibv_mr *(*reg_mr_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned);
 typedef int (*dereg_mr_fn)(struct ibv_mr *);
 typedef int (*rereg_mr_fn)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
+/* rdma-core 65 and later (IBVERBS_1.17): a buffer of ibv_alloc_buf(), opaque here */
+struct ibv_buf;
+typedef struct ibv_mr *(*reg_buf_mr_fn)(struct ibv_pd *, struct ibv_buf *, void *, size_t, int);
 
 static struct {
 	reg_mr_fn reg_mr;
@@ -55,6 +58,7 @@ static struct {
 	reg_mr_iova2_fn reg_mr_iova2;
 	dereg_mr_fn dereg_mr;
 	rereg_mr_fn rereg_mr;
+	reg_buf_mr_fn reg_buf_mr;
 } real;
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
 
@@ -72,6 +76,7 @@ static void real_resolve(void)
 	real.reg_mr_iova2 = (reg_mr_iova2_fn)real_sym("ibv_reg_mr_iova2", "IBVERBS_1.8");
 	real.dereg_mr = (dereg_mr_fn)real_sym("ibv_dereg_mr", "IBVERBS_1.1");
 	real.rereg_mr = (rereg_mr_fn)real_sym("ibv_rereg_mr", "IBVERBS_1.1");
+	real.reg_buf_mr = (reg_buf_mr_fn)dlvsym(RTLD_NEXT, "ibv_reg_buf_mr", "IBVERBS_1.17");
 }
 
 /*
@@ -81,7 +86,10 @@ static void real_resolve(void)
  */
 static _Thread_local int in_real;
 
-enum call { CALL_REG, CALL_REG_IOVA, CALL_REG_IOVA2 };
+enum call { CALL_REG, CALL_REG_IOVA, CALL_REG_IOVA2, CALL_REG_BUF };
+
+/* the ibv_buf of a CALL_REG_BUF, passed beside the common arguments */
+static _Thread_local struct ibv_buf *call_buf;
 
 static struct ibv_mr *call_real(enum call how, struct ibv_pd *pd, void *addr, size_t length,
 				uint64_t iova, unsigned access)
@@ -101,7 +109,11 @@ static struct ibv_mr *call_real(enum call how, struct ibv_pd *pd, void *addr, si
 	case CALL_REG_IOVA2:
 		mr = real.reg_mr_iova2 ? real.reg_mr_iova2(pd, addr, length, iova, access) : NULL;
 		break;
+	case CALL_REG_BUF:
+		mr = real.reg_buf_mr ? real.reg_buf_mr(pd, call_buf, addr, length, (int)access) : NULL;
+		break;
 	}
+
 	e = errno;
 	in_real--;
 	errno = e;
@@ -371,14 +383,16 @@ static struct ibv_mr *reg_common(enum call how, const char *what, struct ibv_pd 
 	r = serve(what, pd, addr, length, iova, access, &mr, &why);
 	if (r >= 0)
 		return mr;
+	const char *pre = why == R_NO_DAEMON ? "odpd is not reachable: " : "";
+
 	if (cfg.strict) {
-		preload_log("%s (strict: failed with %s)", odpd_errmsg(), strerror(-r));
+		preload_log("%s%s (strict: failed with %s)", pre, odpd_errmsg(), strerror(-r));
 		errno = -r;
 		return NULL;
 	}
 	if (cfg.log_all || !atomic_exchange(&logged[why], true))
-		preload_log("%s; so the program registers it itself (its memlock limit applies)",
-			    odpd_errmsg());
+		preload_log("%s%s; so the program registers it itself (its memlock limit applies)",
+			    pre, odpd_errmsg());
 	return call_real(how, pd, addr, length, iova, access);
 }
 
@@ -399,6 +413,33 @@ PUBLIC struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 				       unsigned int access)
 {
 	return reg_common(CALL_REG_IOVA2, "ibv_reg_mr_iova2", pd, addr, length, iova, access);
+}
+
+/*
+ * rdma-core 65's ibv_alloc_buf() takes ordinary memory with posix_memalign
+ * (alloc.c's, so a large one is in a chunk), and ibv_reg_buf_mr "behaves like
+ * ibv_reg_mr()" for it (ibv_alloc_buf(3)): a buffer in a chunk is served
+ * like one. Anything else (a DMA-buf backed buffer) goes to the real call.
+ */
+PUBLIC struct ibv_mr *ibv_reg_buf_mr(struct ibv_pd *pd, struct ibv_buf *buf, void *addr,
+				     size_t length, int access);
+PUBLIC struct ibv_mr *ibv_reg_buf_mr(struct ibv_pd *pd, struct ibv_buf *buf, void *addr,
+				     size_t length, int access)
+{
+	struct ibv_mr *mr;
+
+	pthread_once(&real_once, real_resolve);
+	if (!preload_chunk_find((uintptr_t)addr, length)) {
+		call_buf = buf;
+		mr = call_real(CALL_REG_BUF, pd, addr, length, (uintptr_t)addr, (unsigned)access);
+		call_buf = NULL;
+		return mr;
+	}
+	call_buf = buf;
+	mr = reg_common(CALL_REG_BUF, "ibv_reg_buf_mr", pd, addr, length, (uintptr_t)addr,
+			(unsigned)access);
+	call_buf = NULL;
+	return mr;
 }
 
 PUBLIC int ibv_dereg_mr(struct ibv_mr *mr)
