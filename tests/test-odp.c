@@ -35,6 +35,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <poll.h>
+#include <time.h>
 #include <cmocka.h>
 #include <json-c/json.h>
 #include <zlib.h>
@@ -1702,6 +1704,242 @@ static void test_implicit_many_segments(void **state)
 	unlink(path);
 }
 
+/*
+ * Stopped registrars (issue 23, finding 2). A registrar runs as its client's
+ * user, who may SIGSTOP it; odpd then waits 2 s for its answer before it
+ * kills it. Those waits must cost other users nothing, and one user may
+ * have only a few of them at once (default-registrar-waits, 4).
+ *
+ * STOPPED_CONNS connections of uid 65534 each start a registrar (their
+ * first implicit request: the kernel's refusal), the test SIGSTOPs them all
+ * and each connection asks again; meanwhile root registers and deregisters
+ * 4 KiB pinned MRs (NO_CACHE: every one a miss, on odpd's workers), timed.
+ * While the registrars are stopped (checked after the timing), each of
+ * root's requests is answered within 1 s, half the registrar deadline
+ * (TCG is slow: this is no benchmark, only "not queued behind them").
+ * Four of uid 65534's requests wait and are answered ETIMEDOUT after the
+ * 2 s deadline; the others are refused at once with EAGAIN naming the
+ * limit. Then the connections go while four registrars are still stopped:
+ * reaping them (3 s for each to exit before it is killed) holds up root no
+ * more. Testbed only (the registrar imports the PD).
+ */
+#define STOPPED_CONNS 8
+#define STOPPED_WAITS 4                 /* default-registrar-waits */
+#define STOPPED_BOUND_MS 1000
+
+struct stopped_child {
+	const char *sock;
+	int ready_w;                        /* child -> parent: 'r', its registrar started */
+	int go_r;                           /* parent -> child: 'g' ask again, 'q' disconnect */
+	int result_w;                       /* child -> parent: struct stopped_result */
+};
+
+struct stopped_result {
+	int err;                            /* errno of the second implicit request, 0: it succeeded */
+	int ms;                             /* how long it took */
+	char msg[240];
+};
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int stopped_child(void *arg)
+{
+	struct stopped_child *s = arg;
+	struct odpd_conn *c = odpd_connect(s->sock, NULL);
+	struct stopped_result res = { 0 };
+	int64_t t0;
+	char b;
+
+	if (!c || !odpd_alloc(c, 64 * KIB, 0))
+		return 2;
+	if (odpd_reg(c, NULL, SIZE_MAX, LW | ODP) || errno != EOPNOTSUPP)
+		return 3;
+	if (write(s->ready_w, "r", 1) != 1 || read(s->go_r, &b, 1) != 1 || b != 'g')
+		return 4;
+	t0 = mono_us();
+	if (odpd_reg(c, NULL, SIZE_MAX, LW | ODP))
+		return 5;
+	res.err = errno;
+	res.ms = (int)((mono_us() - t0) / 1000);
+	snprintf(res.msg, sizeof(res.msg), "%s", odpd_errmsg());
+	if (write(s->result_w, &res, sizeof(res)) != (ssize_t)sizeof(res))
+		return 6;
+	if (read(s->go_r, &b, 1) != 1 || b != 'q')
+		return 7;
+	odpd_disconnect(c);
+	return 0;
+}
+
+/* Read @len bytes from @fd within @ms, or fail the test naming @what. */
+static void read_within(int fd, void *buf, size_t len, int ms, const char *what)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n;
+
+		if (poll(&p, 1, ms) != 1)
+			fail_msg("%s: nothing within %d ms", what, ms);
+		n = read(fd, (char *)buf + got, len - got);
+		if (n <= 0)
+			fail_msg("%s: %s", what, n ? strerror(errno) : "end of file");
+		got += (size_t)n;
+	}
+}
+
+/* Is @pid stopped (state T in /proc/PID/stat)? */
+static bool proc_stopped(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	p = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	return p && strrchr(buf, ')') && strrchr(buf, ')')[2] == 'T';
+}
+
+/* Register and deregister one 4 KiB pinned MR (a miss every time) for
+ * @ms, each call timed: the slowest, in us; *@n calls made. */
+static int64_t root_regs_for(struct odpd_conn *c, void *buf, int ms, unsigned *n)
+{
+	int64_t end = mono_us() + (int64_t)ms * 1000, worst = 0;
+
+	*n = 0;
+	while (mono_us() < end) {
+		int64_t t0 = mono_us(), t1;
+		struct odpd_mr *mr = reg_flags_or_fail(c, buf, 4 * KIB, LW, ODPD_REG_NO_CACHE);
+
+		t1 = mono_us();
+		if (t1 - t0 > worst)
+			worst = t1 - t0;
+		assert_int_equal(odpd_dereg(mr), 0);
+		if (mono_us() - t1 > worst)
+			worst = mono_us() - t1;
+		*n += 2;
+	}
+	return worst;
+}
+
+static void test_implicit_stopped_registrars(void **state)
+{
+	struct stopped_child ch[STOPPED_CONNS];
+	struct stopped_result res[STOPPED_CONNS];
+	int ready[2], results[2], go[STOPPED_CONNS][2];
+	pid_t kids[STOPPED_CONNS], regs[STOPPED_CONNS + 1];
+	struct test_daemon d = { 0 };
+	struct gone_arg ga = { 0, NULL };
+	struct odpd_segment *seg;
+	struct odpd_conn *root;
+	unsigned n, refused = 0, timed_out = 0;
+	int64_t worst;
+	char path[128], b;
+	int st;
+
+	(void)state;
+	if (!test_profile_testbed()) {
+		skip();
+		return;
+	}
+	implicit_daemon_start(&d, path, sizeof(path), "implicit-stopped");
+	ga.pid = d.pid;
+	setenv("ODPD_CACHE", "0", 1);
+	root = connect_to(d.sock);
+	unsetenv("ODPD_CACHE");
+	seg = alloc_or_fail(root, 64 * KIB);
+	memset(odpd_segment_addr(seg), 1, 64 * KIB);
+	worst = root_regs_for(root, odpd_segment_addr(seg), 500, &n);
+	print_message("root, idle: %u calls, slowest %lld us\n", n, (long long)worst);
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(results, O_CLOEXEC), 0);
+	/* one after the other: their first requests wait for registrars too */
+	for (int i = 0; i < STOPPED_CONNS; i++) {
+		assert_int_equal(pipe2(go[i], O_CLOEXEC), 0);
+		ch[i] = (struct stopped_child){ d.sock, ready[1], go[i][0], results[1] };
+		kids[i] = fork();
+		assert_true(kids[i] >= 0);
+		if (kids[i] == 0)
+			_exit(run_as(UID_NOBODY, 0, stopped_child, &ch[i]));
+		read_within(ready[0], &b, 1, 60000, "a uid 65534 connection's first implicit request");
+	}
+	assert_int_equal(registrar_pids(d.pid, regs, STOPPED_CONNS + 1), STOPPED_CONNS);
+	for (int i = 0; i < STOPPED_CONNS; i++)
+		assert_int_equal(kill(regs[i], SIGSTOP), 0);
+	for (int i = 0; i < STOPPED_CONNS; i++)
+		for (int t = 0; !proc_stopped(regs[i]); t++) {
+			assert_true(t < 1000);
+			usleep(1000);
+		}
+
+	/* Every connection asks again; root registers meanwhile. */
+	for (int i = 0; i < STOPPED_CONNS; i++)
+		assert_int_equal(write(go[i][1], "g", 1), 1);
+	usleep(300 * 1000);
+	worst = root_regs_for(root, odpd_segment_addr(seg), 1200, &n);
+	print_message("root, %d registrars stopped: %u calls, slowest %lld us\n", STOPPED_CONNS, n,
+		      (long long)worst);
+	if (worst >= STOPPED_BOUND_MS * 1000)
+		fail_msg("root's 4 KiB registration waited %lld ms behind uid 65534's stopped registrars",
+			 (long long)(worst / 1000));
+	for (int i = 0; i < STOPPED_CONNS; i++)
+		if (!proc_stopped(regs[i]))
+			fail_msg("registrar %d was no longer stopped when root's calls ended (too slow a "
+				 "run to tell)", (int)regs[i]);
+
+	/* uid 65534: four waited out the deadline, the rest were refused. */
+	for (int i = 0; i < STOPPED_CONNS; i++) {
+		read_within(results[0], &res[i], sizeof(res[i]), 30000, "an answer to uid 65534");
+		print_message("uid 65534: %s after %d ms: %s\n", strerror(res[i].err), res[i].ms, res[i].msg);
+		if (res[i].err == EAGAIN && strstr(res[i].msg, "registrar-waits")) {
+			refused++;
+			assert_true(res[i].ms < STOPPED_BOUND_MS);
+		} else if (res[i].err == ETIMEDOUT && strstr(res[i].msg, "did not answer")) {
+			timed_out++;
+			assert_true(res[i].ms >= 1500);
+		} else {
+			fail_msg("unexpected answer: %s: %s", strerror(res[i].err), res[i].msg);
+		}
+	}
+	assert_int_equal(timed_out, STOPPED_WAITS);
+	assert_int_equal(refused, STOPPED_CONNS - STOPPED_WAITS);
+
+	/* They disconnect with the refused ones' registrars still stopped. */
+	for (int i = 0; i < STOPPED_CONNS; i++)
+		assert_int_equal(write(go[i][1], "q", 1), 1);
+	worst = root_regs_for(root, odpd_segment_addr(seg), 1500, &n);
+	print_message("root, stopped registrars reaped: %u calls, slowest %lld us\n", n, (long long)worst);
+	if (worst >= STOPPED_BOUND_MS * 1000)
+		fail_msg("root's 4 KiB registration waited %lld ms behind the reaping of stopped registrars",
+			 (long long)(worst / 1000));
+	for (int i = 0; i < STOPPED_CONNS; i++) {
+		assert_int_equal(waitpid(kids[i], &st, 0), kids[i]);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			fail_msg("uid 65534 connection %d ended with status %#x", i, st);
+		close(go[i][0]);
+		close(go[i][1]);
+	}
+	assert_true(wait_until(registrar_gone, &ga));
+	close(ready[0]);
+	close(ready[1]);
+	close(results[0]);
+	close(results[1]);
+	assert_int_equal(odpd_detach(seg), 0);
+	odpd_disconnect(root);
+	daemon_stop(&d);
+	unlink(path);
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int group_setup(void **state)
@@ -1731,6 +1969,7 @@ int main(void)
 		cmocka_unit_test_setup(test_implicit_registrar_deaths, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_registrar_runs_as_client, harness_test_setup),
 		cmocka_unit_test_setup(test_implicit_many_segments, harness_test_setup),
+		cmocka_unit_test_setup(test_implicit_stopped_registrars, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
