@@ -55,6 +55,7 @@ static const char *const limit_keys[N_LIMIT_KEYS] = {
 	[KEY_DEFAULT_USER + ODPD_UL_SEGMENTS] = "default-segments",
 	[KEY_DEFAULT_USER + ODPD_UL_MAPPED] = "default-mapped",
 	[KEY_DEFAULT_USER + ODPD_UL_MRS] = "default-mrs",
+	[KEY_DEFAULT_USER + ODPD_UL_REGISTRAR_WAITS] = "default-registrar-waits",
 };
 
 const char *const odpd_user_limit_names[ODPD_N_UL] = {
@@ -62,10 +63,11 @@ const char *const odpd_user_limit_names[ODPD_N_UL] = {
 	[ODPD_UL_SEGMENTS] = "segments",
 	[ODPD_UL_MAPPED] = "mapped",
 	[ODPD_UL_MRS] = "mrs",
+	[ODPD_UL_REGISTRAR_WAITS] = "registrar-waits",
 };
 
-/* A rule's keys: max-pinned, then max-<odpd_user_limit_names>. */
-#define N_RULE_KEYS (1 + ODPD_N_UL)
+/* A rule's keys: max-pinned, then max-<odpd_user_limit_names>, then remote-access. */
+#define N_RULE_KEYS (2 + ODPD_N_UL)
 
 /* The state of one odpd_conf_load(). */
 struct parse {
@@ -818,9 +820,10 @@ static int key_index(const struct parse *p, const char *key)
 
 static const char *const section_keys[] = {
 	[SEC_LIMITS] = "max-pinned, max-mrs, default-pinned, relaxed-window-ms, relaxed-max-mrs, "
-		       "relaxed-max-bytes, hole-check-ms, default-connections, default-segments, default-mapped "
-		       "or default-mrs",
-	[SEC_RULE] = "max-pinned, max-connections, max-segments, max-mapped, max-mrs or remote-access",
+		       "relaxed-max-bytes, hole-check-ms, default-connections, default-segments, default-mapped, "
+		       "default-mrs or default-registrar-waits",
+	[SEC_RULE] = "max-pinned, max-connections, max-segments, max-mapped, max-mrs, max-registrar-waits "
+		     "or remote-access",
 	[SEC_PD] = "users or groups",
 	[SEC_ODP] = "prefetch-on-register",
 };
@@ -896,6 +899,7 @@ void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total)
 			[ODPD_UL_SEGMENTS] = 1024,
 			[ODPD_UL_MAPPED] = ODPD_MAPPED_QUARTER_WINDOW,
 			[ODPD_UL_MRS] = 262144,
+			[ODPD_UL_REGISTRAR_WAITS] = 4,
 		},
 	};
 }

@@ -18,9 +18,10 @@
  *   default-segments = 1024
  *   default-mapped = window   # bytes of odpd's address window; "window": a quarter of it
  *   default-mrs = 262144
+ *   default-registrar-waits = 4  # implicit-ODP requests waiting for a registrar
  *   [user alice]              # also [user 1000], [group rdma], [group 27], [cgroup /kubepods.slice]
  *   max-pinned = 64G
- *   max-connections = 128     # and max-segments, max-mapped, max-mrs
+ *   max-connections = 128     # and max-segments, max-mapped, max-mrs, max-registrar-waits
  *   remote-access = yes       # client-PD MRs may have remote access (else root/admin only)
  *   [pd training]             # a named shared PD (fnmatch pattern; first match in file order)
  *   users = alice bob 1001
@@ -38,13 +39,15 @@
 enum odpd_rule_kind { ODPD_RULE_USER, ODPD_RULE_GROUP, ODPD_RULE_CGROUP };
 
 /* What one user (uid) may hold at once, besides pinned bytes: a rule's
- * max-connections, max-segments, max-mapped, max-mrs; else [limits]'s
- * default-connections ... default-mrs. */
+ * max-connections, max-segments, max-mapped, max-mrs, max-registrar-waits;
+ * else [limits]'s default-connections ... default-registrar-waits. */
 enum odpd_user_limit {
 	ODPD_UL_CONNECTIONS,        /* connections */
 	ODPD_UL_SEGMENTS,           /* attached segments (each keeps an fd in odpd) */
 	ODPD_UL_MAPPED,             /* bytes of odpd's address window (a sparse segment: its size) */
 	ODPD_UL_MRS,                /* MR references (odpd_reg() results held) */
+	ODPD_UL_REGISTRAR_WAITS,    /* implicit-ODP requests waiting for a registrar (its
+				     * user may stop it: each wait lasts up to its deadline) */
 	ODPD_N_UL
 };
 /* default-mapped = window: a quarter of odpd's address window. */
@@ -101,7 +104,7 @@ struct odpd_conf {
 /* The defaults: max-pinned 50% of @mem_total, max-mrs 1000000, default-pinned
  * memlock, relaxed-window-ms 100, relaxed-max-mrs 4096, relaxed-max-bytes 1G,
  * hole-check-ms 100, default-connections 64, default-segments 1024, default-mapped window,
- * default-mrs 262144. */
+ * default-mrs 262144, default-registrar-waits 4. */
 void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total);
 
 /*

@@ -51,7 +51,8 @@ void odpd_domain_close(struct odpd_domain *d)
 	if (!d)
 		return;
 	odpd_verifier_free(d->verifier);
-	odpd_registrar_reap(d->registrar);  /* its MRs are gone: it only exits */
+	if (d->registrar)                   /* only when out of memory: the loop reaps it first */
+		odpd_registrar_reap_now(d->registrar);
 	if (d->pd && (e = ibv_dealloc_pd(d->pd)) != 0) {
 		/*
 		 * A client that imported this context (ImportPd) left objects in

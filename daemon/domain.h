@@ -66,8 +66,9 @@ struct odpd_domain {
 	struct ibv_pd *pd;
 	struct odpd_verifier *verifier;     /* created on first verify */
 	bool exported;                      /* its cmd_fd went to a client (ImportPd) */
-	/* Implicit ODP (implicit.h): set on the loop before any job uses it;
-	 * stopped on the loop, reaped by odpd_domain_close. */
+	/* Implicit ODP (implicit.h): the loop's only; reaped on the loop
+	 * before the close job runs (by odpd_domain_close only when no job
+	 * could be made). */
 	struct odpd_registrar *registrar;
 	/* Event loop. */
 	LIST_ENTRY(odpd_domain) link;

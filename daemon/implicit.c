@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -23,44 +22,70 @@
 
 extern char **environ;
 
-/* A worker waits this long for the registrar's answer to a verb (importing
- * a PD, registering or deregistering an implicit MR pins nothing: fast),
- * and the loop for the answer to its oldest map, ms. The registrar runs as
- * the client's uid, which may stop it (SIGSTOP): then it is killed. A
- * worker waiting is a worker lost to everyone meanwhile: keep it short. */
-#define VERBS_TIMEOUT_MS 2000
+/*
+ * How long the loop waits for the answer to the oldest call on a socket, ms:
+ * a map, and a verb (importing a PD, registering or deregistering an
+ * implicit MR pins nothing: fast). The registrar runs as the client's uid,
+ * which may stop it (SIGSTOP): then it is killed. Meanwhile only the
+ * requests that wait for it wait: no thread of odpd does (issue 23).
+ */
 #define MAPS_TIMEOUT_MS 10000
-/* After closing its sockets, how long the registrar may take to exit, ms. */
+#define VERBS_TIMEOUT_MS 2000
+/* After closing its sockets, how long the registrar may take to exit, ms;
+ * then, or at once without a pidfd, it is killed, and the loop looks for
+ * its exit this often until it is collected. */
 #define EXIT_TIMEOUT_MS 3000
+#define EXIT_POLL_MS 10
 
-/* A map or unmap of the loop, sent in order, as the socket takes them, then
- * waiting for its answer (in order). Never dropped: a registrar that cannot
- * take them is discarded. */
-struct map_call {
-	struct map_call *next;
-	odpd_registrar_cb cb;               /* NULL: an unmap, only logged */
+/* A call: queued, sent in order as its socket takes it, then waiting for
+ * its answer (in order). Never dropped: a registrar that cannot take one is
+ * discarded, and every call still queued is failed. */
+struct call {
+	struct call *next;
+	odpd_registrar_cb cb;               /* a map's */
+	odpd_registrar_verb_cb vcb;         /* a verb's; neither: an unmap or an INIT */
 	void *arg;
 	struct odpd_reg_msg msg;
 	int fd;                             /* ours (a dup), sent with msg; -1 */
 	bool sent;
+	struct call *reg;                   /* INIT: the REG queued right after it */
+	struct odpd_err *init_err;          /* REG: why that INIT failed (its answer), or NULL */
 };
 
+/* One of the two sockets, and its calls. */
+struct chan {
+	struct odpd_registrar *g;
+	int fd;
+	int timeout_ms;
+	int late_errno;                     /* for a call not answered in time */
+	const char *what;                   /* "a map", "a verb" */
+	struct event *ev;                   /* readable */
+	struct event *ev_write;             /* writable, while calls wait to be sent */
+	struct event *ev_timeout;           /* the oldest call's answer is late */
+	struct call *head, **tail;          /* sent ones first */
+	struct call *unsent;                /* the first not yet sent, or NULL */
+};
+
+enum init_state { INIT_NONE, INIT_SENT, INIT_DONE };
+
 struct odpd_registrar {
+	struct event_base *base;
 	pid_t pid;
 	int pidfd;                          /* -1 where pidfd_open is missing */
-	int maps_fd, verbs_fd;
-	struct event *ev;                   /* maps_fd readable */
-	struct event *ev_write;             /* maps_fd writable, while calls wait to be sent */
-	struct event *ev_timeout;           /* the oldest call's answer is late */
-	struct map_call *head, **tail;      /* sent ones first */
-	struct map_call *unsent;            /* the first not yet sent, or NULL */
-	atomic_uint refs;                   /* the domain's, each implicit MR's */
-	pthread_mutex_t lock;               /* verbs calls, one at a time */
-	bool ready;                         /* INIT succeeded (under lock) */
-	atomic_bool dead;
+	struct chan maps, verbs;
+	struct event *ev_dead;              /* made active: fail the calls on the next turn */
+	atomic_uint refs;                   /* the domain's, each implicit MR's, handlers' */
+	enum init_state init;               /* the PD imported? */
+	bool dead;                          /* exited, misbehaved or hangs: no new call */
+	bool killed;                        /* said and SIGKILLed */
+	bool stopped;                       /* sockets closed, events freed */
 	const char *dead_why;               /* found dead inside a call: said on the next turn */
 	char label[64];
-	struct odpd_job discard;            /* odpd_registrar_discard's reaping */
+	/* reaping (odpd_registrar_reap) */
+	struct event *ev_exit;              /* the pidfd readable, or a timer */
+	bool exit_killed;
+	void (*reaped)(void *arg);
+	void *reaped_arg;
 };
 
 const char *odpd_registrar_path(void)
@@ -75,9 +100,21 @@ pid_t odpd_registrar_pid(const struct odpd_registrar *g)
 	return g->pid;
 }
 
-bool odpd_registrar_dead(struct odpd_registrar *g)
+bool odpd_registrar_dead(const struct odpd_registrar *g)
 {
-	return atomic_load(&g->dead);
+	return g->dead || g->stopped;
+}
+
+void odpd_registrar_get(struct odpd_registrar *g)
+{
+	atomic_fetch_add(&g->refs, 1);
+}
+
+void odpd_registrar_put(struct odpd_registrar *g)
+{
+	if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
+		return;
+	free(g);
 }
 
 /* ---------------------------------------------------------------- messages */
@@ -120,68 +157,114 @@ static int recv_reply(int fd, struct odpd_reg_reply *rep, int flags)
 	return 0;
 }
 
-/* ---------------------------------------------------------------- the loop's side */
+/* ---------------------------------------------------------------- calls */
 
-static void call_free(struct map_call *c)
+static void call_free(struct call *c)
 {
 	if (c->fd >= 0)
 		close(c->fd);
+	free(c->init_err);
 	free(c);
 }
 
-/* Every call still waiting gets -EPIPE (unmaps are dropped: the registrar's
- * mappings go with it). */
-static void fail_pending(struct odpd_registrar *g, const char *why)
+/* Answer @c: @rc 0 with the registrar's @rep, or -errno with @err (@rep
+ * NULL when the registrar did not answer it). */
+static void call_answer(struct odpd_registrar *g, struct call *c, int rc, const struct odpd_err *err,
+			const struct odpd_reg_reply *rep)
 {
-	struct odpd_err err = { 0 };
-
-	err_set(&err, EPIPE, "the implicit-ODP registrar (pid %d) %s (odpd's log says more)", (int)g->pid, why);
-	if (g->ev_write)
-		event_del(g->ev_write);
-	if (g->ev_timeout)
-		evtimer_del(g->ev_timeout);
-	while (g->head) {
-		struct map_call *c = g->head;
-		g->head = c->next;
-		if (c->cb)
-			c->cb(c->arg, -EPIPE, &err);
-		call_free(c);
+	if (c->msg.op == ODPD_REG_INIT) {
+		g->init = rc == 0 ? INIT_DONE : INIT_NONE;
+		/* The REG after it answers with this failure, not with its own
+		 * ("no PD yet"); without memory for it, with its own. */
+		if (rc < 0 && c->reg && !c->reg->init_err && (c->reg->init_err = malloc(sizeof(*err))))
+			*c->reg->init_err = *err;
+	} else if (c->vcb && c->init_err) {
+		c->vcb(c->arg, -c->init_err->code, c->init_err, 0);
+	} else if (c->vcb) {
+		c->vcb(c->arg, rc, err, rc == 0 && c->msg.op == ODPD_REG_REG ? rep->mr_handle : c->msg.mr_handle);
+	} else if (c->cb) {
+		c->cb(c->arg, rc, err);
+	} else if (rc < 0 && rep) {
+		log_warning("%s: registrar: unmapping segment %" PRIu64 ": %s", g->label, c->msg.id, err->msg);
 	}
-	g->tail = &g->head;
-	g->unsent = NULL;
 }
 
-/* It exited, misbehaved or hangs: never talk to it again. */
-static void mark_dead(struct odpd_registrar *g, const char *why)
+/* Every call still queued gets -EPIPE, but the oldest one of @late (if
+ * not NULL) late->late_errno: it was not answered in time. The queues are
+ * taken first, so that a callback that stops the registrar finds them empty. */
+static void fail_all(struct odpd_registrar *g, const char *why, struct chan *late)
 {
-	if (atomic_exchange(&g->dead, true) && !g->head)
-		return;
-	log_warning("%s: implicit-ODP registrar (pid %d) %s", g->label, (int)g->pid, why);
-	kill(g->pid, SIGKILL);                  /* if it is still there: it may hang */
-	if (g->ev)
-		event_del(g->ev);
-	fail_pending(g, why);
+	struct chan *chans[2] = { &g->maps, &g->verbs };
+	struct call *lists[2];
+	struct odpd_err epipe = { 0 }, etime = { 0 };
+
+	err_set(&epipe, EPIPE, "the implicit-ODP registrar (pid %d) %s (odpd's log says more)", (int)g->pid, why);
+	if (late)
+		err_set(&etime, late->late_errno, "the implicit-ODP registrar (pid %d) did not answer %s within %d s: "
+			"killed (its user may have stopped it)", (int)g->pid, late->what, late->timeout_ms / 1000);
+	for (int i = 0; i < 2; i++) {
+		lists[i] = chans[i]->head;
+		chans[i]->head = chans[i]->unsent = NULL;
+		chans[i]->tail = &chans[i]->head;
+		if (chans[i]->ev_write)
+			event_del(chans[i]->ev_write);
+		if (chans[i]->ev_timeout)
+			evtimer_del(chans[i]->ev_timeout);
+	}
+	odpd_registrar_get(g);
+	for (int i = 0; i < 2; i++) {
+		bool first = true;
+
+		while (lists[i]) {
+			struct call *c = lists[i];
+			bool is_late = first && chans[i] == late && c->sent;
+
+			lists[i] = c->next;
+			first = false;
+			call_answer(g, c, is_late ? -late->late_errno : -EPIPE, is_late ? &etime : &epipe, NULL);
+			call_free(c);
+		}
+	}
+	odpd_registrar_put(g);
 }
 
-static void arm_timeout(struct odpd_registrar *g)
+/* It exited, misbehaved or hangs: never talk to it again. @late: the
+ * socket whose oldest call is late, or NULL. */
+static void mark_dead(struct odpd_registrar *g, const char *why, struct chan *late)
 {
-	static const struct timeval tv = { MAPS_TIMEOUT_MS / 1000, (MAPS_TIMEOUT_MS % 1000) * 1000 };
+	g->dead = true;
+	if (!g->killed) {
+		g->killed = true;
+		log_warning("%s: implicit-ODP registrar (pid %d) %s", g->label, (int)g->pid, why);
+		if (!g->stopped)
+			kill(g->pid, SIGKILL);      /* if it is still there: it may hang */
+	}
+	if (g->maps.ev)
+		event_del(g->maps.ev);
+	if (g->verbs.ev)
+		event_del(g->verbs.ev);
+	fail_all(g, why, late);
+}
 
-	if (g->head && g->head->sent)
-		evtimer_add(g->ev_timeout, &tv);     /* (re)started for the oldest call */
+static void arm_timeout(struct chan *ch)
+{
+	struct timeval tv = { ch->timeout_ms / 1000, (ch->timeout_ms % 1000) * 1000 };
+
+	if (ch->head && ch->head->sent)
+		evtimer_add(ch->ev_timeout, &tv);    /* (re)started for the oldest call */
 	else
-		evtimer_del(g->ev_timeout);
+		evtimer_del(ch->ev_timeout);
 }
 
 /* Send what the socket takes, in order. 0, or -errno (then it is dead). */
-static int flush_calls(struct odpd_registrar *g)
+static int flush_calls(struct chan *ch)
 {
-	while (g->unsent) {
-		struct map_call *c = g->unsent;
-		int rc = send_msg(g->maps_fd, &c->msg, c->fd, MSG_DONTWAIT);
+	while (ch->unsent) {
+		struct call *c = ch->unsent;
+		int rc = send_msg(ch->fd, &c->msg, c->fd, MSG_DONTWAIT);
 
 		if (rc == -EAGAIN) {
-			event_add(g->ev_write, NULL);
+			event_add(ch->ev_write, NULL);
 			return 0;
 		}
 		if (rc < 0)
@@ -190,72 +273,203 @@ static int flush_calls(struct odpd_registrar *g)
 			close(c->fd);
 		c->fd = -1;
 		c->sent = true;
-		g->unsent = c->next;
-		if (c == g->head)
-			arm_timeout(g);
+		ch->unsent = c->next;
+		if (c == ch->head)
+			arm_timeout(ch);
 	}
-	event_del(g->ev_write);
+	event_del(ch->ev_write);
 	return 0;
 }
 
-static void on_maps_writable(evutil_socket_t fd, short what, void *arg)
+static const char *send_error_why(int rc)
 {
-	struct odpd_registrar *g = arg;
+	return rc == -EPIPE || rc == -ECONNRESET || rc == -ECONNREFUSED ? "exited" : "cannot be written to";
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+	struct chan *ch = arg;
 	int rc;
 
 	(void)fd;
 	(void)what;
-	rc = flush_calls(g);
+	rc = flush_calls(ch);
 	if (rc < 0)
-		mark_dead(g, rc == -EPIPE || rc == -ECONNRESET ? "exited" : "cannot be written to");
+		mark_dead(ch->g, send_error_why(rc), NULL);
 }
 
-static void on_maps_timeout(evutil_socket_t fd, short what, void *arg)
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct chan *ch = arg;
+
+	(void)fd;
+	(void)what;
+	mark_dead(ch->g, ch == &ch->g->maps ? "did not answer a map in time: killed" :
+		  "did not answer a verb in time: killed", ch);
+}
+
+/* Found dead inside a call (map_send): failed here, on the next turn. */
+static void on_dead(evutil_socket_t fd, short what, void *arg)
 {
 	struct odpd_registrar *g = arg;
 
 	(void)fd;
 	(void)what;
-	mark_dead(g, g->dead_why ? g->dead_why : "did not answer a map in time: killed");
+	mark_dead(g, g->dead_why ? g->dead_why : "is gone", NULL);
 }
 
-static void on_maps(evutil_socket_t fd, short what, void *arg)
+static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
-	struct odpd_registrar *g = arg;
+	struct chan *ch = arg;
+	struct odpd_registrar *g = ch->g;
 	struct odpd_reg_reply rep;
 	struct odpd_err err = { 0 };
 
 	(void)what;
-	for (;;) {
-		struct map_call *c = g->head;
+	odpd_registrar_get(g);                  /* a callback may drop the last other one */
+	while (!g->dead && !g->stopped) {
+		struct call *c = ch->head;
 		int rc = recv_reply((int)fd, &rep, MSG_DONTWAIT);
 
 		if (rc == -EAGAIN || rc == -EINTR)
-			return;
+			break;
 		if (rc < 0 || !c || !c->sent) {
 			mark_dead(g, rc == -EPIPE || rc == -ECONNRESET ? "exited" :
-				  rc < 0 ? "sent a malformed answer" : "answered nothing asked");
-			return;
+				  rc < 0 ? "sent a malformed answer" : "answered nothing asked", NULL);
+			break;
 		}
-		g->head = c->next;
-		if (!g->head)
-			g->tail = &g->head;
-		arm_timeout(g);
-		if (!c->cb) {
-			if (rep.error)
-				log_warning("%s: registrar: unmapping segment %" PRIu64 ": %s", g->label,
-					    c->msg.id, rep.message);
-		} else if (rep.error) {
+		ch->head = c->next;
+		if (!ch->head)
+			ch->tail = &ch->head;
+		arm_timeout(ch);
+		if (rep.error)
 			err_set(&err, rep.error, "%s", rep.message);
-			c->cb(c->arg, -rep.error, &err);
-		} else {
-			c->cb(c->arg, 0, NULL);
-		}
+		call_answer(g, c, rep.error ? -rep.error : 0, rep.error ? &err : NULL, &rep);
 		call_free(c);
-		if (atomic_load(&g->dead) || !g->ev)  /* a callback stopped it */
-			return;
+	}
+	odpd_registrar_put(g);
+}
+
+/* A call of @msg (with a dup of @fd, if >= 0), not queued yet; NULL: -errno in *@rc. */
+static struct call *call_new(const struct odpd_reg_msg *msg, int fd, int *rc)
+{
+	struct call *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	c->fd = -1;
+	if (fd >= 0 && (c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+		*rc = -errno;
+		free(c);
+		return NULL;
+	}
+	c->msg = *msg;
+	return c;
+}
+
+/* Queue @c on @ch and send what can be sent. Its callback runs later in
+ * any case: a registrar found dead here fails it on the next turn. */
+static void call_queue(struct odpd_registrar *g, struct chan *ch, struct call *c)
+{
+	int rc;
+
+	*ch->tail = c;
+	ch->tail = &c->next;
+	if (!ch->unsent)
+		ch->unsent = c;
+	if (g->dead)
+		return;                        /* on_dead fails it */
+	rc = flush_calls(ch);
+	if (rc < 0) {
+		g->dead = true;
+		g->dead_why = send_error_why(rc);
+		event_active(g->ev_dead, EV_TIMEOUT, 0);
 	}
 }
+
+/* Queue one call; 0 (a callback will run) or -errno (none will). */
+static int call_send(struct odpd_registrar *g, struct chan *ch, const struct odpd_reg_msg *msg, int fd,
+		     odpd_registrar_cb cb, odpd_registrar_verb_cb vcb, void *arg)
+{
+	struct call *c;
+	int rc;
+
+	if (g->dead || g->stopped)
+		return -EPIPE;
+	c = call_new(msg, fd, &rc);
+	if (!c)
+		return rc;
+	c->cb = cb;
+	c->vcb = vcb;
+	c->arg = arg;
+	call_queue(g, ch, c);
+	return 0;
+}
+
+int odpd_registrar_map(struct odpd_registrar *g, uint64_t id, int fd, uint64_t addr, uint64_t length,
+		       uint64_t offset, bool writable, odpd_registrar_cb cb, void *arg)
+{
+	struct odpd_reg_msg msg = {
+		.magic = ODPD_REG_MAGIC, .op = ODPD_REG_MAP, .id = id, .addr = addr,
+		.length = length, .offset = offset, .writable = writable,
+	};
+
+	return call_send(g, &g->maps, &msg, fd, cb, NULL, arg);
+}
+
+void odpd_registrar_unmap(struct odpd_registrar *g, uint64_t id)
+{
+	struct odpd_reg_msg msg = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_UNMAP, .id = id };
+
+	/* An unmap is never dropped: a registrar that cannot take it goes. */
+	if (call_send(g, &g->maps, &msg, -1, NULL, NULL, NULL) == -ENOMEM) {
+		g->dead = true;
+		g->dead_why = "could not be told to unmap (out of memory): killed";
+		event_active(g->ev_dead, EV_TIMEOUT, 0);
+	}
+}
+
+int odpd_registrar_reg(struct odpd_registrar *g, int cmd_fd, uint32_t pd_handle, uint32_t access,
+		       odpd_registrar_verb_cb cb, void *arg)
+{
+	struct odpd_reg_msg init = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_INIT, .pd_handle = pd_handle };
+	struct odpd_reg_msg reg = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_REG, .access = access };
+	struct call *ic = NULL, *rc_call;
+	int rc;
+
+	if (g->dead || g->stopped)
+		return -EPIPE;
+	if (g->init == INIT_NONE && !(ic = call_new(&init, cmd_fd, &rc)))
+		return rc;
+	rc_call = call_new(&reg, -1, &rc);
+	if (!rc_call) {
+		if (ic)
+			call_free(ic);
+		return rc;
+	}
+	rc_call->vcb = cb;
+	rc_call->arg = arg;
+	if (ic) {
+		/* Answered in order on the verbs socket: the REG right after it
+		 * learns whether the PD was imported. */
+		ic->reg = rc_call;
+		g->init = INIT_SENT;
+		call_queue(g, &g->verbs, ic);
+	}
+	call_queue(g, &g->verbs, rc_call);
+	return 0;
+}
+
+int odpd_registrar_dereg(struct odpd_registrar *g, uint32_t mr_handle, odpd_registrar_verb_cb cb, void *arg)
+{
+	struct odpd_reg_msg msg = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_DEREG, .mr_handle = mr_handle };
+
+	return call_send(g, &g->verbs, &msg, -1, NULL, cb, arg);
+}
+
+/* ---------------------------------------------------------------- spawning */
 
 /* Move @fd to 5 or above, so that the child's dup2 onto 3 and 4 can clobber
  * neither (nor leave a descriptor already at 3 with its close-on-exec). */
@@ -326,6 +540,32 @@ static int spawn(struct odpd_registrar *g, int child_maps, int child_verbs, uid_
 	return 0;
 }
 
+static int chan_open(struct odpd_registrar *g, struct chan *ch, int fd, int timeout_ms, int late_errno,
+		     const char *what)
+{
+	ch->g = g;
+	ch->fd = fd;
+	ch->timeout_ms = timeout_ms;
+	ch->late_errno = late_errno;
+	ch->what = what;
+	ch->tail = &ch->head;
+	ch->ev = event_new(g->base, fd, EV_READ | EV_PERSIST, on_readable, ch);
+	ch->ev_write = event_new(g->base, fd, EV_WRITE | EV_PERSIST, on_writable, ch);
+	ch->ev_timeout = evtimer_new(g->base, on_timeout, ch);
+	return ch->ev && ch->ev_write && ch->ev_timeout && event_add(ch->ev, NULL) == 0 ? 0 : -ENOMEM;
+}
+
+static void chan_close(struct chan *ch)
+{
+	if (ch->ev)
+		event_free(ch->ev);
+	if (ch->ev_write)
+		event_free(ch->ev_write);
+	if (ch->ev_timeout)
+		event_free(ch->ev_timeout);
+	ch->ev = ch->ev_write = ch->ev_timeout = NULL;
+}
+
 int odpd_registrar_spawn(struct event_base *base, const char *label, uid_t uid, gid_t gid,
 			 struct odpd_registrar **ret, struct odpd_err *err)
 {
@@ -335,10 +575,10 @@ int odpd_registrar_spawn(struct event_base *base, const char *label, uid_t uid, 
 
 	if (!g)
 		return err_set(err, ENOMEM, "out of memory");
-	g->pidfd = g->maps_fd = g->verbs_fd = -1;
-	g->tail = &g->head;
-	pthread_mutex_init(&g->lock, NULL);
-	atomic_init(&g->dead, false);
+	g->base = base;
+	g->pidfd = g->maps.fd = g->verbs.fd = -1;
+	g->maps.tail = &g->maps.head;
+	g->verbs.tail = &g->verbs.head;
 	atomic_init(&g->refs, 1);
 	snprintf(g->label, sizeof(g->label), "%s", label);
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, maps) < 0 ||
@@ -358,15 +598,17 @@ int odpd_registrar_spawn(struct event_base *base, const char *label, uid_t uid, 
 	g->pidfd = (int)syscall(SYS_pidfd_open, g->pid, 0);
 	close(maps[1]);
 	close(verbs[1]);
-	g->maps_fd = maps[0];
-	g->verbs_fd = verbs[0];
-	g->ev = event_new(base, g->maps_fd, EV_READ | EV_PERSIST, on_maps, g);
-	g->ev_write = event_new(base, g->maps_fd, EV_WRITE | EV_PERSIST, on_maps_writable, g);
-	g->ev_timeout = evtimer_new(base, on_maps_timeout, g);
-	if (!g->ev || !g->ev_write || !g->ev_timeout || event_add(g->ev, NULL) < 0) {
+	g->ev_dead = evtimer_new(base, on_dead, g);
+	/* A late map is EPIPE like a dead registrar's (attaches go on without
+	 * it: attach.c); a late verb ETIMEDOUT, the answer to its request. */
+	if (chan_open(g, &g->maps, maps[0], MAPS_TIMEOUT_MS, EPIPE, "a map") < 0 ||
+	    chan_open(g, &g->verbs, verbs[0], VERBS_TIMEOUT_MS, ETIMEDOUT, "a verb") < 0 || !g->ev_dead) {
 		err_set(err, ENOMEM, "out of memory");
-		odpd_registrar_stop(g);
-		odpd_registrar_reap(g);
+		if (g->maps.fd < 0)
+			close(maps[0]);
+		if (g->verbs.fd < 0)
+			close(verbs[0]);
+		odpd_registrar_reap_now(g);
 		return -ENOMEM;
 	}
 	log_info("%s: implicit-ODP registrar started (pid %d, uid %u)", label, (int)g->pid, (unsigned)uid);
@@ -379,203 +621,42 @@ fail:
 		if (verbs[i] >= 0)
 			close(verbs[i]);
 	}
-	pthread_mutex_destroy(&g->lock);
 	free(g);
 	return rc;
 }
 
-/* Queue a call (a dup of @fd goes with it) and send what can be sent. */
-static int map_send(struct odpd_registrar *g, const struct odpd_reg_msg *msg, int fd,
-		    odpd_registrar_cb cb, void *arg)
-{
-	struct map_call *c;
-	int rc;
-
-	if (atomic_load(&g->dead) || g->maps_fd < 0)
-		return -EPIPE;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	c->fd = -1;
-	if (fd >= 0 && (c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
-		rc = -errno;
-		free(c);
-		return rc;
-	}
-	c->msg = *msg;
-	c->cb = cb;
-	c->arg = arg;
-	*g->tail = c;
-	g->tail = &c->next;
-	if (!g->unsent)
-		g->unsent = c;
-	rc = flush_calls(g);
-	if (rc < 0) {
-		/* @c is on the list: its callback runs with -EPIPE like the rest,
-		 * on the next turn of the loop, never inside this call. */
-		atomic_store(&g->dead, true);
-		g->dead_why = rc == -EPIPE || rc == -ECONNRESET || rc == -ECONNREFUSED ? "exited" :
-			      "cannot be written to";
-		event_active(g->ev_timeout, EV_TIMEOUT, 0);
-	}
-	return 0;
-}
-
-int odpd_registrar_map(struct odpd_registrar *g, uint64_t id, int fd, uint64_t addr, uint64_t length,
-		       uint64_t offset, bool writable, odpd_registrar_cb cb, void *arg)
-{
-	struct odpd_reg_msg msg = {
-		.magic = ODPD_REG_MAGIC, .op = ODPD_REG_MAP, .id = id, .addr = addr,
-		.length = length, .offset = offset, .writable = writable,
-	};
-
-	return map_send(g, &msg, fd, cb, arg);
-}
-
-void odpd_registrar_unmap(struct odpd_registrar *g, uint64_t id)
-{
-	struct odpd_reg_msg msg = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_UNMAP, .id = id };
-
-	/* An unmap is never dropped: a registrar that cannot take it goes. */
-	if (map_send(g, &msg, -1, NULL, NULL) == -ENOMEM) {
-		atomic_store(&g->dead, true);
-		g->dead_why = "could not be told to unmap (out of memory): killed";
-		event_active(g->ev_timeout, EV_TIMEOUT, 0);
-	}
-}
-
 void odpd_registrar_stop(struct odpd_registrar *g)
 {
-	if (g->ev)
-		event_free(g->ev);
-	g->ev = NULL;
-	fail_pending(g, "was stopped");
-	if (g->ev_write)
-		event_free(g->ev_write);
-	if (g->ev_timeout)
-		event_free(g->ev_timeout);
-	g->ev_write = g->ev_timeout = NULL;
-	if (g->maps_fd >= 0)
-		close(g->maps_fd);
-	g->maps_fd = -1;
+	if (g->stopped)
+		return;
+	g->stopped = true;
+	chan_close(&g->maps);
+	chan_close(&g->verbs);
+	if (g->ev_dead)
+		event_free(g->ev_dead);
+	g->ev_dead = NULL;
+	fail_all(g, "was stopped", NULL);
+	/* EOF on either: it exits */
+	if (g->maps.fd >= 0)
+		close(g->maps.fd);
+	if (g->verbs.fd >= 0)
+		close(g->verbs.fd);
+	g->maps.fd = g->verbs.fd = -1;
 }
 
-void odpd_registrar_get(struct odpd_registrar *g)
-{
-	atomic_fetch_add(&g->refs, 1);
-}
+/* ---------------------------------------------------------------- reaping */
 
-/* ---------------------------------------------------------------- the workers' side */
-
-/* One verb: send @msg (and @fd), wait for the answer. Under g->lock. */
-static int verbs_call(struct odpd_registrar *g, const struct odpd_reg_msg *msg, int fd,
-		      struct odpd_reg_reply *rep, struct odpd_err *err)
-{
-	struct pollfd p = { .fd = g->verbs_fd, .events = POLLIN };
-	int rc;
-
-	if (atomic_load(&g->dead))
-		return err_set(err, EPIPE, "the implicit-ODP registrar (pid %d) has exited", (int)g->pid);
-	rc = send_msg(g->verbs_fd, msg, fd, 0);
-	if (rc < 0)
-		goto dead;
-	rc = odpd_poll(&p, 1, VERBS_TIMEOUT_MS);
-	if (rc <= 0) {                       /* no answer in time, or no way to wait for one */
-		log_error("%s: implicit-ODP registrar (pid %d) did not answer in %d s%s%s: killing it",
-			  g->label, (int)g->pid, VERBS_TIMEOUT_MS / 1000, rc < 0 ? ": poll: " : "",
-			  rc < 0 ? strerror(-rc) : "");
-		kill(g->pid, SIGKILL);
-		atomic_store(&g->dead, true);
-		return err_set(err, ETIMEDOUT, "the implicit-ODP registrar did not answer");
-	}
-	rc = recv_reply(g->verbs_fd, rep, 0);
-	if (rc < 0)
-		goto dead;
-	if (rep->error)
-		return err_set(err, rep->error, "%s", rep->message);
-	return 0;
-dead:
-	atomic_store(&g->dead, true);
-	return err_set(err, EPIPE, "the implicit-ODP registrar (pid %d) %s", (int)g->pid,
-		       rc == -EBADMSG ? "sent a malformed answer" : "has exited");
-}
-
-int odpd_registrar_init(struct odpd_registrar *g, int cmd_fd, uint32_t pd_handle, struct odpd_err *err)
-{
-	struct odpd_reg_msg msg = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_INIT, .pd_handle = pd_handle };
-	struct odpd_reg_reply rep;
-	int rc = 0;
-
-	pthread_mutex_lock(&g->lock);
-	if (!g->ready) {
-		rc = verbs_call(g, &msg, cmd_fd, &rep, err);
-		g->ready = rc == 0;
-	}
-	pthread_mutex_unlock(&g->lock);
-	return rc;
-}
-
-bool odpd_registrar_ready(struct odpd_registrar *g)
-{
-	bool ready;
-
-	pthread_mutex_lock(&g->lock);
-	ready = g->ready && !atomic_load(&g->dead);
-	pthread_mutex_unlock(&g->lock);
-	return ready;
-}
-
-int odpd_registrar_reg(struct odpd_registrar *g, uint32_t access, uint32_t *ret_handle, struct odpd_err *err)
-{
-	struct odpd_reg_msg msg = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_REG, .access = access };
-	struct odpd_reg_reply rep;
-	int rc;
-
-	pthread_mutex_lock(&g->lock);
-	rc = verbs_call(g, &msg, -1, &rep, err);
-	pthread_mutex_unlock(&g->lock);
-	if (rc == 0)
-		*ret_handle = rep.mr_handle;
-	return rc;
-}
-
-int odpd_registrar_dereg(struct odpd_registrar *g, uint32_t handle, struct odpd_err *err)
-{
-	struct odpd_reg_msg msg = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_DEREG, .mr_handle = handle };
-	struct odpd_reg_reply rep;
-	int rc;
-
-	pthread_mutex_lock(&g->lock);
-	rc = verbs_call(g, &msg, -1, &rep, err);
-	pthread_mutex_unlock(&g->lock);
-	return rc;
-}
-
-/* Worker: wait for the registrar's exit. */
-static void reap_wait(struct odpd_registrar *g)
+/* Has it exited? Then it is collected (and said how). */
+static bool collect(struct odpd_registrar *g)
 {
 	int status = 0;
 	pid_t r;
 
-	if (g->verbs_fd >= 0)
-		close(g->verbs_fd);        /* with the maps socket closed: EOF, it exits */
-	if (g->pidfd >= 0) {
-		struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
-
-		/* not exited in time, or no way to wait for it: the waitpid
-		 * below must not block on a stopped registrar */
-		if (odpd_poll(&p, 1, EXIT_TIMEOUT_MS) <= 0) {
-			log_warning("%s: implicit-ODP registrar (pid %d) did not exit: killing it",
-				    g->label, (int)g->pid);
-			kill(g->pid, SIGKILL);
-		}
-		close(g->pidfd);
-	} else {
-		kill(g->pid, SIGKILL);      /* no pidfd: cannot wait with a timeout */
-	}
 	do
-		r = waitpid(g->pid, &status, 0);
+		r = waitpid(g->pid, &status, WNOHANG);
 	while (r < 0 && errno == EINTR);
+	if (r == 0)
+		return false;
 	if (r == g->pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0) &&
 	    !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL))
 		log_warning("%s: implicit-ODP registrar (pid %d) ended with %s %d", g->label, (int)g->pid,
@@ -583,38 +664,76 @@ static void reap_wait(struct odpd_registrar *g)
 			    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 	else
 		log_info("%s: implicit-ODP registrar (pid %d) ended", g->label, (int)g->pid);
+	return true;
 }
 
-void odpd_registrar_put(struct odpd_registrar *g)
+static void reaped(struct odpd_registrar *g)
 {
-	if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
+	void (*done)(void *) = g->reaped;
+	void *arg = g->reaped_arg;
+
+	if (g->ev_exit)
+		event_free(g->ev_exit);
+	g->ev_exit = NULL;
+	if (g->pidfd >= 0)
+		close(g->pidfd);
+	g->pidfd = -1;
+	odpd_registrar_put(g);                  /* the domain's */
+	if (done)
+		done(arg);
+}
+
+static void on_exit_event(evutil_socket_t fd, short what, void *arg)
+{
+	static const struct timeval poll_tv = { 0, EXIT_POLL_MS * 1000 };
+	struct odpd_registrar *g = arg;
+
+	(void)fd;
+	if (collect(g)) {
+		reaped(g);
 		return;
-	pthread_mutex_destroy(&g->lock);
-	free(g);
+	}
+	if ((what & EV_TIMEOUT) && !g->exit_killed) {
+		/* stopped, or hanging: it will not exit by itself */
+		log_warning("%s: implicit-ODP registrar (pid %d) did not exit: killing it", g->label, (int)g->pid);
+		kill(g->pid, SIGKILL);
+		g->exit_killed = true;
+	}
+	if (event_add(g->ev_exit, &poll_tv) < 0) {
+		log_error("%s: cannot wait for the registrar on the loop: waiting here", g->label);
+		odpd_registrar_reap_now(g);     /* (ev_exit is freed by reaped) */
+	}
 }
 
-void odpd_registrar_reap(struct odpd_registrar *g)
+void odpd_registrar_reap(struct odpd_registrar *g, void (*done)(void *arg), void *arg)
 {
-	if (!g)
-		return;
-	reap_wait(g);
-	odpd_registrar_put(g);
+	struct timeval tv = { EXIT_TIMEOUT_MS / 1000, (EXIT_TIMEOUT_MS % 1000) * 1000 };
+
+	odpd_registrar_stop(g);
+	g->reaped = done;
+	g->reaped_arg = arg;
+	if (g->pidfd >= 0) {
+		g->ev_exit = event_new(g->base, g->pidfd, EV_READ, on_exit_event, g);
+	} else {
+		kill(g->pid, SIGKILL);          /* no pidfd: cannot wait for its exit with a timeout */
+		g->exit_killed = true;
+		g->ev_exit = evtimer_new(g->base, on_exit_event, g);
+		tv = (struct timeval){ 0, EXIT_POLL_MS * 1000 };
+	}
+	if (!g->ev_exit || event_add(g->ev_exit, &tv) < 0) {
+		log_error("%s: out of memory: reaping the registrar on the loop at once", g->label);
+		odpd_registrar_reap_now(g);
+	}
 }
 
-static void discard_run(struct odpd_job *job)
-{
-	reap_wait((struct odpd_registrar *)((char *)job - offsetof(struct odpd_registrar, discard)));
-}
-
-static void discard_done(struct odpd_job *job)
-{
-	odpd_registrar_put((struct odpd_registrar *)((char *)job - offsetof(struct odpd_registrar, discard)));
-}
-
-void odpd_registrar_discard(struct odpd_registrar *g, struct odpd_pool *pool)
+void odpd_registrar_reap_now(struct odpd_registrar *g)
 {
 	odpd_registrar_stop(g);
-	g->discard.run = discard_run;
-	g->discard.done = discard_done;
-	odpd_pool_submit(pool, &g->discard);
+	if (!collect(g)) {
+		kill(g->pid, SIGKILL);          /* even a stopped process dies at once */
+		while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		log_info("%s: implicit-ODP registrar (pid %d) killed", g->label, (int)g->pid);
+	}
+	reaped(g);
 }

@@ -99,6 +99,7 @@ struct pending {
 	uint64_t id;
 	const struct odpd_device *dev;      /* ImportPd */
 	bool flush;                         /* AdviseMr: answer when done */
+	bool implicit;                      /* RegMr: an implicit request, a registrar wait */
 };
 
 /* NULL after replying ENOMEM. */
@@ -114,6 +115,7 @@ static struct pending *pending_new(struct odpd_client *c, uint64_t id)
 	p->id = id;
 	p->dev = NULL;
 	p->flush = false;
+	p->implicit = false;
 	return p;
 }
 
@@ -138,6 +140,13 @@ static void reg_accepted(struct odpd_client *c, uint64_t id, struct odpd_ref *re
 	reply_mr(c, id, ref, hit);
 }
 
+/* An implicit request is answered: it no longer waits for a registrar
+ * (implicit_reg took its place among its user's waits). */
+static void implicit_end(struct odpd_client *c)
+{
+	odpd_account_hold(c->holder.acct, ODPD_UL_REGISTRAR_WAITS, -1);
+}
+
 static void reg_cb(void *arg, int rc, const struct odpd_err *err, struct odpd_ref *ref, bool hit)
 {
 	struct pending *p = arg;
@@ -147,6 +156,8 @@ static void reg_cb(void *arg, int rc, const struct odpd_err *err, struct odpd_re
 		odpd_reply_err(c, p->id, err);
 	else
 		reg_accepted(c, p->id, ref, hit);
+	if (p->implicit)
+		implicit_end(c);
 	free(p);
 	odpd_client_job_done(c);
 }
@@ -347,10 +358,13 @@ static void reg_submit(struct odpd_client *c, uint64_t id, struct odpd_reg_req *
 	if (!p) {
 		if (q->cmd_fd >= 0)
 			close(q->cmd_fd);
+		if (q->implicit)
+			implicit_end(c);
 		if (waiting)
 			odpd_client_job_done(c);
 		return;
 	}
+	p->implicit = q->implicit;
 	q->handle = ++c->next_handle;
 	r = odpd_registry_reg(&c->m->registry, &c->holder, q, reg_cb, p, &ref, &err);
 	if (r == 1) {
@@ -363,6 +377,8 @@ static void reg_submit(struct odpd_client *c, uint64_t id, struct odpd_reg_req *
 		odpd_reply_err(c, id, &err);
 	else
 		reg_accepted(c, id, ref, true);
+	if (q->implicit)
+		implicit_end(c);
 	if (waiting)
 		odpd_client_job_done(c);
 }
@@ -395,10 +411,12 @@ static void implicit_mapped(void *arg, int rc, const struct odpd_err *err)
 	if (c->dead) {
 		/* Gone meanwhile (odpd stopping, or its process exited): nothing
 		 * to register for; the PD and its registrar go with it. */
+		implicit_end(c);
 		odpd_client_job_done(c);
 	} else if (st->rc < 0) {
 		odpd_registry_drop_registrar(&c->m->registry, st->d);
 		odpd_reply_err(c, st->id, &st->err);
+		implicit_end(c);
 		odpd_client_job_done(c);
 	} else {
 		reg_submit(c, st->id, &st->q, true);
@@ -407,12 +425,14 @@ static void implicit_mapped(void *arg, int rc, const struct odpd_err *err)
 }
 
 /*
- * A registrar runs as its client's user, who can kill it or stop it: each
- * stopped one holds a worker until its call times out (2 s). So a user
- * whose registrars died REGISTRAR_DEATHS times within REGISTRAR_WINDOW_S
- * seconds gets no new one until that window ends (EAGAIN): its stalls cost
- * the other users a bounded share of the workers. @died: this domain's
- * registrar is found dead now.
+ * A registrar runs as its client's user, who can kill it or stop it. A
+ * stopped one holds nothing of odpd's but the requests that wait for it
+ * (on the loop, until its deadline: implicit.h), and a user has at most
+ * default-registrar-waits of those at once (implicit_reg). Each one killed
+ * is replaced by a new process, though: so a user whose registrars died
+ * REGISTRAR_DEATHS times within REGISTRAR_WINDOW_S seconds gets no new one
+ * until that window ends (EAGAIN). @died: this domain's registrar is found
+ * dead now.
  */
 #define REGISTRAR_DEATHS 3u
 #define REGISTRAR_WINDOW_S 60u
@@ -463,6 +483,13 @@ static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		return;
 	}
+	/* From here until it is answered, the request waits for a registrar
+	 * (one its user may have stopped): a few of them per user at once. */
+	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_REGISTRAR_WAITS, 1, &err) < 0) {
+		odpd_reply_err(c, id, &err);
+		return;
+	}
+	odpd_account_hold(c->holder.acct, ODPD_UL_REGISTRAR_WAITS, 1);
 	if (d->registrar && !odpd_registrar_dead(d->registrar)) {
 		reg_submit(c, id, q, false);
 		return;
@@ -473,18 +500,21 @@ static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req
 	if (registrar_deaths_over(c, d->registrar != NULL, &err) < 0) {
 		odpd_registry_drop_registrar(r, d);
 		odpd_reply_err(c, id, &err);
+		implicit_end(c);
 		return;
 	}
 	odpd_registry_drop_registrar(r, d);
 	st = calloc(1, sizeof(*st));
 	if (!st) {
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		implicit_end(c);
 		return;
 	}
 	snprintf(label, sizeof(label), "client %llu, %s", (unsigned long long)c->id, q->dev->name);
 	if (odpd_registry_start_registrar(r, d, label, c->cred.uid, c->cred.gid, &err) < 0) {
 		free(st);
 		odpd_reply_err(c, id, &err);
+		implicit_end(c);
 		return;
 	}
 	st->c = c;

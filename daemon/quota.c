@@ -133,10 +133,12 @@ int odpd_account_may(const struct odpd_account *a, const struct odpd_limit *lim,
 	static const int code[ODPD_N_UL] = {
 		[ODPD_UL_CONNECTIONS] = EMFILE, [ODPD_UL_SEGMENTS] = EMFILE,
 		[ODPD_UL_MAPPED] = ENOSPC, [ODPD_UL_MRS] = EDQUOT,
+		[ODPD_UL_REGISTRAR_WAITS] = EAGAIN,      /* try again once one is answered */
 	};
 	static const char *const what[ODPD_N_UL] = {
 		[ODPD_UL_CONNECTIONS] = "connections", [ODPD_UL_SEGMENTS] = "attached segments",
 		[ODPD_UL_MAPPED] = "bytes of odpd's address window", [ODPD_UL_MRS] = "MR references",
+		[ODPD_UL_REGISTRAR_WAITS] = "implicit-ODP requests waiting for a registrar",
 	};
 	uint64_t max = lim->max[l], held = a->held[l];
 

@@ -34,7 +34,8 @@ struct odpd_account {
 	uint64_t pinned;            /* bytes: distinct pages */
 	unsigned mrs;               /* MRs charged */
 	uint64_t held[ODPD_N_UL];   /* what the user's clients hold: connections, segments,
-				     * mapped bytes, MR references (struct odpd_limit.max) */
+				     * mapped bytes, MR references, implicit requests waiting
+				     * for a registrar (struct odpd_limit.max) */
 	unsigned refusing;          /* its connections refused, not closed yet */
 	uint64_t limit;             /* of the client that asked last */
 	char rule[80];              /* where that limit came from */
@@ -68,7 +69,8 @@ int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, ui
 
 /*
  * May @a's user take @n more of @l under @lim? 0, or the errno (EMFILE for
- * connections and segments, ENOSPC for mapped bytes, EDQUOT for MRs) with
+ * connections and segments, ENOSPC for mapped bytes, EDQUOT for MRs,
+ * EAGAIN for registrar waits) with
  * @err naming the limit. Taking and giving back: odpd_account_hold().
  */
 int odpd_account_may(const struct odpd_account *a, const struct odpd_limit *lim, enum odpd_user_limit l,

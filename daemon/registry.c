@@ -34,6 +34,9 @@ struct odpd_batch {
 	unsigned n_dereg;                   /* of them registered in the kernel */
 	uint64_t bytes;
 	bool flush;                         /* a flush, not a plain deregistration */
+	bool implicit_only;                 /* of implicit MRs only: no barrier waits for it */
+	unsigned registrar_waits;           /* implicit MRs' registrars yet to answer:
+					     * submitted once none is left */
 };
 
 /* An MR a verify reads through when it was invalidated or its device went
@@ -99,6 +102,7 @@ _Static_assert(ODPD__ACCESS__ACCESS_REMOTE_ATOMIC < 16, "Odpd__Access needs more
 static void relaxed_arm(struct odpd_registry *r);
 static void prefetch_count(struct odpd_registry *r, const struct odpd_device *dev, int rc, uint64_t bytes);
 static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w);
+static bool batch_split_implicit(struct odpd_registry *r, struct odpd_mr **list, bool flush);
 
 /* ---------------------------------------------------------------- charges */
 
@@ -202,6 +206,7 @@ static void global_uncharge(struct odpd_registry *r, struct odpd_mr *mr)
 
 static void domain_close_run(struct odpd_job *job);
 static void domain_close_done(struct odpd_job *job);
+static void domain_close_submit(void *arg);
 
 struct close_job {
 	struct odpd_job job;
@@ -230,7 +235,7 @@ static void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, b
 	}
 	d->spd = NULL;
 	if (d->registrar) {
-		odpd_registrar_stop(d->registrar);   /* reaped by the close job */
+		odpd_registrar_stop(d->registrar);   /* it exits on EOF; reaped below */
 		r->odp.registrars--;
 	}
 	j = calloc(1, sizeof(*j));
@@ -246,7 +251,24 @@ static void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, b
 	j->job.run = domain_close_run;
 	j->job.done = domain_close_done;
 	r->pending++;
+	if (d->registrar) {
+		/* The PD closes once its registrar has exited (its imported
+		 * context with it): the loop waits for that, never a worker (its
+		 * user may have stopped it). */
+		struct odpd_registrar *g = d->registrar;
+
+		d->registrar = NULL;
+		odpd_registrar_reap(g, domain_close_submit, j);
+		return;
+	}
 	odpd_pool_submit(r->pool, &j->job);
+}
+
+static void domain_close_submit(void *arg)
+{
+	struct close_job *j = arg;
+
+	odpd_pool_submit(j->r->pool, &j->job);
 }
 
 static void domain_close_run(struct odpd_job *job)
@@ -312,13 +334,21 @@ int odpd_registry_start_registrar(struct odpd_registry *r, struct odpd_domain *d
 	return rc;
 }
 
+static void registrar_reaped(void *arg)
+{
+	((struct odpd_registry *)arg)->pending--;
+}
+
 void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d)
 {
-	if (!d->registrar)
+	struct odpd_registrar *g = d->registrar;
+
+	if (!g)
 		return;
-	odpd_registrar_discard(d->registrar, r->pool);
 	d->registrar = NULL;
 	r->odp.registrars--;
+	r->pending++;                        /* odpd stops once it is reaped */
+	odpd_registrar_reap(g, registrar_reaped, r);
 }
 
 /* Into / out of its mapping's tree (loop; workers walk it under tree_lock).
@@ -919,22 +949,45 @@ static struct odpd_client_ctx *mr_cctx(const struct odpd_mr *mr)
 }
 
 /*
- * Worker: an implicit MR is deregistered by the registrar that registered
- * it, then odpd's import of it is dropped. If that registrar is gone or
+ * An implicit MR is deregistered by the registrar that registered it (on the
+ * loop, before its batch goes to a worker: implicit_dereg_start), then
+ * odpd's import of it is dropped (batch_run). If that registrar is gone or
  * does not answer, the MR stays in the PD's context until the PD closes
  * (with its client): destroying it by handle from here could hit another
  * MR, had the registrar destroyed it after all and the client's own made
  * since taken its handle. It reaches nothing meanwhile: its address space
  * is gone or going.
  */
-static void implicit_dereg(struct odpd_mr *mr)
+static void implicit_dereg_answered(void *arg, int rc, const struct odpd_err *err, uint32_t handle)
 {
-	struct odpd_err err = { 0 };
+	struct odpd_batch *b = arg;
 
-	if (odpd_registrar_dereg(mr->registrar, mr->mr->handle, &err) < 0)
-		log_warning("implicit ODP MR %" PRIu64 ": %s; it goes when its PD closes", mr->node.seq, err.msg);
-	ibv_unimport_mr(mr->mr);
-	mr->mr = NULL;
+	if (rc < 0)
+		log_warning("implicit ODP MR (kernel handle %u): %s; it goes when its PD closes", handle,
+			    err ? err->msg : "its registrar has exited");
+	if (b && --b->registrar_waits == 0)
+		odpd_pool_submit(b->r->pool, &b->job);
+}
+
+/* Ask the registrars of @b's implicit MRs to deregister them; @b goes to a
+ * worker when the last one has answered (now, if none asked). @b NULL (out
+ * of memory): asked, nothing waits. */
+static void implicit_dereg_start(struct odpd_batch *b, struct odpd_mr *list)
+{
+	if (b)
+		b->registrar_waits = 1;        /* until every one is asked */
+	for (struct odpd_mr *mr = list; mr; mr = mr->batch_next) {
+		if (!mr->implicit || !mr->mr)
+			continue;
+		if (odpd_registrar_dereg(mr->registrar, mr->mr->handle, implicit_dereg_answered, b) == 0) {
+			if (b)
+				b->registrar_waits++;
+		} else {
+			implicit_dereg_answered(NULL, -EPIPE, NULL, mr->mr->handle);
+		}
+	}
+	if (b)
+		implicit_dereg_answered(b, 0, NULL, 0);
 }
 
 static void batch_run(struct odpd_job *job)
@@ -943,7 +996,8 @@ static void batch_run(struct odpd_job *job)
 
 	for (struct odpd_mr *mr = b->mrs; mr; mr = mr->batch_next) {
 		if (mr->mr && mr->implicit) {
-			implicit_dereg(mr);
+			ibv_unimport_mr(mr->mr);   /* its registrar was asked (implicit_dereg_start) */
+			mr->mr = NULL;
 		} else if (mr->mr) {
 			int e = ibv_dereg_mr(mr->mr);
 			if (e)
@@ -1000,7 +1054,7 @@ static bool waiter_ready(const struct odpd_registry *r, const struct odpd_waiter
 	const struct odpd_batch *b;
 
 	LIST_FOREACH(b, &r->batches, link)
-		if (w->only ? b->seq == w->seq : b->seq <= w->seq)
+		if (w->only ? b->seq == w->seq : b->seq <= w->seq && !b->implicit_only)
 			return false;
 	for (const struct odpd_deferred *d = r->deferred; d; d = d->next)
 		if (w->only ? d->seq == w->seq : d->seq <= w->seq)
@@ -1104,11 +1158,14 @@ static void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool 
 			waiter_fire_later(r, w);
 		return;
 	}
+	if (!w && !seq && batch_split_implicit(r, &list, flush))
+		return;
 	b = calloc(1, sizeof(*b));
 	if (!b) {
 		/* No memory for the job: deregister here rather than leak a pin. */
 		struct odpd_batch tmp = { .r = r, .mrs = list };
 		log_error("out of memory: deregistering on the event loop");
+		implicit_dereg_start(NULL, list);
 		batch_run(&tmp.job);
 		for (struct odpd_mr *mr = list, *n; mr; mr = n) {
 			n = mr->batch_next;
@@ -1123,10 +1180,12 @@ static void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool 
 	b->seq = seq ? seq : ++r->batch_seq;
 	b->mrs = list;
 	b->flush = flush;
+	b->implicit_only = true;
 	for (struct odpd_mr *mr = list; mr; mr = mr->batch_next) {
 		b->n++;
 		b->n_dereg += mr->mr != NULL || mr_cctx(mr) != NULL;
 		b->bytes += odpd_mr_length(mr);
+		b->implicit_only &= mr->implicit;
 	}
 	if (w) {
 		w->seq = w->own = b->seq;
@@ -1137,7 +1196,39 @@ static void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool 
 	b->job.done = batch_done;
 	LIST_INSERT_HEAD(&r->batches, b, link);
 	r->pending++;
-	odpd_pool_submit(r->pool, &b->job);
+	implicit_dereg_start(b, list);      /* then submitted */
+}
+
+/* A list of implicit MRs and others, that nothing waits for: the implicit
+ * ones (waiting for their registrars, which their users may have stopped)
+ * in a batch of their own, so that no flush waits for them. True if @list
+ * was split and both parts started. */
+static bool batch_split_implicit(struct odpd_registry *r, struct odpd_mr **list, bool flush)
+{
+	struct odpd_mr *imp = NULL, *rest = NULL, *mr, *next;
+
+	for (mr = *list; mr; mr = mr->batch_next)
+		if (mr->implicit)
+			break;
+	if (!mr)
+		return false;
+	for (mr = *list; mr; mr = next) {
+		next = mr->batch_next;
+		if (mr->implicit) {
+			mr->batch_next = imp;
+			imp = mr;
+		} else {
+			mr->batch_next = rest;
+			rest = mr;
+		}
+	}
+	if (!rest) {
+		*list = imp;
+		return false;
+	}
+	start_batch_seq(r, imp, flush, NULL, 0);
+	start_batch_seq(r, rest, flush, NULL, 0);
+	return true;
 }
 
 static void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w)
@@ -1968,6 +2059,7 @@ struct reg_op {
 	struct reg_op *next_joiner;         /* waiting for the same REGISTERING MR */
 	struct odpd_client_ctx *cctx;       /* client-PD mode: a reference, until the MR takes it */
 	int prefetch_rc;                    /* REG_PREFETCH: ibv_advise_mr's result (errno) */
+	uint32_t implicit_handle;           /* the registrar's implicit MR, to import */
 	struct odpd_err err;
 	int rc;
 };
@@ -2326,47 +2418,86 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 }
 
 /*
- * Worker: an implicit ODP MR. The domain's registrar (started by the
- * caller, with the client's segments mapped) imports the PD once, registers,
- * and odpd imports the MR by handle: from then on it is an MR of the PD
- * like any other, for replies, verify and advise.
+ * An implicit ODP MR, in three steps: a worker opens the domain's PD (if
+ * not yet open); the loop asks the domain's registrar (started by the
+ * caller, with the client's segments mapped) to import the PD (once) and
+ * register; a worker imports the MR by handle, and from then on it is an
+ * MR of the PD like any other, for replies, verify and advise. No worker
+ * waits for the registrar: its user may have stopped it (implicit.h).
  */
-static void implicit_run(struct odpd_job *job)
+static void implicit_open_run(struct odpd_job *job)
 {
 	struct reg_op *op = (struct reg_op *)job;
-	struct odpd_mr *mr = op->mr;
-	struct odpd_domain *d = mr->dom;
-	struct odpd_registrar *g = mr->registrar;
-	uint32_t handle;
-	int fd;
+	struct odpd_domain *d = op->mr->dom;
 
 	pthread_mutex_lock(&d->lock);
 	op->rc = odpd_domain_open_locked(d, &op->err);
 	pthread_mutex_unlock(&d->lock);
-	if (op->rc < 0)
-		return;
-	if (!odpd_registrar_ready(g)) {
-		fd = fcntl(d->ctx->cmd_fd, F_DUPFD_CLOEXEC, 3);
-		if (fd < 0) {
-			op->rc = err_set(&op->err, errno, "duplicating the context's cmd_fd: %s", strerror(errno));
-			return;
-		}
-		op->rc = odpd_registrar_init(g, fd, d->pd->handle, &op->err);
-		close(fd);                        /* the registrar got its own copy */
-		if (op->rc < 0)
-			return;
-	}
-	op->rc = odpd_registrar_reg(g, (uint32_t)op->ibv_access, &handle, &op->err);
-	if (op->rc < 0)
-		return;
-	mr->mr = ibv_import_mr(d->pd, handle);
+}
+
+static void implicit_import_run(struct odpd_job *job)
+{
+	struct reg_op *op = (struct reg_op *)job;
+	struct odpd_mr *mr = op->mr;
+
+	mr->mr = ibv_import_mr(mr->dom->pd, op->implicit_handle);
 	if (!mr->mr) {
-		struct odpd_err ignored = { 0 };
 		int e = errno ? errno : EOPNOTSUPP;
 
-		odpd_registrar_dereg(g, handle, &ignored);
 		op->rc = err_set(&op->err, e, "ibv_import_mr of the registrar's implicit ODP MR: %s",
 				 strerror(e));
+	}
+}
+
+static void implicit_dereg_answered(void *arg, int rc, const struct odpd_err *err, uint32_t handle);
+
+static void implicit_imported(struct odpd_job *job)
+{
+	struct reg_op *op = (struct reg_op *)job;
+
+	/* Not imported: the registrar's MR must not outlive the request. */
+	if (!op->mr->mr && odpd_registrar_dereg(op->mr->registrar, op->implicit_handle,
+						implicit_dereg_answered, NULL) < 0)
+		implicit_dereg_answered(NULL, -EPIPE, NULL, op->implicit_handle);
+	reg_done(job);
+}
+
+static void implicit_registered(void *arg, int rc, const struct odpd_err *err, uint32_t handle)
+{
+	struct reg_op *op = arg;
+
+	if (rc < 0) {
+		op->rc = rc;
+		op->err = *err;
+		reg_done(&op->job);
+		return;
+	}
+	op->implicit_handle = handle;
+	op->job.run = implicit_import_run;
+	op->job.done = implicit_imported;
+	odpd_pool_submit(op->r->pool, &op->job);
+}
+
+static void implicit_opened(struct odpd_job *job)
+{
+	struct reg_op *op = (struct reg_op *)job;
+	struct odpd_mr *mr = op->mr;
+	struct odpd_domain *d = mr->dom;
+	int rc;
+
+	if (op->rc < 0 || op->q.dev->removed) {
+		reg_done(job);
+		return;
+	}
+	/* The PD is open (its MR keeps it so): its context's cmd_fd is read
+	 * here, after the worker that opened it. */
+	rc = odpd_registrar_reg(mr->registrar, d->ctx->cmd_fd, d->pd->handle, (uint32_t)op->ibv_access,
+				implicit_registered, op);
+	if (rc < 0) {
+		op->rc = err_set(&op->err, -rc, "the implicit-ODP registrar (pid %d) %s",
+				 (int)odpd_registrar_pid(mr->registrar),
+				 rc == -EPIPE ? "has exited" : strerror(-rc));
+		reg_done(job);
 	}
 }
 
@@ -2405,8 +2536,8 @@ static int reg_implicit(struct reg_op *op, struct odpd_err *err)
 	d->n_mrs++;
 	op->mr = mr;
 	op->ibv_access = access_to_ibv(op->q.access);
-	op->job.run = implicit_run;
-	op->job.done = reg_done;
+	op->job.run = implicit_open_run;
+	op->job.done = implicit_opened;
 	op->job.lane = ODPD_LANE_USER(op->h->uid);
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;

@@ -456,6 +456,8 @@ static void test_errors_rules_and_pds(void **state)
 	load_fails("[group 0]\nmax-mapped = 5X\n", 2, "bad size \"5X\" for max-mapped");
 	load_fails("[user 0]\nmax-mrs = 1\nmax-mrs = 2\n", 3, "duplicate key \"max-mrs\" in [user 0]");
 	load_fails("[limits]\ndefault-mrs = 0\n", 2, "default-mrs = 0 would refuse every request");
+	load_fails("[limits]\ndefault-registrar-waits = 0\n", 2,
+		   "default-registrar-waits = 0 would refuse every request");
 	load_fails("[limits]\ndefault-mapped = lots\n", 2, "bad size \"lots\" for default-mapped");
 	load_fails("[cgroup /]\nmax-pinned = 5X\n", 2, "bad size \"5X\" for max-pinned");
 	load_fails("[group 0]\nmax-pinned = 1G\nmax-pinned = 1G\n", 3,
@@ -611,15 +613,20 @@ static void test_user_limits(void **state)
 	assert_int_equal(c.user_default[ODPD_UL_SEGMENTS], 1024);
 	assert_int_equal(c.user_default[ODPD_UL_MAPPED], ODPD_MAPPED_QUARTER_WINDOW);
 	assert_int_equal(c.user_default[ODPD_UL_MRS], 262144);
+	assert_int_equal(c.user_default[ODPD_UL_REGISTRAR_WAITS], 4);
 	odpd_conf_free(&c);
 	load_ok(&c, "[limits]\ndefault-connections = 8\ndefault-segments = unlimited\n"
-		    "default-mapped = 1G\ndefault-mrs = 100\n"
-		    "[user 5000]\nmax-connections = 2\n"
+		    "default-mapped = 1G\ndefault-mrs = 100\ndefault-registrar-waits = 2\n"
+		    "[user 5000]\nmax-connections = 2\nmax-registrar-waits = 16\n"
 		    "[group 4242]\nmax-pinned = 1K\nmax-mapped = 64K\nmax-mrs = 9\nmax-segments = 3\n");
 	assert_int_equal(c.user_default[ODPD_UL_CONNECTIONS], 8);
 	assert_true(c.user_default[ODPD_UL_SEGMENTS] == ODPD_UNLIMITED);
 	assert_int_equal(c.user_default[ODPD_UL_MAPPED], GIB);
 	assert_int_equal(c.user_default[ODPD_UL_MRS], 100);
+	assert_int_equal(c.user_default[ODPD_UL_REGISTRAR_WAITS], 2);
+	assert_int_equal(odpd_conf_match_rule_for(&c, ODPD_UL_REGISTRAR_WAITS, 5000, 4242, NULL, 0,
+						  NULL)->max[ODPD_UL_REGISTRAR_WAITS], 16);
+	assert_null(odpd_conf_match_rule_for(&c, ODPD_UL_REGISTRAR_WAITS, 6000, 4242, NULL, 0, NULL));
 	/* each key on its own: uid 5000's connections from its [user] rule, its
 	 * pinned bytes and MRs from its group's, as if the [user] rule said nothing */
 	r = odpd_conf_match_rule_for(&c, ODPD_UL_CONNECTIONS, 5000, 4242, NULL, 0, NULL);
