@@ -693,6 +693,31 @@ static void test_rule_precedence(void **state)
 	odpd_conf_free(&c);
 }
 
+/* remote-access: a key of rules only, decided on its own like the others */
+static void test_remote_access(void **state)
+{
+	struct odpd_conf c;
+	const struct odpd_rule *r;
+
+	(void)state;
+	load_ok(&c, "[cgroup /kubepods.slice]\nremote-access = yes\nmax-pinned = 1G\n"
+		    "[user 5000]\nremote-access = no\n[group 4242]\nmax-pinned = 1K\n");
+	r = odpd_conf_match_rule_for(&c, ODPD_RULE_KEY_REMOTE, 6000, 1, NULL, 0, "/kubepods.slice/pod1");
+	assert_ptr_equal(r, &c.rules[0]);
+	assert_true(r->remote_access);
+	/* uid 5000's own rule says no, though its cgroup says yes */
+	r = odpd_conf_match_rule_for(&c, ODPD_RULE_KEY_REMOTE, 5000, 1, NULL, 0, "/kubepods.slice/pod1");
+	assert_ptr_equal(r, &c.rules[1]);
+	assert_false(r->remote_access);
+	/* a rule that does not set it is no match: [group 4242] */
+	assert_null(odpd_conf_match_rule_for(&c, ODPD_RULE_KEY_REMOTE, 6000, 4242, NULL, 0, "/x"));
+	/* and remote-access alone does not make a pinning rule */
+	assert_ptr_equal(odpd_conf_match_rule(&c, 5000, 1, NULL, 0, NULL), NULL);
+	odpd_conf_free(&c);
+	load_fails("[user 5000]\nremote-access = maybe\n", 2, "bad value \"maybe\" for remote-access");
+	load_fails("[limits]\nremote-access = yes\n", 2, "unknown key \"remote-access\"");
+}
+
 /* ------------------------------------------------------------ shared PDs */
 
 static const char pd_conf[] =
@@ -806,6 +831,7 @@ int main(void)
 		cmocka_unit_test(test_meminfo_total),
 		cmocka_unit_test(test_rule_precedence),
 		cmocka_unit_test(test_user_limits),
+		cmocka_unit_test(test_remote_access),
 		cmocka_unit_test(test_pd_policy),
 		cmocka_unit_test(test_pd_name_valid),
 	};
