@@ -43,6 +43,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "preload.h"
@@ -80,6 +81,48 @@ static struct {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.fork_pipe = { -1, -1 },
 };
+
+/*
+ * Set while this thread is inside jemalloc: jemalloc maps its own metadata
+ * and default arena with mmap(), which is ours below; those calls must go to
+ * the kernel, never back into jemalloc.
+ */
+static _Thread_local int in_je __attribute__((tls_model("initial-exec")));
+
+static inline void *je_alloc(size_t n, int flags)
+{
+	void *p;
+
+	in_je++;
+	p = mallocx(n, flags);
+	in_je--;
+	return p;
+}
+
+static inline void *je_realloc(void *p, size_t n, int flags)
+{
+	in_je++;
+	p = rallocx(p, n, flags);
+	in_je--;
+	return p;
+}
+
+static inline void je_free(void *p)
+{
+	in_je++;
+	dallocx(p, MALLOCX_TCACHE_NONE);
+	in_je--;
+}
+
+static inline size_t je_size(void *p)
+{
+	size_t n;
+
+	in_je++;
+	n = sallocx(p, 0);
+	in_je--;
+	return n;
+}
 
 /* ---------------------------------------------------------------- logging */
 
@@ -431,6 +474,7 @@ static void alloc_start(void)
 	extent_hooks_t *hp = &hooks;
 	unsigned arena;
 	void *w;
+	int r;
 
 	if (s && strcmp(s, "0") == 0)
 		return;
@@ -454,7 +498,10 @@ static void alloc_start(void)
 	P.base = P.next = ((uintptr_t)w + CHUNK_ALIGN - 1) & ~(CHUNK_ALIGN - 1);
 	P.size = window;
 	sz = sizeof(arena);
-	if (mallctl("arenas.create", &arena, &sz, &hp, sizeof(hp)) != 0) {
+	in_je++;
+	r = mallctl("arenas.create", &arena, &sz, &hp, sizeof(hp));
+	in_je--;
+	if (r != 0) {
 		preload_log("jemalloc could not make an arena: allocations stay in the C library's heap");
 		P.size = 0;
 		return;
@@ -499,7 +546,7 @@ static inline bool big(size_t n)
 PUBLIC void *malloc(size_t n)
 {
 	if (big(n)) {
-		void *p = mallocx(n, P.flags);
+		void *p = je_alloc(n, P.flags);
 
 		if (p)
 			return p;
@@ -510,7 +557,7 @@ PUBLIC void *malloc(size_t n)
 PUBLIC void free(void *p)
 {
 	if (in_window(p))
-		dallocx(p, MALLOCX_TCACHE_NONE);
+		je_free(p);
 	else
 		__libc_free(p);
 }
@@ -524,7 +571,7 @@ PUBLIC void *calloc(size_t a, size_t b)
 		return NULL;
 	}
 	if (big(n)) {
-		void *p = mallocx(n, P.flags | MALLOCX_ZERO);
+		void *p = je_alloc(n, P.flags | MALLOCX_ZERO);
 
 		if (p)
 			return p;
@@ -546,7 +593,7 @@ PUBLIC size_t malloc_usable_size(void *p)
 {
 	if (!p)
 		return 0;
-	return in_window(p) ? sallocx(p, 0) : libc_usable(p);
+	return in_window(p) ? je_size(p) : libc_usable(p);
 }
 
 PUBLIC void *realloc(void *p, size_t n)
@@ -560,12 +607,12 @@ PUBLIC void *realloc(void *p, size_t n)
 		return NULL;
 	}
 	if (in_window(p)) {
-		q = rallocx(p, n, P.flags);
+		q = je_realloc(p, n, P.flags);
 		if (!q)
 			errno = ENOMEM;
 		return q;
 	}
-	if (big(n) && (q = mallocx(n, P.flags))) {
+	if (big(n) && (q = je_alloc(n, P.flags))) {
 		size_t old = libc_usable(p);
 
 		memcpy(q, p, old < n ? old : n);
@@ -594,7 +641,7 @@ static inline bool power_of_two(size_t a)
 PUBLIC void *memalign(size_t align, size_t n)
 {
 	if (big(n) && power_of_two(align)) {
-		void *p = mallocx(n, P.flags | (int)MALLOCX_ALIGN(align));
+		void *p = je_alloc(n, P.flags | (int)MALLOCX_ALIGN(align));
 
 		if (p)
 			return p;
@@ -639,4 +686,275 @@ PUBLIC void *pvalloc(size_t n)
 	if (big(r))
 		return memalign(page, r);
 	return __libc_pvalloc(n);
+}
+
+/* ---------------------------------------------------------------- anonymous private mmap */
+
+/*
+ * An anonymous private mapping of ODPD_PRELOAD_MIN_SIZE bytes or more is an
+ * allocation of our arena too (page aligned, zeroed), so that it can be
+ * registered like a malloc'd buffer. What the program then does to it keeps
+ * the meaning it has for a private anonymous mapping:
+ *   munmap     of any part: its pages are given back (punched) and made
+ *              PROT_NONE, so that a later access faults as it would; once
+ *              every page is unmapped, the allocation goes back to jemalloc;
+ *   mremap     moves (MREMAP_MAYMOVE) by a new mapping and a copy; shrinks in
+ *              place; does not grow in place (ENOMEM, as when the kernel
+ *              finds no room);
+ *   madvise    MADV_DONTNEED, MADV_FREE and MADV_REMOVE give the pages back
+ *              (the next read sees zeros, as for private anonymous memory;
+ *              on a shared mapping MADV_DONTNEED alone would keep the data).
+ * Every other mapping goes to the kernel unchanged (a syscall, so that no
+ * lookup of the next symbol is needed this early), as do jemalloc's own.
+ */
+struct anon {
+	uintptr_t base;
+	size_t size;                    /* bytes, whole pages */
+	int prot;
+	size_t mapped;                  /* pages still mapped */
+	uint64_t *gone;                 /* a bit per page unmapped */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct anon *v;                 /* sorted by base */
+	unsigned n, cap;
+} A = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static size_t page_size(void)
+{
+	static size_t page;
+
+	if (!page)
+		page = (size_t)sysconf(_SC_PAGESIZE);
+	return page;
+}
+
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+
+	return r < 0 && r > -4096 ? MAP_FAILED : (void *)r;
+}
+
+/* The mapping record holding @addr, or NULL. Caller holds A.lock. */
+static struct anon *anon_find(uintptr_t addr, unsigned *ret_i)
+{
+	unsigned lo = 0, hi = A.n;
+
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+
+		if (addr < A.v[mid].base)
+			hi = mid;
+		else if (addr - A.v[mid].base >= A.v[mid].size)
+			lo = mid + 1;
+		else {
+			if (ret_i)
+				*ret_i = mid;
+			return &A.v[mid];
+		}
+	}
+	if (ret_i)
+		*ret_i = lo;
+	return NULL;
+}
+
+static bool anon_add(uintptr_t base, size_t size, int prot)
+{
+	size_t pages = size / page_size(), words = (pages + 63) / 64;
+	uint64_t *gone = __libc_calloc(words, sizeof(*gone));
+	unsigned i;
+	bool ok = false;
+
+	if (!gone)
+		return false;
+	pthread_mutex_lock(&A.lock);
+	if (A.n == A.cap) {
+		unsigned cap = A.cap ? A.cap * 2 : 64;
+		struct anon *v = __libc_realloc(A.v, cap * sizeof(*v));
+
+		if (!v)
+			goto out;
+		A.v = v;
+		A.cap = cap;
+	}
+	anon_find(base, &i);
+	memmove(&A.v[i + 1], &A.v[i], (A.n - i) * sizeof(*A.v));
+	A.v[i] = (struct anon){ .base = base, .size = size, .prot = prot, .mapped = pages, .gone = gone };
+	A.n++;
+	ok = true;
+out:
+	pthread_mutex_unlock(&A.lock);
+	if (!ok)
+		__libc_free(gone);
+	return ok;
+}
+
+static void *anon_map(size_t len, int prot, int flags)
+{
+	size_t page = page_size(), size = (len + page - 1) & ~(page - 1);
+	void *p;
+
+	if (size < len)
+		return NULL;
+	p = je_alloc(size, P.flags | (int)MALLOCX_ALIGN(page) | MALLOCX_ZERO);
+	if (!p)
+		return NULL;
+	if (!anon_add((uintptr_t)p, size, prot)) {
+		je_free(p);
+		return NULL;
+	}
+	if (prot != (PROT_READ | PROT_WRITE))
+		mprotect(p, size, prot);
+	if ((flags & MAP_POPULATE) && (prot & PROT_WRITE))
+		madvise(p, size, MADV_POPULATE_WRITE);
+	return p;
+}
+
+/* Unmap [@start, @end) of @a (page aligned, inside it). Caller holds A.lock;
+ * returns the allocation to free once nothing of it is mapped, else NULL. */
+static void *anon_unmap(struct anon *a, unsigned i, uintptr_t start, uintptr_t end)
+{
+	size_t page = page_size();
+	void *whole = NULL;
+
+	for (uintptr_t p = start; p < end; p += page) {
+		size_t k = (p - a->base) / page;
+
+		if (!(a->gone[k / 64] & ((uint64_t)1 << (k % 64)))) {
+			a->gone[k / 64] |= (uint64_t)1 << (k % 64);
+			a->mapped--;
+		}
+	}
+	chunk_punch((void *)start, end - start);
+	if (a->mapped > 0) {
+		mprotect((void *)start, end - start, PROT_NONE);
+		return NULL;
+	}
+	/* all gone: back to jemalloc, readable and writable as it expects */
+	mprotect((void *)a->base, a->size, PROT_READ | PROT_WRITE);
+	whole = (void *)a->base;
+	__libc_free(a->gone);
+	memmove(&A.v[i], &A.v[i + 1], (A.n - i - 1) * sizeof(*A.v));
+	A.n--;
+	return whole;
+}
+
+static void *preload_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	const int special = MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_HUGETLB | MAP_GROWSDOWN |
+			    MAP_STACK | MAP_LOCKED | MAP_32BIT;
+
+	if (!in_je && !addr && (flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE &&
+	    !(flags & special) && big(len)) {
+		void *p = anon_map(len, prot, flags);
+
+		if (p)
+			return p;
+	}
+	return sys_mmap(addr, len, prot, flags, fd, off);
+}
+
+/* mmap and mmap64 (the same call on 64-bit; <sys/mman.h> may rename one to the other) */
+PUBLIC void *preload_mmap_sym(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+	__asm__("mmap");
+PUBLIC void *preload_mmap_sym(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return preload_mmap(addr, len, prot, flags, fd, off);
+}
+
+PUBLIC void *preload_mmap64_sym(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+	__asm__("mmap64");
+PUBLIC void *preload_mmap64_sym(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return preload_mmap(addr, len, prot, flags, fd, off);
+}
+
+PUBLIC int munmap(void *addr, size_t len)
+{
+	uintptr_t start = (uintptr_t)addr, end;
+	size_t page = page_size();
+	struct anon *a;
+	void *whole;
+	unsigned i;
+
+	if (in_je || !in_window(addr))
+		return (int)syscall(SYS_munmap, addr, len);
+	end = (start + len + page - 1) & ~(page - 1);
+	if ((start & (page - 1)) || !len || end < start) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&A.lock);
+	a = anon_find(start, &i);
+	if (!a || end - a->base > a->size) {
+		pthread_mutex_unlock(&A.lock);
+		/* not a mapping of the program's: leave the allocator's memory alone */
+		errno = EINVAL;
+		return -1;
+	}
+	whole = anon_unmap(a, i, start, end);
+	pthread_mutex_unlock(&A.lock);
+	if (whole)
+		je_free(whole);
+	return 0;
+}
+
+PUBLIC void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+	size_t page = page_size(), n = (new_len + page - 1) & ~(page - 1);
+	void *fixed = NULL, *q;
+	struct anon *a;
+	int prot;
+	va_list ap;
+
+	if (flags & MREMAP_FIXED) {
+		va_start(ap, flags);
+		fixed = va_arg(ap, void *);
+		va_end(ap);
+	}
+	if (in_je || !in_window(old))
+		return (void *)syscall(SYS_mremap, old, old_len, new_len, flags, fixed);
+	pthread_mutex_lock(&A.lock);
+	a = anon_find((uintptr_t)old, NULL);
+	prot = a ? a->prot : 0;
+	if (!a || a->base != (uintptr_t)old || old_len > a->size || a->mapped != a->size / page ||
+	    (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) || !new_len) {
+		pthread_mutex_unlock(&A.lock);
+		errno = EINVAL;
+		return MAP_FAILED;
+	}
+	pthread_mutex_unlock(&A.lock);
+	if (n <= ((old_len + page - 1) & ~(page - 1))) {
+		if (n < a->size && munmap((char *)old + n, a->size - n) < 0)
+			return MAP_FAILED;
+		return old;
+	}
+	if (!(flags & MREMAP_MAYMOVE)) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	q = anon_map(new_len, PROT_READ | PROT_WRITE, 0);
+	if (!q) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	memcpy(q, old, old_len);
+	if (prot != (PROT_READ | PROT_WRITE))
+		mprotect(q, n, prot);
+	munmap(old, old_len);
+	return q;
+}
+
+PUBLIC int madvise(void *addr, size_t len, int advice)
+{
+	if (!in_je && in_window(addr) &&
+	    (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE)) {
+		struct preload_chunk *k = chunk_of(addr);
+
+		if (k && len <= k->length - ((uintptr_t)addr - k->base))
+			return chunk_punch(addr, len) ? -1 : 0;
+	}
+	return (int)syscall(SYS_madvise, addr, len, advice);
 }
