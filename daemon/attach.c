@@ -248,7 +248,7 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 		goto fail;
 	/* Per user: its segments, and the address space they take in odpd
 	 * (the whole file, page rounded: a sparse segment costs its size). */
-	charge = (info.size + info.page_size - 1) / info.page_size * info.page_size;
+	charge = info.map_len;                   /* what the kernel maps, and odpd_mapping unmaps */
 	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_SEGMENTS, 1, &err) < 0 ||
 	    odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MAPPED, charge, &err) < 0)
 		goto fail;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "hittab.h"
+#include "segment.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -22,7 +23,8 @@ struct quarantined {
 struct odpd_hittab {
 	_Atomic uint64_t *gen;          /* ours, read-write */
 	const _Atomic uint64_t *use;    /* the client's, read-only here */
-	size_t len;                     /* bytes of each mapping */
+	size_t len;                     /* bytes of each mapping (ordinary shmem: what the
+					 * kernel maps is exactly this) */
 	uint32_t slots;
 	uint32_t *free;                 /* a stack of free slots */
 	uint32_t n_free;
@@ -47,13 +49,26 @@ static uint32_t slots_clamp(uint32_t want)
 static int use_map(struct odpd_hittab *t, int fd, struct odpd_err *err)
 {
 	struct stat st;
+	size_t page;
+	bool hugetlb;
 	void *p;
-	int seals = fcntl(fd, F_GET_SEALS);
+	int seals = fcntl(fd, F_GET_SEALS), r;
 
 	if (seals < 0)
 		return err_set(err, EINVAL, "the use table is not a memfd (F_GET_SEALS: %s)", strerror(errno));
 	if (!(seals & F_SEAL_SHRINK))
 		return err_set(err, EINVAL, "the use table must be sealed with F_SEAL_SHRINK");
+	/*
+	 * Ordinary shmem only: the kernel rounds a mapping of a hugetlb memfd
+	 * up to its huge page, and odpd's mapping must be exactly what it
+	 * unmaps (and charges): len bytes of 4 KiB pages.
+	 */
+	r = odpd_memfd_fs(fd, &page, &hugetlb);
+	if (r < 0)
+		return err_set(err, -r, "fstatfs on the use table: %s", strerror(-r));
+	if (hugetlb || page != (size_t)sysconf(_SC_PAGESIZE))
+		return err_set(err, EINVAL, "the use table is a %s memfd (%zu-byte pages): make it an "
+			       "ordinary memfd, without MFD_HUGETLB", hugetlb ? "hugetlbfs" : "shmem", page);
 	if (fstat(fd, &st) < 0)
 		return err_set(err, errno, "fstat on the use table: %s", strerror(errno));
 	if ((uint64_t)st.st_size < (uint64_t)t->slots * sizeof(uint64_t))

@@ -24,10 +24,12 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <grp.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 #include <linux/capability.h>
+#include <linux/magic.h>
 
 #include "registrar-proto.h"
 
@@ -104,14 +106,44 @@ static bool map_check(struct registrar *r, const struct odpd_reg_msg *m, struct 
 	return rep->error == 0;
 }
 
+/*
+ * Bytes the kernel maps for @length bytes of @fd: a hugetlb memfd is mapped
+ * (and can only be unmapped) in whole huge pages. 0 with @rep filled if the
+ * file system cannot be read.
+ */
+static uint64_t map_length(const struct odpd_reg_msg *m, int fd, struct odpd_reg_reply *rep)
+{
+	struct statfs sf;
+	uint64_t page;
+
+	if (fstatfs(fd, &sf) < 0) {
+		fail(rep, errno, SEG_FMT ": fstatfs in the registrar: %s", SEG_ARGS(m), strerror(errno));
+		return 0;
+	}
+	if (sf.f_type != HUGETLBFS_MAGIC)
+		return m->length;
+	page = (uint64_t)sf.f_bsize;
+	if (!page || (page & (page - 1)) || (m->addr | m->offset) % page) {
+		fail(rep, EINVAL, SEG_FMT " at offset %#" PRIx64 " is not aligned to the segment's "
+		     "%" PRIu64 "-byte huge pages", SEG_ARGS(m), m->offset, page);
+		return 0;
+	}
+	if (m->length > UINT64_MAX - (page - 1)) {
+		fail(rep, EINVAL, SEG_FMT " overflows", SEG_ARGS(m));
+		return 0;
+	}
+	return (m->length + page - 1) & ~(page - 1);
+}
+
 static void do_map(struct registrar *r, const struct odpd_reg_msg *m, int fd, struct odpd_reg_reply *rep)
 {
 	void *want = (void *)(uintptr_t)m->addr, *p;
 	int prot = PROT_READ | (m->writable ? PROT_WRITE : 0), e;
+	uint64_t length;
 
-	if (!map_check(r, m, rep))
+	if (!map_check(r, m, rep) || !(length = map_length(m, fd, rep)))
 		goto out;
-	p = mmap(want, m->length, prot, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, (off_t)m->offset);
+	p = mmap(want, length, prot, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, (off_t)m->offset);
 	e = errno;
 	if (p == MAP_FAILED && e == EEXIST) {
 		fail(rep, EADDRINUSE, SEG_FMT " overlaps something already mapped in the registrar",
@@ -120,12 +152,13 @@ static void do_map(struct registrar *r, const struct odpd_reg_msg *m, int fd, st
 		fail(rep, e, SEG_FMT ": mmap in the registrar: %s", SEG_ARGS(m), strerror(e));
 	} else if (p != want) {
 		/* Before Linux 4.17 the flag is only a hint. */
-		munmap(p, m->length);
+		munmap(p, length);
 		fail(rep, EADDRINUSE, SEG_FMT " is taken in the registrar's address space", SEG_ARGS(m));
 	} else {
 		/* No client data in a core dump (PR_SET_DUMPABLE is the main guard). */
-		madvise(p, m->length, MADV_DONTDUMP);
-		r->maps[r->nmaps++] = (struct mapping){ .id = m->id, .addr = p, .length = m->length };
+		madvise(p, length, MADV_DONTDUMP);
+		/* what was mapped, so that unmapping it succeeds */
+		r->maps[r->nmaps++] = (struct mapping){ .id = m->id, .addr = p, .length = length };
 	}
 out:
 	close(fd);      /* the mapping keeps the file */

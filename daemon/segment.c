@@ -9,7 +9,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+#include <linux/magic.h>
 
 #include "log.h"
 #include "odpd-wire.h"
@@ -19,11 +21,27 @@
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
 
+int odpd_memfd_fs(int fd, size_t *ret_page, bool *ret_hugetlb)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0)
+		return -errno;
+	if ((sf.f_type != TMPFS_MAGIC && sf.f_type != HUGETLBFS_MAGIC) || sf.f_bsize < 4096 ||
+	    (sf.f_bsize & (sf.f_bsize - 1)))
+		return -EINVAL;
+	*ret_page = (size_t)sf.f_bsize;
+	*ret_hugetlb = sf.f_type == HUGETLBFS_MAGIC;
+	return 0;
+}
+
 int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, struct odpd_err *err)
 {
 	const int need = F_SEAL_SHRINK | F_SEAL_GROW;
 	struct stat st;
-	int seals, fl;
+	size_t page;
+	bool hugetlb;
+	int seals, fl, r;
 
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0) {
@@ -41,6 +59,14 @@ int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, s
 			       seals & F_SEAL_SHRINK ? "" : " F_SEAL_SHRINK",
 			       seals & F_SEAL_GROW ? "" : " F_SEAL_GROW");
 	}
+	/* What the kernel maps: whole pages of the file system (a hugetlb
+	 * mapping is rounded up to its huge page, and only whole ones unmap). */
+	r = odpd_memfd_fs(fd, &page, &hugetlb);      /* a hugetlb segment is fine (DESIGN §3) */
+	if (r == -EINVAL)
+		return err_set(err, EINVAL, "segment fd is a sealable file but neither shmem nor hugetlbfs "
+			       "(fstatfs)");
+	if (r < 0)
+		return err_set(err, -r, "fstatfs on segment fd: %s", strerror(-r));
 	if (fstat(fd, &st) < 0)
 		return err_set(err, errno, "fstat on segment fd: %s", strerror(errno));
 	if (!S_ISREG(st.st_mode))
@@ -59,7 +85,8 @@ int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, s
 	ret->dev = st.st_dev;
 	ret->ino = st.st_ino;
 	ret->size = (uint64_t)st.st_size;
-	ret->page_size = st.st_blksize > 4096 ? (size_t)st.st_blksize : 4096;
+	ret->page_size = page;
+	ret->map_len = (ret->size + page - 1) & ~(uint64_t)(page - 1);
 	ret->writable = (fl & O_ACCMODE) == O_RDWR &&
 			!(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
 	return 0;
@@ -166,7 +193,7 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	m->dev = info->dev;
 	m->ino = info->ino;
 	m->fd = fd;
-	m->size = (info->size + info->page_size - 1) & ~(uint64_t)(info->page_size - 1);
+	m->size = info->map_len;
 	m->page_size = info->page_size;
 	m->writable = info->writable;
 	r = mapping_place(t, m, want_addr, align, err);

@@ -18,7 +18,10 @@ struct odpd_seginfo {
 	dev_t dev;
 	ino_t ino;
 	uint64_t size;          /* bytes */
-	size_t page_size;       /* 4 KiB, or the huge page size of a hugetlb memfd */
+	size_t page_size;       /* the file system's (fstatfs f_bsize): the page size of
+				 * shmem, or the huge page size of a hugetlb memfd */
+	uint64_t map_len;       /* what the kernel maps for the whole file: size rounded
+				 * up to page_size (mapped, unmapped and charged as such) */
 	bool writable;          /* opened O_RDWR and no write seal */
 };
 
@@ -26,9 +29,20 @@ struct odpd_seginfo {
  * Validate a client's segment fd, cheapest and non-blocking first:
  * F_GET_SEALS (the kernel answers EINVAL for anything but shmem/hugetlbfs, so
  * no other file system ever sees a request), the required seals
- * F_SEAL_SHRINK | F_SEAL_GROW, then fstat, size limits and access mode.
+ * F_SEAL_SHRINK | F_SEAL_GROW, then fstatfs (shmem or hugetlbfs, and its
+ * page size: a hugetlb mapping is always whole huge pages, and st_blksize
+ * says 2 MiB for shmem too where transparent huge pages are on), fstat,
+ * size limits and access mode.
  */
 int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, struct odpd_err *err);
+
+/*
+ * The file system of @fd, a memfd that F_GET_SEALS accepted: 0 with its
+ * page size (fstatfs f_bsize, what every mapping of it is rounded to) and
+ * whether it is hugetlbfs (MFD_HUGETLB); -EINVAL if it is neither shmem
+ * nor hugetlbfs; else -errno.
+ */
+int odpd_memfd_fs(int fd, size_t *ret_page, bool *ret_hugetlb);
 
 /* One daemon mapping of a segment inode, shared by every client that attaches it. */
 struct odpd_mapping {
@@ -36,7 +50,7 @@ struct odpd_mapping {
 	ino_t ino;
 	int fd;                 /* owned; its number never changes (workers fstat it) */
 	uint8_t *addr;          /* file offset 0 in odpd */
-	size_t size;            /* bytes mapped (the file size, page rounded) */
+	size_t size;            /* bytes mapped (struct odpd_seginfo.map_len), and unmapped */
 	size_t page_size;       /* the file's: 4 KiB, or a hugetlb page size */
 	bool writable;
 	bool in_window;

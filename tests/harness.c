@@ -231,6 +231,83 @@ int fd_count(pid_t pid)
 	return n;
 }
 
+int maps_named(pid_t pid, const char *needle, uint64_t *ret_bytes)
+{
+	char path[64], line[512];
+	unsigned long long start, end;
+	uint64_t bytes = 0;
+	int n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, needle) && sscanf(line, "%llx-%llx", &start, &end) == 2) {
+			n++;
+			bytes += end - start;
+		}
+	fclose(f);
+	if (ret_bytes)
+		*ret_bytes = bytes;
+	return n;
+}
+
+static long meminfo_value(const char *key)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, strlen(key)) == 0 && line[strlen(key)] == ':')
+			v = strtol(line + strlen(key) + 1, NULL, 10);
+	fclose(f);
+	return v;
+}
+
+static long nr_hugepages_before = -1;
+
+static int nr_hugepages_write(long n)
+{
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", "we");
+	int r;
+
+	if (!f)
+		return -1;
+	r = fprintf(f, "%ld\n", n) < 0;
+	return fclose(f) || r ? -1 : 0;
+}
+
+void hugepages_restore(void)
+{
+	if (nr_hugepages_before >= 0)
+		nr_hugepages_write(nr_hugepages_before);
+	nr_hugepages_before = -1;
+}
+
+bool hugepages_free(unsigned n)
+{
+	long free_pages = meminfo_value("HugePages_Free"), total = meminfo_value("HugePages_Total");
+
+	if (free_pages >= (long)n)
+		return true;
+	if (geteuid() == 0 && total >= 0 && nr_hugepages_before < 0) {
+		nr_hugepages_before = total;
+		atexit(hugepages_restore);
+		nr_hugepages_write(total + (long)n - (free_pages > 0 ? free_pages : 0));
+		free_pages = meminfo_value("HugePages_Free");
+		if (free_pages >= (long)n)
+			return true;
+		hugepages_restore();
+	}
+	print_message("no %u free huge pages (HugePages_Free %ld)%s: MFD_HUGETLB test skipped\n", n,
+		      free_pages, geteuid() == 0 ? " and vm.nr_hugepages could not provide them" :
+		      "; as root it would raise vm.nr_hugepages");
+	return false;
+}
+
 long vmpin_kb(pid_t pid)
 {
 	char path[64], line[256];

@@ -117,6 +117,18 @@ long vmpin_kb(pid_t pid);
 /* Open fds of @pid. */
 int fd_count(pid_t pid);
 
+/* Mappings in /proc/@pid/maps whose line contains @needle (a memfd's name),
+ * and their bytes in *@ret_bytes if not NULL. */
+int maps_named(pid_t pid, const char *needle, uint64_t *ret_bytes);
+
+/*
+ * At least @n free huge pages of the default size (Hugepagesize), raising
+ * vm.nr_hugepages if we may (root; put back by hugepages_restore() and at
+ * exit). False, with the reason printed, if there are not: skip the test.
+ */
+bool hugepages_free(unsigned n);
+void hugepages_restore(void);
+
 /* Poll @cond up to 20 s (not a timing assertion: the release runs on a worker). */
 bool wait_until(bool (*cond)(void *arg), void *arg);
 

@@ -821,6 +821,209 @@ static void test_hit_table(void **state)
 	close(conn);
 }
 
+#define HUGE_USE "odpd-test-huge-use"
+#define HUGE_SEG "odpd-test-huge-seg"
+
+/* A hugetlb memfd (MFD_HUGETLB) of @size bytes named @name, sealed against
+ * shrinking and growing; -1 if the kernel has none to give. */
+static int huge_memfd(const char *name, size_t size)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+
+	if (fd < 0)
+		return -1;
+	assert_int_equal(ftruncate(fd, (off_t)size), 0);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	return fd;
+}
+
+struct named_maps {
+	const char *name;
+	int want;
+};
+
+static bool named_maps_are(void *arg)
+{
+	const struct named_maps *n = arg;
+
+	return maps_named(test_daemon.pid, n->name, NULL) == n->want;
+}
+
+/*
+ * A use table in a hugetlb memfd: the kernel would round odpd's mapping of
+ * it up to the huge page, and odpd unmaps only the table's length, which
+ * fails (EINVAL) and left the mapping behind for every connection, while the
+ * user's mapped-bytes charge was given back. odpd refuses it (EINVAL, saying
+ * MFD_HUGETLB), and nothing of it stays mapped in odpd.
+ */
+static void test_hit_table_hugetlb(void **state)
+{
+	const size_t huge = 2 << 20;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
+	struct named_maps none = { HUGE_USE, 0 };
+	struct snapshot s0, s1;
+	int status[4], mapped = 0;
+	char msg[4][256];
+
+	(void)state;
+	if (!hugepages_free(1)) {
+		skip();
+		return;
+	}
+	snapshot_take(&test_daemon, test_admin_fd, &s0);
+	o.has_slots = 1;
+	o.slots = 64;
+	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
+	req.open_hit_table = &o;
+	for (int i = 0; i < 4; i++) {
+		int conn = raw_connect_hello(test_daemon.sock), use = huge_memfd(HUGE_USE, huge), gen = -1;
+		Odpd__Reply *r;
+
+		assert_true(use >= 0);
+		r = raw_call_fd(conn, 2, &req, &use, 1, &gen);
+		status[i] = r->status;
+		snprintf(msg[i], sizeof(msg[i]), "%s", r->message ? r->message : "");
+		odpd__reply__free_unpacked(r, NULL);
+		mapped += maps_named(test_daemon.pid, HUGE_USE, NULL);
+		if (gen >= 0)
+			close(gen);
+		close(use);
+		close(conn);
+	}
+	wait_idle(test_admin_fd);
+	/* what odpd mapped of the tables is gone with their connections */
+	wait_until(named_maps_are, &none);
+	if (maps_named(test_daemon.pid, HUGE_USE, NULL) != 0)
+		fail_msg("odpd still maps %d hugetlb use table(s) of closed connections (%d were mapped)",
+			 maps_named(test_daemon.pid, HUGE_USE, NULL), mapped);
+	for (int i = 0; i < 4; i++) {
+		if (status[i] != EINVAL)
+			fail_msg("a hugetlb use table: expected EINVAL, got %s: %s", strerror(status[i]), msg[i]);
+		if (!strstr(msg[i], "MFD_HUGETLB"))
+			fail_msg("the refusal does not say what to change: %s", msg[i]);
+	}
+	snapshot_take(&test_daemon, test_admin_fd, &s1);
+	snapshot_assert_equal(&s0, &s1);
+	hugepages_restore();
+}
+
+/*
+ * A hugetlb segment (DESIGN section 3) is legitimate: odpd maps whole huge
+ * pages of it, counts them (segment bytes: the whole 2 MiB, whatever length
+ * the client attached), and unmaps exactly them at detach: at a client
+ * address with a length of one small page, and in the window.
+ */
+static void test_attach_hugetlb(void **state)
+{
+	const size_t huge = 2 << 20;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__DetachSegment d = ODPD__DETACH_SEGMENT__INIT;
+	struct named_maps none = { HUGE_SEG, 0 };
+	struct snapshot s0, s1;
+	uint64_t bytes;
+	int conn, fd;
+	void *p;
+	Odpd__Reply *r;
+
+	(void)state;
+	if (!hugepages_free(1)) {
+		skip();
+		return;
+	}
+	conn = raw_connect_hello(test_daemon.sock);
+	fd = huge_memfd(HUGE_SEG, huge);
+	assert_true(fd >= 0);
+	p = mmap(NULL, huge, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(p != MAP_FAILED);
+	snapshot_take(&test_daemon, test_admin_fd, &s0);
+	for (int where = 0; where < 2; where++) {
+		Odpd__AttachSegment a;
+		Odpd__Request at = where ? attach_req(&a, 0, 0, 0) : attach_req(&a, (uintptr_t)p, 0, 4096);
+
+		r = raw_call(conn, 10 + (uint64_t)where, &at, &fd, 1);
+		if (r->status)
+			fail_msg("attach of a hugetlb segment (%s): %s", where ? "window" : "client address",
+				 r->message);
+		assert_int_equal(r->segment->length, where ? huge : 4096);
+		d.has_segment = 1;
+		d.segment = r->segment->segment;
+		odpd__reply__free_unpacked(r, NULL);
+		snapshot_take(&test_daemon, test_admin_fd, &s1);
+		assert_int_equal(s1.segment_bytes, s0.segment_bytes + huge);
+		/* the segment and its witness view, whole huge pages */
+		assert_int_equal(maps_named(test_daemon.pid, HUGE_SEG, &bytes), 2);
+		assert_int_equal(bytes, 2 * huge);
+		req.body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
+		req.detach_segment = &d;
+		r = raw_call(conn, 20 + (uint64_t)where, &req, NULL, 0);
+		assert_int_equal(r->status, 0);
+		odpd__reply__free_unpacked(r, NULL);
+		snapshot_settles_to(&test_daemon, test_admin_fd, &s0);
+		wait_until(named_maps_are, &none);
+		assert_int_equal(maps_named(test_daemon.pid, HUGE_SEG, NULL), 0);
+	}
+	munmap(p, huge);
+	close(fd);
+	close(conn);
+	hugepages_restore();
+}
+
+/* Where shmem uses transparent huge pages, st_blksize says 2 MiB, but a
+ * mapping of a memfd is still made of small pages: a segment attached at a
+ * small-page boundary is accepted, and counted in small pages. Only in the
+ * VM (a setting of the whole machine). */
+static void test_attach_shmem_thp(void **state)
+{
+	const char *knob = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+	const size_t len = 64 << 10;
+	char old[128] = "", *sel, *end;
+	struct snapshot s0, s1;
+	int conn, fd;
+	uint8_t *p;
+	FILE *f;
+	Odpd__AttachSegment a;
+	Odpd__Request req;
+	Odpd__Reply *r;
+
+	(void)state;
+	if (!getenv("ODPD_VM") || !(f = fopen(knob, "re"))) {
+		print_message("not in the VM (or no %s): shmem with transparent huge pages skipped\n", knob);
+		skip();
+		return;
+	}
+	assert_non_null(fgets(old, sizeof(old), f));
+	fclose(f);
+	sel = strchr(old, '[');
+	end = sel ? strchr(sel, ']') : NULL;
+	assert_true(sel && end);
+	*end = 0;
+	f = fopen(knob, "we");
+	assert_non_null(f);
+	fputs("always", f);
+	assert_int_equal(fclose(f), 0);
+
+	conn = raw_connect_hello(test_daemon.sock);
+	fd = sealed_memfd(len);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(p != MAP_FAILED);
+	snapshot_take(&test_daemon, test_admin_fd, &s0);
+	req = attach_req(&a, (uintptr_t)p + 4096, 4096, len - 4096);
+	r = raw_call(conn, 10, &req, &fd, 1);
+	if (r->status)
+		fail_msg("attach at a 4 KiB boundary with shmem_enabled=always: %s", r->message);
+	odpd__reply__free_unpacked(r, NULL);
+	snapshot_take(&test_daemon, test_admin_fd, &s1);
+	assert_int_equal(s1.segment_bytes, s0.segment_bytes + len);
+	munmap(p, len);
+	close(fd);
+	close(conn);
+	f = fopen(knob, "we");
+	assert_non_null(f);
+	fputs(sel + 1, f);
+	assert_int_equal(fclose(f), 0);
+}
+
 /* Many bad packets in a row from one client while another is served. */
 static void test_other_clients_unaffected(void **state)
 {
@@ -1446,6 +1649,9 @@ int main(void)
 		cmocka_unit_test_setup(test_client_pd_not_uverbs, harness_test_setup),
 		cmocka_unit_test_setup(test_other_clients_unaffected, harness_test_setup),
 		cmocka_unit_test_setup(test_hit_table, harness_test_setup),
+		cmocka_unit_test_setup(test_hit_table_hugetlb, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_hugetlb, harness_test_setup),
+		cmocka_unit_test_setup(test_attach_shmem_thp, harness_test_setup),
 		cmocka_unit_test_setup(test_cache_admin_requests_need_admin, harness_test_setup),
 		cmocka_unit_test_setup(test_cache_bad_requests, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_config_refused, harness_test_setup),

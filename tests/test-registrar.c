@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "harness.h"
 #include "registrar-proto.h"
 
 extern char **environ;
@@ -333,7 +334,7 @@ static int fds_from(pid_t pid, int from)
 
 /* The registrar's open fds once it is past its setup (a request answered:
  * until then it may still hold what it inherited), -1 if we may not look. */
-static int fd_count(struct reg *g)
+static int reg_fd_count(struct reg *g)
 {
 	struct odpd_reg_msg m = { .magic = ODPD_REG_MAGIC, .op = ODPD_REG_UNMAP, .id = UINT64_MAX };
 	struct odpd_reg_reply rep = call(g->maps, &m, -1);
@@ -383,7 +384,7 @@ static uint64_t map_somewhere(struct reg *g, uint64_t id, int fd, uint64_t len, 
 static void test_map(void **state)
 {
 	struct reg *g = *state;
-	int fd = seg_create(SEG_SIZE), fds_before = fd_count(g);
+	int fd = seg_create(SEG_SIZE), fds_before = reg_fd_count(g);
 	uint8_t got[64], want[64];
 	struct iovec local = { got, sizeof(got) }, remote;
 	char line[256];
@@ -394,7 +395,7 @@ static void test_map(void **state)
 	assert_int_equal(maps_line(g->pid, addr, line, sizeof(line)), 1);
 	if (!strstr(line, "memfd:" SEG_NAME) || !strstr(line, " r--s "))
 		fail_msg("registrar's mapping at %#" PRIx64 " is not our read-only shared memfd: %s", addr, line);
-	assert_int_equal(fd_count(g), fds_before);       /* the memfd was closed */
+	assert_int_equal(reg_fd_count(g), fds_before);       /* the memfd was closed */
 
 	remote = (struct iovec){ (void *)(uintptr_t)(addr + pg), sizeof(got) };
 	assert_int_equal(process_vm_readv(g->pid, &local, 1, &remote, 1, 0), (ssize_t)sizeof(got));
@@ -409,7 +410,7 @@ static void test_map(void **state)
 static void test_map_refused(void **state)
 {
 	struct reg *g = *state;
-	int fd = seg_create(SEG_SIZE), fds_before = fd_count(g);
+	int fd = seg_create(SEG_SIZE), fds_before = reg_fd_count(g);
 	struct odpd_reg_reply rep;
 	uint64_t addr = map_somewhere(g, 1, fd, SEG_SIZE, 0);
 
@@ -430,7 +431,7 @@ static void test_map_refused(void **state)
 	rep = map(g, 3, fd, UINT64_MAX - pg + 1, 2 * pg, 0);           /* wraps */
 	expect(&rep, EINVAL);
 	if (fds_before >= 0)
-		assert_int_equal(fd_count(g), fds_before);
+		assert_int_equal(reg_fd_count(g), fds_before);
 	rep = map(g, 3, fd, addr + 2 * SEG_SIZE, pg, 0);             /* still serving */
 	expect(&rep, 0);
 	close(fd);
@@ -499,6 +500,50 @@ static void test_map_limit(void **state)
 	reg_stop(g);
 }
 
+/*
+ * A hugetlb segment whose length is not whole huge pages (a client may
+ * attach one small page of it): the kernel maps whole huge pages, and the
+ * registrar unmaps what was mapped, so UNMAP succeeds and frees the range.
+ */
+static void test_map_hugetlb(void **state)
+{
+	struct reg *g = *state;
+	const uint64_t huge = 2 << 20;
+	int fd;
+	struct odpd_reg_reply rep;
+	uint64_t addr;
+	bool look = visible(g->pid);
+	char line[256];
+
+	if (!hugepages_free(1)) {
+		reg_stop(g);
+		skip();
+		return;
+	}
+	fd = memfd_create(SEG_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)huge), 0);
+	addr = map_somewhere(g, 1, fd, pg, 0);          /* candidates are huge-page aligned */
+	if (look) {
+		assert_int_equal(maps_line(g->pid, addr, line, sizeof(line)), 1);
+		if (!strstr(line, "memfd:" SEG_NAME))
+			fail_msg("registrar's mapping at %#" PRIx64 " is not our hugetlb memfd: %s", addr, line);
+	}
+	rep = unmap(g, 1);
+	expect(&rep, 0);
+	if (look)
+		assert_int_equal(maps_line(g->pid, addr, line, sizeof(line)), 0);
+	rep = map(g, 1, fd, addr, pg, 0);               /* the range and the id are free again */
+	expect(&rep, 0);
+	rep = map(g, 2, fd, addr + huge, pg, pg);       /* not at a huge page of the file */
+	expect(&rep, EINVAL);
+	rep = unmap(g, 1);
+	expect(&rep, 0);
+	close(fd);
+	reg_stop(g);
+	hugepages_restore();
+}
+
 /* Verbs before INIT: nothing to register in, nothing to deregister. */
 static void test_verbs_before_init(void **state)
 {
@@ -517,7 +562,7 @@ static void test_verbs_before_init(void **state)
 static void test_init_not_uverbs(void **state)
 {
 	struct reg *g = *state;
-	int p[2], fds_before = fd_count(g);
+	int p[2], fds_before = reg_fd_count(g);
 	struct odpd_reg_reply rep;
 
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
@@ -528,7 +573,7 @@ static void test_init_not_uverbs(void **state)
 		assert_non_null(strstr(rep.message, "ibv_import_device"));
 	}
 	if (fds_before >= 0)
-		assert_int_equal(fd_count(g), fds_before);
+		assert_int_equal(reg_fd_count(g), fds_before);
 	rep = verb(g, ODPD_REG_REG, 0, -1);
 	expect(&rep, EINVAL);
 	rep = unmap(g, 1);
@@ -644,7 +689,7 @@ static void test_closes_other_fds(void **state)
 	reg_start(g);
 	close(stray);
 	close(high);
-	if (fd_count(g) < 0)
+	if (reg_fd_count(g) < 0)
 		skip_invisible();
 	assert_int_equal(fds_from(g->pid, ODPD_REG_VERBS_FD + 1) - fds_from(g->pid, 1000), 0);
 	reg_stop(g);
@@ -722,6 +767,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_map_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unmap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_map_limit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_map_hugetlb, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_verbs_before_init, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_init_not_uverbs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
