@@ -68,6 +68,13 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 			 req->version, ODPD_PROTOCOL_VERSION_MIN, ODPD_PROTOCOL_VERSION_MAX);
 		reply.status = EPROTONOSUPPORT;
 		reply.message = msg;
+	} else if (req->has_monitor && req->monitor && !c->admin) {
+		/* A monitor is left out of the clients an operator sees
+		 * (odpctl clients, D-Bus): only admin tools may be one. The
+		 * connection may say Hello again, as a plain client. */
+		reply.status = EPERM;
+		reply.message = (char *)"Hello.monitor is for admin tools (root or odpd's admin group): "
+				       "say Hello without it, as a client";
 	} else if (odpd_devices_to_proto(c->m, &devs) < 0) {
 		reply.status = ENOMEM;
 		reply.message = (char *)"out of memory";

@@ -296,6 +296,117 @@ static void test_status_needs_admin(void **state)
 	assert_usable(test_admin_fd);                    /* root is admin */
 }
 
+static Odpd__Request hello_req(Odpd__Hello *h, bool monitor)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+
+	odpd__hello__init(h);
+	h->has_version = 1;
+	h->version = ODPD_PROTOCOL_VERSION;
+	h->has_monitor = monitor;
+	h->monitor = monitor;
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = h;
+	return req;
+}
+
+/* The number of connections that Status lists as clients, and of monitors. */
+static void clients_and_monitors(unsigned *clients, unsigned *monitors)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr = status_get(test_admin_fd, &r);
+
+	*clients = (unsigned)sr->n_clients;
+	*monitors = sr->monitors;
+	odpd__reply__free_unpacked(r, NULL);
+}
+
+/*
+ * Hello.monitor leaves a connection out of the clients an operator sees
+ * (odpctl clients, status, D-Bus): only admin connections may be monitors.
+ * uid 65534 asking gets EPERM with a message and is no monitor; its Hello
+ * without it then succeeds, and it is listed. Root may be one.
+ */
+static void test_monitor_needs_admin(void **state)
+{
+	Odpd__Hello h;
+	Odpd__Request req;
+	Odpd__Reply *r;
+	unsigned c0, m0, c1, m1;
+	int go[2], done[2], st, conn;
+	char b = 0;
+	pid_t pid;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	clients_and_monitors(&c0, &m0);
+	/* root: a monitor, not listed as a client */
+	conn = odpd_wire_connect(test_daemon.sock);
+	assert_true(conn >= 0);
+	req = hello_req(&h, true);
+	r = raw_call(conn, 1, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	clients_and_monitors(&c1, &m1);
+	assert_int_equal(c1, c0);
+	assert_int_equal(m1, m0 + 1);
+	close(conn);
+
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(done), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(go[0]);
+		close(done[1]);
+		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(10);
+		conn = odpd_wire_connect(test_daemon.sock);
+		if (conn < 0)
+			_exit(11);
+		req = hello_req(&h, true);
+		r = raw_call(conn, 1, &req, NULL, 0);
+		if (r->status != EPERM)
+			_exit(12);
+		if (!r->message || !strstr(r->message, "admin"))
+			_exit(13);
+		odpd__reply__free_unpacked(r, NULL);
+		if (write(go[1], &b, 1) != 1 || read(done[0], &b, 1) != 1)
+			_exit(14);
+		req = hello_req(&h, false);       /* again, as a client */
+		r = raw_call(conn, 2, &req, NULL, 0);
+		if (r->status != 0)
+			_exit(15);
+		odpd__reply__free_unpacked(r, NULL);
+		if (write(go[1], &b, 1) != 1 || read(done[0], &b, 1) != 1)
+			_exit(16);
+		_exit(0);
+	}
+	close(go[1]);
+	close(done[0]);
+	/* refused: neither a monitor nor yet a client that said Hello (a
+	 * child that stopped early closes the pipe: read says 0) */
+	if (read(go[0], &b, 1) != 1) {
+		waitpid(pid, &st, 0);
+		fail_msg("uid 65534's side failed at step %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+	clients_and_monitors(&c1, &m1);
+	assert_int_equal(m1, m0);
+	assert_int_equal(write(done[1], &b, 1), 1);
+	assert_int_equal(read(go[0], &b, 1), 1);
+	clients_and_monitors(&c1, &m1);
+	assert_int_equal(m1, m0);
+	assert_int_equal(c1, c0 + 1);                  /* listed */
+	assert_int_equal(write(done[1], &b, 1), 1);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st))
+		fail_msg("uid 65534's side failed at step %d", WEXITSTATUS(st));
+	close(go[0]);
+	close(done[1]);
+}
+
 /* Run as uid 65534 with @groups as supplementary groups and primary gid
  * 12345; return the status of a Status request on @sock. */
 static int status_as_nobody(const char *sock, const gid_t *groups, int ngroups)
@@ -1633,6 +1744,7 @@ int main(void)
 		cmocka_unit_test_setup(test_unexpected_fd, harness_test_setup),
 		cmocka_unit_test_setup(test_status_needs_admin, harness_test_setup),
 		cmocka_unit_test_setup(test_admin_group, harness_test_setup),
+		cmocka_unit_test_setup(test_monitor_needs_admin, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_regular_file, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_pipe, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_memfd_without_sealing, harness_test_setup),

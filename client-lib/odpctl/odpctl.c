@@ -992,7 +992,8 @@ static Odpd__Reply *call(int sock, Odpd__Request *req, const char *what,
 		const char *msg = rep->message ? rep->message : "";
 
 		fail(what, rep->status, *msg ? "%s" : NULL, msg);
-		if (rep->status == EPERM && is_admin_request(req->body_case))
+		if (rep->status == EPERM && (is_admin_request(req->body_case) ||
+					     req->body_case == ODPD__REQUEST__BODY_HELLO))
 			fputs("odpctl: run odpctl as root or as a member of odpd's admin group "
 			      "(odpd --admin-group)\n", stderr);
 	} else if (rep->body_case != want) {
