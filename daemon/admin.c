@@ -111,6 +111,10 @@ static void quota_info(const struct odpd_account *a, Odpd__QuotaInfo *o)
 	o->limit = a->limit;
 	o->rule = (char *)a->rule;
 	o->mrs = a->mrs;
+	o->has_connections = o->has_segments = o->has_mappings = 1;
+	o->connections = (uint32_t)a->held[ODPD_UL_CONNECTIONS];
+	o->segments = (uint32_t)a->held[ODPD_UL_SEGMENTS];
+	o->mappings = a->held[ODPD_UL_MAPPINGS];
 }
 
 /* A shared PD's row per device it has a domain on (or one without). */
@@ -215,6 +219,9 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 	sr.has_max_pinned = sr.has_max_mrs = 1;
 	sr.max_pinned = m->conf.max_pinned;
 	sr.max_mrs = m->conf.max_mrs > UINT32_MAX ? UINT32_MAX : (uint32_t)m->conf.max_mrs;
+	sr.has_fd_limit = sr.has_max_map_count = 1;
+	sr.fd_limit = m->budget.nofile;
+	sr.max_map_count = m->budget.max_map_count;
 	sr.n_pds = pd_infos(r, pi, pp, n_pd_rows);
 	sr.pds = pp;
 	reply.has_id = reply.has_status = 1;

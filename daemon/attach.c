@@ -105,6 +105,7 @@ void odpd_cseg_drop(struct odpd_client *c, struct odpd_cseg *s)
 	c->n_segs--;
 	odpd_account_hold(a, ODPD_UL_SEGMENTS, -1);
 	odpd_account_hold(a, ODPD_UL_MAPPED, -(int64_t)s->charged);
+	odpd_account_hold(a, ODPD_UL_MAPPINGS, -ODPD_SEGMENT_MAPPINGS);
 	odpd_mapping_put(&c->m->segs, s->map);
 	free(s);
 }
@@ -250,7 +251,9 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	 * (the whole file, page rounded: a sparse segment costs its size). */
 	charge = info.map_len;                   /* what the kernel maps, and odpd_mapping unmaps */
 	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_SEGMENTS, 1, &err) < 0 ||
-	    odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MAPPED, charge, &err) < 0)
+	    odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MAPPED, charge, &err) < 0 ||
+	    odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MAPPINGS, ODPD_SEGMENT_MAPPINGS,
+			     &err) < 0)
 		goto fail;
 	s = calloc(1, sizeof(*s));
 	if (!s) {
@@ -266,6 +269,7 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	s->charged = charge;
 	odpd_account_hold(c->holder.acct, ODPD_UL_SEGMENTS, 1);
 	odpd_account_hold(c->holder.acct, ODPD_UL_MAPPED, (int64_t)charge);
+	odpd_account_hold(c->holder.acct, ODPD_UL_MAPPINGS, ODPD_SEGMENT_MAPPINGS);
 	s->file_offset = off;
 	s->length = len;
 	s->client_addr = req->client_addr ? req->client_addr : (uintptr_t)map->addr;
@@ -276,6 +280,7 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 			s->client_addr, s->length, other->handle);
 		odpd_account_hold(c->holder.acct, ODPD_UL_SEGMENTS, -1);
 		odpd_account_hold(c->holder.acct, ODPD_UL_MAPPED, -(int64_t)charge);
+		odpd_account_hold(c->holder.acct, ODPD_UL_MAPPINGS, -ODPD_SEGMENT_MAPPINGS);
 		odpd_mapping_put(&m->segs, map);
 		free(s);
 		odpd_reply_err(c, id, &err);

@@ -146,7 +146,7 @@ static int client_identify(struct odpd_manager *m, struct odpd_client *c)
 	c->pidfd = peer_pidfd(c->fd, c->cred.pid);
 	c->admin = peer_is_admin(m, c);
 	r = odpd_limit_for_client(&m->conf, c->cred.pid, c->pidfd, c->cred.uid, c->cred.gid,
-				  c->groups, c->n_groups, m->cfg.window_size, &limit);
+				  c->groups, c->n_groups, &m->budget, &limit);
 	if (r < 0)
 		return r;
 	r = odpd_holder_init(&m->registry, &c->holder, c->id, c->cred.pid, c->cred.uid, &limit);

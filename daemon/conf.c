@@ -56,6 +56,7 @@ static const char *const limit_keys[N_LIMIT_KEYS] = {
 	[KEY_DEFAULT_USER + ODPD_UL_MAPPED] = "default-mapped",
 	[KEY_DEFAULT_USER + ODPD_UL_MRS] = "default-mrs",
 	[KEY_DEFAULT_USER + ODPD_UL_REGISTRAR_WAITS] = "default-registrar-waits",
+	[KEY_DEFAULT_USER + ODPD_UL_MAPPINGS] = "default-mappings",
 };
 
 const char *const odpd_user_limit_names[ODPD_N_UL] = {
@@ -64,6 +65,7 @@ const char *const odpd_user_limit_names[ODPD_N_UL] = {
 	[ODPD_UL_MAPPED] = "mapped",
 	[ODPD_UL_MRS] = "mrs",
 	[ODPD_UL_REGISTRAR_WAITS] = "registrar-waits",
+	[ODPD_UL_MAPPINGS] = "mappings",
 };
 
 /* A rule's keys: max-pinned, then max-<odpd_user_limit_names>, then remote-access. */
@@ -733,6 +735,10 @@ static void limits_key(struct parse *p, enum limit_key key, const char *v)
 	default:
 		if (key == KEY_DEFAULT_USER + ODPD_UL_MAPPED && strcmp(v, "window") == 0)
 			c->user_default[ODPD_UL_MAPPED] = ODPD_MAPPED_QUARTER_WINDOW;
+		else if ((key == KEY_DEFAULT_USER + ODPD_UL_CONNECTIONS ||
+			  key == KEY_DEFAULT_USER + ODPD_UL_SEGMENTS ||
+			  key == KEY_DEFAULT_USER + ODPD_UL_MAPPINGS) && strcmp(v, "auto") == 0)
+			c->user_default[key - KEY_DEFAULT_USER] = ODPD_LIMIT_AUTO;
 		else
 			user_limit(p, name, (enum odpd_user_limit)(key - KEY_DEFAULT_USER), v,
 				   &c->user_default[key - KEY_DEFAULT_USER]);
@@ -821,9 +827,9 @@ static int key_index(const struct parse *p, const char *key)
 static const char *const section_keys[] = {
 	[SEC_LIMITS] = "max-pinned, max-mrs, default-pinned, relaxed-window-ms, relaxed-max-mrs, "
 		       "relaxed-max-bytes, hole-check-ms, default-connections, default-segments, default-mapped, "
-		       "default-mrs or default-registrar-waits",
-	[SEC_RULE] = "max-pinned, max-connections, max-segments, max-mapped, max-mrs, max-registrar-waits "
-		     "or remote-access",
+		       "default-mrs, default-registrar-waits or default-mappings",
+	[SEC_RULE] = "max-pinned, max-connections, max-segments, max-mapped, max-mrs, max-registrar-waits, "
+		     "max-mappings or remote-access",
 	[SEC_PD] = "users or groups",
 	[SEC_ODP] = "prefetch-on-register",
 };
@@ -895,11 +901,12 @@ void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total)
 		.relaxed_max_bytes = (uint64_t)1 << 30,
 		.hole_check_ms = 100,
 		.user_default = {
-			[ODPD_UL_CONNECTIONS] = 64,
-			[ODPD_UL_SEGMENTS] = 1024,
+			[ODPD_UL_CONNECTIONS] = ODPD_LIMIT_AUTO,
+			[ODPD_UL_SEGMENTS] = ODPD_LIMIT_AUTO,
 			[ODPD_UL_MAPPED] = ODPD_MAPPED_QUARTER_WINDOW,
 			[ODPD_UL_MRS] = 262144,
 			[ODPD_UL_REGISTRAR_WAITS] = 4,
+			[ODPD_UL_MAPPINGS] = ODPD_LIMIT_AUTO,
 		},
 	};
 }

@@ -14,14 +14,15 @@
  *   relaxed-max-mrs = 4096
  *   relaxed-max-bytes = 1G
  *   hole-check-ms = 100       # pinned MRs client libraries may serve: holes looked for (0: never)
- *   default-connections = 64  # per user, where no rule says otherwise (odpd.conf(5))
- *   default-segments = 1024
+ *   default-connections = auto # per user, where no rule says otherwise (odpd.conf(5));
+ *   default-segments = auto    # auto: from odpd's fd limit, at most 64 and 1024
  *   default-mapped = window   # bytes of odpd's address window; "window": a quarter of it
  *   default-mrs = 262144
  *   default-registrar-waits = 4  # implicit-ODP requests waiting for a registrar
+ *   default-mappings = auto   # auto: a quarter of vm.max_map_count
  *   [user alice]              # also [user 1000], [group rdma], [group 27], [cgroup /kubepods.slice]
  *   max-pinned = 64G
- *   max-connections = 128     # and max-segments, max-mapped, max-mrs, max-registrar-waits
+ *   max-connections = 128     # and max-segments, max-mapped, max-mrs, max-registrar-waits, max-mappings
  *   remote-access = yes       # client-PD MRs may have remote access (else root/admin only)
  *   [pd training]             # a named shared PD (fnmatch pattern; first match in file order)
  *   users = alice bob 1001
@@ -48,10 +49,19 @@ enum odpd_user_limit {
 	ODPD_UL_MRS,                /* MR references (odpd_reg() results held) */
 	ODPD_UL_REGISTRAR_WAITS,    /* implicit-ODP requests waiting for a registrar (its
 				     * user may stop it: each wait lasts up to its deadline) */
+	ODPD_UL_MAPPINGS,           /* mappings in odpd (segments, hit tables), against vm.max_map_count */
 	ODPD_N_UL
 };
-/* default-mapped = window: a quarter of odpd's address window. */
-#define ODPD_MAPPED_QUARTER_WINDOW 0
+/*
+ * A default that odpd works out from what it has (quota.h, struct
+ * odpd_budget): default-connections, default-segments and
+ * default-mappings = auto (the default: a fair share, a quarter, of
+ * odpd's fds or of vm.max_map_count), default-mapped = window (a
+ * quarter of odpd's address window). Never a value of its own: 0 is
+ * refused as a limit.
+ */
+#define ODPD_LIMIT_AUTO 0
+#define ODPD_MAPPED_QUARTER_WINDOW ODPD_LIMIT_AUTO
 extern const char *const odpd_user_limit_names[ODPD_N_UL];   /* "connections", ... */
 
 /* [user X] / [group X] / [cgroup /path]: a pinning limit for its subjects. */
@@ -92,7 +102,7 @@ struct odpd_conf {
 	uint64_t relaxed_max_mrs;
 	uint64_t relaxed_max_bytes;
 	uint64_t hole_check_ms;     /* 0: only at flush and at registration */
-	uint64_t user_default[ODPD_N_UL];   /* per user; [ODPD_UL_MAPPED] may be ODPD_MAPPED_QUARTER_WINDOW */
+	uint64_t user_default[ODPD_N_UL];   /* per user; ODPD_LIMIT_AUTO: worked out (quota.h) */
 	/* [odp] */
 	bool prefetch_on_register;  /* every ODP registration prefetches (REG_PREFETCH) */
 	struct odpd_rule *rules;
@@ -103,8 +113,8 @@ struct odpd_conf {
 
 /* The defaults: max-pinned 50% of @mem_total, max-mrs 1000000, default-pinned
  * memlock, relaxed-window-ms 100, relaxed-max-mrs 4096, relaxed-max-bytes 1G,
- * hole-check-ms 100, default-connections 64, default-segments 1024, default-mapped window,
- * default-mrs 262144, default-registrar-waits 4. */
+ * hole-check-ms 100, default-connections auto, default-segments auto,
+ * default-mapped window, default-mrs 262144, default-registrar-waits 4, default-mappings auto. */
 void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total);
 
 /*

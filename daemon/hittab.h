@@ -51,6 +51,8 @@ int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *r
 void odpd_hittab_close(struct odpd_hittab *t);
 
 uint32_t odpd_hittab_slots(const struct odpd_hittab *t);
+/* Mappings a table takes in the daemon: the use and generation tables. */
+#define ODPD_HIT_MAPPINGS 2
 /* Bytes of the daemon's address space a table opened for @want slots
  * takes (both mappings). */
 uint64_t odpd_hittab_mapped(uint32_t want);

@@ -268,6 +268,23 @@ void odpd_manager_client_released(struct odpd_manager *m)
 	m->n_clients--;
 }
 
+/* What the users of @m share, and what each may take of it by default. */
+static void budget_log(struct odpd_manager *m)
+{
+	uint64_t def[ODPD_N_UL];
+
+	m->budget.nofile = m->nofile;
+	m->budget.max_map_count = odpd_max_map_count();
+	m->budget.window_size = m->cfg.window_size;
+	odpd_budget_user_defaults(&m->conf, &m->budget, def);
+	log_info("per user by default: %llu connections and %llu segments of %llu fds, %llu mappings of "
+		 "vm.max_map_count %llu, %llu bytes of the window", (unsigned long long)def[ODPD_UL_CONNECTIONS],
+		 (unsigned long long)def[ODPD_UL_SEGMENTS], (unsigned long long)m->budget.nofile,
+		 (unsigned long long)def[ODPD_UL_MAPPINGS], (unsigned long long)m->budget.max_map_count,
+		 (unsigned long long)def[ODPD_UL_MAPPED]);
+	odpd_budget_warn(&m->conf, &m->budget);
+}
+
 static int load_config(struct odpd_manager *m)
 {
 	uint64_t mem = odpd_meminfo_total();
@@ -283,6 +300,7 @@ static int load_config(struct odpd_manager *m)
 	log_info("configuration: %s; max-pinned %llu bytes, max-mrs %llu, %u rule(s), %u [pd] section(s)",
 		 m->conf.path ? m->conf.path : "none (defaults)", (unsigned long long)m->conf.max_pinned,
 		 (unsigned long long)m->conf.max_mrs, m->conf.n_rules, m->conf.n_pds);
+	budget_log(m);
 	return 0;
 }
 
@@ -304,6 +322,7 @@ int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len)
 	}
 	odpd_conf_free(&m->conf);
 	m->conf = c;
+	budget_log(m);                      /* vm.max_map_count may have changed too */
 	/* What each connected client may hold, worked out again from the new
 	 * rules: refusals from its next request on; nothing is taken away. */
 	LIST_FOREACH(k, &m->clients, link) {
@@ -311,7 +330,7 @@ int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len)
 
 		if (k->has_holder && odpd_limit_for_client(&m->conf, k->cred.pid, k->pidfd, k->cred.uid,
 							    k->cred.gid, k->groups, k->n_groups,
-							    m->cfg.window_size, &limit) == 0)
+							    &m->budget, &limit) == 0)
 			k->holder.limit = limit;
 	}
 	snprintf(msg, len, "%s: max-pinned %llu bytes, max-mrs %llu, %u rule(s), %u [pd] section(s)",

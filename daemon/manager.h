@@ -10,6 +10,7 @@
 #include "conf.h"
 #include "device.h"
 #include "pool.h"
+#include "quota.h"
 #include "registry.h"
 #include "segment.h"
 
@@ -68,6 +69,7 @@ struct odpd_manager {
 	 * refuses them there. */
 	bool implicit_without_cap;
 	uint64_t nofile;                    /* RLIMIT_NOFILE soft limit, after raising it */
+	struct odpd_budget budget;          /* what users share (quota.h): fds, mappings, window */
 	struct event *ev_listen_resume;     /* accept4 failed: listening paused until then */
 	struct odpd_bus *bus;               /* D-Bus (bus.h), or NULL */
 	/* systemd's watchdog: WATCHDOG=1 only while the workers make progress. */

@@ -46,32 +46,77 @@ struct odpd_quota {
 	unsigned n_accounts;
 };
 
+/*
+ * What odpd has to share among its users: its fds (RLIMIT_NOFILE, after
+ * raising it at start), its mappings (vm.max_map_count, read at start and
+ * at reload) and its segment window. The [limits] defaults that are
+ * "auto" give each user a fair share, a quarter, of them:
+ *  - fds: default-segments half of the quarter (each attached segment
+ *    may keep an fd), default-connections the other half at
+ *    ODPD_FDS_PER_CONNECTION fds each; never more than 1024 and 64,
+ *    never fewer than 1;
+ *  - mappings: default-mappings a quarter of vm.max_map_count, counted as
+ *    ODPD_SEGMENT_MAPPINGS per attached segment and ODPD_HIT_MAPPINGS per
+ *    hit table (what a connection's verbs objects map is bounded by
+ *    its user's connections);
+ *  - the window: default-mapped = window, a quarter of it.
+ * A value written in odpd.conf wins; odpd_budget_warn() says where one
+ * lets a user take more than a quarter.
+ */
+struct odpd_budget {
+	uint64_t nofile;            /* 0: unlimited */
+	uint64_t max_map_count;     /* 0: unknown (taken as the kernel's default, 65530) */
+	uint64_t window_size;       /* bytes */
+};
+
+/*
+ * fds one connection may make odpd hold, as the auto defaults count them:
+ * its socket and pidfd; for a device, its context (the command fd and the
+ * async event fd), its verify buffer (a memfd), an imported client-PD
+ * context, and an implicit-ODP registrar (two sockets and a pidfd) — 9
+ * with one device, of which a plain client uses 5.
+ */
+#define ODPD_FDS_PER_CONNECTION 9
+#define ODPD_MAX_MAP_COUNT_DEFAULT 65530
+
+/* The budget's share of one user for each auto default of @c (the
+ * defaults it sets itself are left out: @ret[k] = @c's). */
+void odpd_budget_user_defaults(const struct odpd_conf *c, const struct odpd_budget *b,
+			       uint64_t ret[ODPD_N_UL]);
+/* Log a warning for each value in @c (a [limits] default or a rule's max)
+ * that lets one user hold more than a quarter of @b's fds or mappings. */
+void odpd_budget_warn(const struct odpd_conf *c, const struct odpd_budget *b);
+/* vm.max_map_count, 0 if it cannot be read. */
+uint64_t odpd_max_map_count(void);
+
 /* What a client may pin, and what its user may hold, worked out at connect. */
 struct odpd_limit {
 	uint64_t max_pinned;        /* bytes, ODPD_UNLIMITED */
 	char rule[80];              /* "[user alice]", "memlock", "default-pinned" */
 	uint64_t max[ODPD_N_UL];    /* per user (conf.h); ODPD_UNLIMITED */
-	char src[ODPD_N_UL][96];    /* "[user alice] max-connections", "default-connections" */
+	char src[ODPD_N_UL][96];    /* "[user alice] max-connections in odpd.conf",
+				     * "default-connections = auto: a quarter of odpd's 1024 fds" */
 	bool remote_access;         /* a rule's remote-access = yes: client-PD MRs may be remote */
 };
 
 /*
  * The limit of the client (@pid, @pidfd, @uid, @gid, @groups): a rule of
  * @conf, else default-pinned, else its RLIMIT_MEMLOCK soft limit; and its
- * user's limits (a rule's, else [limits]'s; default-mapped "window" is a
- * quarter of @window_size).
+ * user's limits (a rule's, else [limits]'s; the auto ones are the user's
+ * share of @budget).
  * -ESRCH if the process is gone (its pidfd says so) or its limits cannot be
  * read.
  */
 int odpd_limit_for_client(const struct odpd_conf *conf, pid_t pid, int pidfd, uid_t uid, gid_t gid,
-			  const gid_t *groups, unsigned n_groups, uint64_t window_size,
+			  const gid_t *groups, unsigned n_groups, const struct odpd_budget *budget,
 			  struct odpd_limit *ret);
 
 /*
  * May @a's user take @n more of @l under @lim? 0, or the errno (EMFILE for
  * connections and segments, ENOSPC for mapped bytes, EDQUOT for MRs,
- * EAGAIN for registrar waits) with
- * @err naming the limit. Taking and giving back: odpd_account_hold().
+ * EAGAIN for registrar waits, ENOMEM for mappings, as mmap says at
+ * vm.max_map_count) with @err naming the limit. Taking and giving back:
+ * odpd_account_hold().
  */
 int odpd_account_may(const struct odpd_account *a, const struct odpd_limit *lim, enum odpd_user_limit l,
 		     uint64_t n, struct odpd_err *err);

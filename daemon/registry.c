@@ -1379,12 +1379,15 @@ int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint
 	/* its two mappings are odpd address space the user pays for */
 	charge = odpd_hittab_mapped(slots);
 	rc = odpd_account_may(h->acct, &h->limit, ODPD_UL_MAPPED, charge, err);
+	if (rc == 0)
+		rc = odpd_account_may(h->acct, &h->limit, ODPD_UL_MAPPINGS, ODPD_HIT_MAPPINGS, err);
 	if (rc < 0)
 		return rc;
 	rc = odpd_hittab_open(slots, use_fd, &h->hits, ret_gen_fd, err);
 	if (rc < 0)
 		return rc;
 	odpd_account_hold(h->acct, ODPD_UL_MAPPED, (int64_t)charge);
+	odpd_account_hold(h->acct, ODPD_UL_MAPPINGS, ODPD_HIT_MAPPINGS);
 	r->n_hit_tables++;
 	hits_arm(r);
 	return 0;
@@ -1741,6 +1744,7 @@ void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
 		ref_drop(r, LIST_FIRST(&h->refs), false, &list);
 	if (h->hits) {
 		odpd_account_hold(h->acct, ODPD_UL_MAPPED, -(int64_t)odpd_hittab_mapped(odpd_hittab_slots(h->hits)));
+		odpd_account_hold(h->acct, ODPD_UL_MAPPINGS, -ODPD_HIT_MAPPINGS);
 		odpd_hittab_close(h->hits);
 		h->hits = NULL;
 		r->n_hit_tables--;

@@ -44,6 +44,13 @@ int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, s
  */
 int odpd_memfd_fs(int fd, size_t *ret_page, bool *ret_hugetlb);
 
+/*
+ * Mappings (VMAs, against vm.max_map_count) an attached segment may take in
+ * odpd: its mapping, the piece of the window reservation it splits off, and
+ * its witness view. Charged to the user per attach (struct odpd_cseg).
+ */
+#define ODPD_SEGMENT_MAPPINGS 3
+
 /* One daemon mapping of a segment inode, shared by every client that attaches it. */
 struct odpd_mapping {
 	dev_t dev;

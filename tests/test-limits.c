@@ -418,7 +418,9 @@ static void test_connection_flood_few_fds(void **state)
 		return;
 	}
 	setenv("ODPD_TEST_WRAPPER", "prlimit --nofile=96:96", 1);
-	start("");
+	/* one user past its fair share of the fds (which odpd warns about):
+	 * what stops it here is odpd's reserve for everyone */
+	start("[limits]\ndefault-segments = 1000\ndefault-connections = 16\n");
 	unsetenv("ODPD_TEST_WRAPPER");
 	hog = odpd_connect(d.sock, NULL);
 	assert_non_null(hog);
@@ -475,6 +477,182 @@ static void test_connection_flood_few_fds(void **state)
 	stop();
 }
 
+/* ---------------------------------------------------------------- a fair share of the fds */
+
+struct share {
+	int ready[2], done[2];
+};
+
+/* Connections and segments until odpd says no: every refusal must be the
+ * user's own limit, worked out from odpd's fd limit, never odpd's reserve. */
+static int nobody_fair_share(void *arg)
+{
+	struct share *sh = arg;
+	struct odpd_conn *c[64];
+	struct odpd_segment *seg;
+	int nc = 0, ns = 0;
+	char b = 0;
+
+	for (; nc < 64; nc++) {
+		if (!(c[nc] = odpd_connect(d.sock, NULL)))
+			break;
+	}
+	CHILD_CHECK(nc >= 1);
+	if (nc < 64) {
+		CHILD_CHECK(errno == EMFILE);
+		CHILD_CHECK(strstr(odpd_errmsg(), "default-connections = auto") != NULL);
+	}
+	for (int i = 0; i < nc; i++) {
+		while ((seg = odpd_alloc(c[i], 4096, 0)))
+			ns++;
+		CHILD_CHECK(errno == EMFILE);
+		if (strstr(odpd_errmsg(), "short of file descriptors")) {
+			fprintf(stderr, "uid 65534 took odpd's fds: %d connections, %d segments: %s\n", nc,
+				ns, odpd_errmsg());
+			_exit(3);
+		}
+		CHILD_CHECK(strstr(odpd_errmsg(), "default-segments = auto") != NULL);
+	}
+	CHILD_CHECK(write(sh->ready[1], &nc, sizeof(nc)) == sizeof(nc));
+	CHILD_CHECK(write(sh->ready[1], &ns, sizeof(ns)) == sizeof(ns));
+	CHILD_CHECK(read(sh->done[0], &b, 1) == 1);
+	for (int i = 0; i < nc; i++)
+		odpd_disconnect(c[i]);                 /* and their segments */
+	return 0;
+}
+
+/*
+ * odpd under RLIMIT_NOFILE 256 (prlimit: it cannot raise it), the [limits]
+ * defaults left to odpd: uid 65534 opens connections and attaches segments
+ * until refused, and is refused by its own share (a quarter of the fds:
+ * EMFILE naming default-connections and default-segments = auto), never
+ * because odpd ran short of fds; root then still connects, and attaches as
+ * many segments as uid 65534 could.
+ */
+static void test_user_fair_share_of_fds(void **state)
+{
+	const char *old = getenv("ODPD_TEST_WRAPPER");
+	struct odpd_conn *root[2];
+	struct odpd_segment *segs[256];
+	struct share sh;
+	Odpd__StatusReply *sr;
+	Odpd__QuotaInfo *q = NULL;
+	Odpd__Reply *r;
+	pid_t child;
+	int st, nc = 0, ns = 0, fds, admin;
+	char b = 0;
+
+	(void)state;
+	if (old) {                             /* valgrind: not a wrapper that composes */
+		skip();
+		return;
+	}
+	setenv("ODPD_TEST_WRAPPER", "prlimit --nofile=256:256", 1);
+	start("");
+	unsetenv("ODPD_TEST_WRAPPER");
+	assert_int_equal(pipe(sh.ready), 0);
+	assert_int_equal(pipe(sh.done), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0)
+		_exit(run_as(UID_NOBODY, 0, nobody_fair_share, &sh));
+	close(sh.ready[1]);
+	close(sh.done[0]);
+	if (read(sh.ready[0], &nc, sizeof(nc)) != sizeof(nc) || read(sh.ready[0], &ns, sizeof(ns)) != sizeof(ns)) {
+		waitpid(child, &st, 0);
+		fail_msg("uid 65534's side failed (status %#x)", st);
+	}
+	fds = fd_count(d.pid);
+	print_message("uid 65534 holds %d connections and %d segments; odpd has %d of 256 fds open\n",
+		      nc, ns, fds);
+	assert_true(ns >= 8 && nc * 9 /* ODPD_FDS_PER_CONNECTION */ + ns <= 256 / 4);
+	/* what odpctl status shows: the user's holdings, the fds shared */
+	admin = raw_connect_hello(d.sock);
+	sr = status_get(admin, &r);
+	assert_int_equal(sr->fd_limit, 256);
+	for (size_t i = 0; i < sr->n_quotas; i++)
+		if (sr->quotas[i]->uid == UID_NOBODY) {
+			q = sr->quotas[i];
+			assert_int_equal(q->connections, nc);
+			assert_int_equal(q->segments, ns);
+			assert_int_equal(q->mappings, 3 * ns + 2 * nc);   /* segments, hit tables */
+		}
+	assert_non_null(q);
+	odpd__reply__free_unpacked(r, NULL);
+	close(admin);
+	/* root is served as if uid 65534 were not there */
+	for (int i = 0; i < 2; i++) {
+		root[i] = odpd_connect(d.sock, NULL);
+		if (!root[i])
+			fail_msg("root cannot connect while uid 65534 holds its share: %s", odpd_errmsg());
+	}
+	for (int i = 0; i < ns; i++) {
+		segs[i] = odpd_alloc(root[i % 2], 4096, 0);
+		if (!segs[i])
+			fail_msg("root's segment %d of %d refused while uid 65534 holds its share: %s", i, ns,
+				 odpd_errmsg());
+	}
+	for (int i = 0; i < ns; i++)
+		assert_int_equal(odpd_detach(segs[i]), 0);
+	for (int i = 0; i < 2; i++)
+		odpd_disconnect(root[i]);
+	assert_int_equal(write(sh.done[1], &b, 1), 1);
+	assert_int_equal(waitpid(child, &st, 0), child);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(sh.ready[0]);
+	close(sh.done[1]);
+	stop();
+}
+
+/* ---------------------------------------------------------------- mappings */
+
+static int nobody_mappings(void *arg)
+{
+	struct odpd_conn *c;
+	struct odpd_segment *s[3];
+
+	(void)arg;
+	/* the library's hit table: 2 mappings of 8 */
+	c = odpd_connect(d.sock, NULL);
+	CHILD_CHECK(c != NULL);
+	CHILD_CHECK((s[0] = odpd_alloc(c, 64 * KIB, 0)) != NULL);       /* 3 each */
+	CHILD_CHECK((s[1] = odpd_alloc(c, 64 * KIB, 0)) != NULL);
+	CHILD_CHECK(odpd_alloc(c, 64 * KIB, 0) == NULL);
+	CHILD_CHECK(errno == ENOMEM);
+	CHILD_CHECK(strstr(odpd_errmsg(), "mappings") != NULL);
+	CHILD_CHECK(strstr(odpd_errmsg(), "default-mappings in odpd.conf") != NULL);
+	CHILD_CHECK(strstr(odpd_errmsg(), "uid 65534") != NULL);
+	/* given back at detach */
+	CHILD_CHECK(odpd_detach(s[1]) == 0);
+	CHILD_CHECK((s[2] = odpd_alloc(c, 64 * KIB, 0)) != NULL);
+	CHILD_CHECK(odpd_detach(s[2]) == 0 && odpd_detach(s[0]) == 0);
+	odpd_disconnect(c);
+	return 0;
+}
+
+/*
+ * default-mappings = 8: the mappings odpd makes for a user (3 per
+ * segment, 2 per hit table) are counted; past the limit an attach is
+ * ENOMEM naming it; a detach gives them back; root is not bound by it.
+ */
+static void test_user_mappings(void **state)
+{
+	struct odpd_conn *root;
+	struct odpd_segment *s[4];
+
+	(void)state;
+	start("[limits]\ndefault-mappings = 8\n[user 0]\nmax-mappings = unlimited\n");
+	assert_int_equal(run_as(UID_NOBODY, 0, nobody_mappings, NULL), 0);
+	root = odpd_connect(d.sock, NULL);
+	assert_non_null(root);
+	for (int i = 0; i < 4; i++)
+		assert_non_null(s[i] = odpd_alloc(root, 64 * KIB, 0));
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(odpd_detach(s[i]), 0);
+	odpd_disconnect(root);
+	stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -485,6 +663,8 @@ int main(void)
 		cmocka_unit_test(test_user_mrs_concurrent),
 		cmocka_unit_test(test_connection_ends_with_its_process),
 		cmocka_unit_test(test_connection_flood_few_fds),
+		cmocka_unit_test(test_user_fair_share_of_fds),
+		cmocka_unit_test(test_user_mappings),
 	};
 
 	if (getenv("ODPD_TEST_FILTER"))

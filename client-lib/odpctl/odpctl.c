@@ -409,7 +409,7 @@ static void print_pds(const Odpd__StatusReply *st)
 
 static void print_quotas(const Odpd__StatusReply *st)
 {
-	struct table t = { .ncols = 6 };
+	struct table t = { .ncols = 9 };
 
 	table_add(&t, "UID");
 	table_add(&t, "USER");
@@ -417,6 +417,9 @@ static void print_quotas(const Odpd__StatusReply *st)
 	table_add(&t, "LIMIT");
 	table_add(&t, "RULE");
 	table_add(&t, "MRS");
+	table_add(&t, "CONNS");
+	table_add(&t, "SEGS");
+	table_add(&t, "MAPS");
 	for (size_t i = 0; i < st->n_quotas; i++) {
 		const Odpd__QuotaInfo *q = st->quotas[i];
 		const char *user = user_name(q->uid);
@@ -428,6 +431,9 @@ static void print_quotas(const Odpd__StatusReply *st)
 		table_add(&t, "%s", limit_text(q->limit, b2));
 		table_add(&t, "%s", q->rule && *q->rule ? q->rule : "-");
 		table_add(&t, "%" PRIu32, q->mrs);
+		table_add(&t, "%" PRIu32, q->connections);
+		table_add(&t, "%" PRIu32, q->segments);
+		table_add(&t, "%" PRIu64, q->mappings);
 	}
 	table_print(&t, "Pinning quotas");
 }
@@ -525,6 +531,16 @@ static void print_totals(const Odpd__StatusReply *st)
 	table_add(&t, "%" PRIu64, st->errors);
 	table_add(&t, "Clients releasing:");
 	table_add(&t, "%" PRIu32, st->releasing);
+	table_add(&t, "Fd limit:");
+	if (st->has_fd_limit && st->fd_limit)
+		table_add(&t, "%" PRIu64, st->fd_limit);
+	else
+		table_add(&t, "%s", st->has_fd_limit ? "unlimited" : "-");
+	table_add(&t, "vm.max_map_count:");
+	if (st->has_max_map_count && st->max_map_count)
+		table_add(&t, "%" PRIu64, st->max_map_count);
+	else
+		table_add(&t, "-");
 	table_add(&t, "Daemon PID:");
 	table_add(&t, "%" PRId32, st->daemon_pid);
 	table_add(&t, "Daemon version:");
@@ -768,6 +784,9 @@ static json_object *json_quota(const Odpd__QuotaInfo *q)
 	put_u64_str(o, "limit", q->limit);
 	put_str(o, "rule", q->rule);
 	put_u64(o, "mrs", q->mrs);
+	put_u64(o, "connections", q->connections);
+	put_u64(o, "segments", q->segments);
+	put_u64_str(o, "mappings", q->mappings);
 	return o;
 }
 
@@ -855,6 +874,8 @@ static void print_json(const Odpd__StatusReply *st)
 	put_u64(totals, "releasing", st->releasing);
 	put_u64_str(totals, "max_pinned", st->max_pinned);
 	put_u64(totals, "max_mrs", st->max_mrs);
+	put_u64_str(totals, "fd_limit", st->fd_limit);
+	put_u64_str(totals, "max_map_count", st->max_map_count);
 	json_object_object_add(root, "daemon", daemon);
 	json_object_object_add(root, "devices", devices);
 	json_object_object_add(root, "clients", clients);

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "conf.h"
+#include "quota.h"
 
 #define KIB ((uint64_t)1 << 10)
 #define MIB ((uint64_t)1 << 20)
@@ -609,11 +610,12 @@ static void test_user_limits(void **state)
 
 	(void)state;
 	odpd_conf_defaults(&c, 0);
-	assert_int_equal(c.user_default[ODPD_UL_CONNECTIONS], 64);
-	assert_int_equal(c.user_default[ODPD_UL_SEGMENTS], 1024);
+	assert_int_equal(c.user_default[ODPD_UL_CONNECTIONS], ODPD_LIMIT_AUTO);
+	assert_int_equal(c.user_default[ODPD_UL_SEGMENTS], ODPD_LIMIT_AUTO);
 	assert_int_equal(c.user_default[ODPD_UL_MAPPED], ODPD_MAPPED_QUARTER_WINDOW);
 	assert_int_equal(c.user_default[ODPD_UL_MRS], 262144);
 	assert_int_equal(c.user_default[ODPD_UL_REGISTRAR_WAITS], 4);
+	assert_int_equal(c.user_default[ODPD_UL_MAPPINGS], ODPD_LIMIT_AUTO);
 	odpd_conf_free(&c);
 	load_ok(&c, "[limits]\ndefault-connections = 8\ndefault-segments = unlimited\n"
 		    "default-mapped = 1G\ndefault-mrs = 100\ndefault-registrar-waits = 2\n"
@@ -644,6 +646,65 @@ static void test_user_limits(void **state)
 	odpd_conf_free(&c);
 	load_ok(&c, "[limits]\ndefault-mapped = window\n");
 	assert_int_equal(c.user_default[ODPD_UL_MAPPED], ODPD_MAPPED_QUARTER_WINDOW);
+	odpd_conf_free(&c);
+	load_ok(&c, "[limits]\ndefault-connections = auto\ndefault-segments = auto\ndefault-mappings = 7\n"
+		    "[user 5000]\nmax-mappings = unlimited\n");
+	assert_int_equal(c.user_default[ODPD_UL_CONNECTIONS], ODPD_LIMIT_AUTO);
+	assert_int_equal(c.user_default[ODPD_UL_SEGMENTS], ODPD_LIMIT_AUTO);
+	assert_int_equal(c.user_default[ODPD_UL_MAPPINGS], 7);
+	assert_true(c.rules[0].max[ODPD_UL_MAPPINGS] == ODPD_UNLIMITED);
+	odpd_conf_free(&c);
+	load_fails("[limits]\ndefault-mrs = auto\n", 2, "bad number \"auto\" for default-mrs");
+	load_fails("[user 5000]\nmax-segments = auto\n", 2, "bad number \"auto\" for max-segments");
+}
+
+/*
+ * The auto defaults are a user's fair share, a quarter, of what odpd has:
+ * half of a quarter of its fds for segments, the other half for
+ * connections (ODPD_FDS_PER_CONNECTION each), at most 1024 and 64, at
+ * least 1; a quarter of vm.max_map_count for mappings; a quarter of the
+ * window for bytes. Values set in the file stay.
+ */
+static void test_budget_defaults(void **state)
+{
+	struct odpd_conf c;
+	uint64_t def[ODPD_N_UL];
+	struct odpd_budget b = { .nofile = 1024, .max_map_count = 65530, .window_size = 4ull << 40 };
+
+	(void)state;
+	odpd_conf_defaults(&c, 0);
+	odpd_budget_user_defaults(&c, &b, def);
+	assert_int_equal(def[ODPD_UL_SEGMENTS], 128);
+	assert_int_equal(def[ODPD_UL_CONNECTIONS], 128 / ODPD_FDS_PER_CONNECTION);
+	assert_true(def[ODPD_UL_CONNECTIONS] * ODPD_FDS_PER_CONNECTION + def[ODPD_UL_SEGMENTS] <= 1024 / 4);
+	assert_int_equal(def[ODPD_UL_MAPPINGS], 65530 / 4);
+	assert_int_equal(def[ODPD_UL_MAPPED], 1ull << 40);
+	assert_int_equal(def[ODPD_UL_MRS], 262144);
+	b.nofile = 256;
+	odpd_budget_user_defaults(&c, &b, def);
+	assert_int_equal(def[ODPD_UL_SEGMENTS], 32);
+	assert_int_equal(def[ODPD_UL_CONNECTIONS], 32 / ODPD_FDS_PER_CONNECTION);
+	b.nofile = 16;                                /* never none at all */
+	odpd_budget_user_defaults(&c, &b, def);
+	assert_int_equal(def[ODPD_UL_SEGMENTS], 2);
+	assert_int_equal(def[ODPD_UL_CONNECTIONS], 1);
+	b.nofile = 524288;                            /* systemd's hard limit: the old defaults */
+	odpd_budget_user_defaults(&c, &b, def);
+	assert_int_equal(def[ODPD_UL_SEGMENTS], 1024);
+	assert_int_equal(def[ODPD_UL_CONNECTIONS], 64);
+	b.nofile = 0;                                 /* unlimited */
+	b.max_map_count = 0;                          /* unknown: the kernel's default */
+	odpd_budget_user_defaults(&c, &b, def);
+	assert_int_equal(def[ODPD_UL_SEGMENTS], 1024);
+	assert_int_equal(def[ODPD_UL_CONNECTIONS], 64);
+	assert_int_equal(def[ODPD_UL_MAPPINGS], ODPD_MAX_MAP_COUNT_DEFAULT / 4);
+	odpd_conf_free(&c);
+	load_ok(&c, "[limits]\ndefault-segments = 5000\ndefault-mappings = 9\n");
+	b.nofile = 256;
+	odpd_budget_user_defaults(&c, &b, def);
+	assert_int_equal(def[ODPD_UL_SEGMENTS], 5000);  /* the file wins (odpd warns) */
+	assert_int_equal(def[ODPD_UL_CONNECTIONS], 32 / ODPD_FDS_PER_CONNECTION);
+	assert_int_equal(def[ODPD_UL_MAPPINGS], 9);
 	odpd_conf_free(&c);
 }
 
@@ -832,6 +893,7 @@ int main(void)
 		cmocka_unit_test(test_rule_precedence),
 		cmocka_unit_test(test_user_limits),
 		cmocka_unit_test(test_remote_access),
+		cmocka_unit_test(test_budget_defaults),
 		cmocka_unit_test(test_pd_policy),
 		cmocka_unit_test(test_pd_name_valid),
 	};
