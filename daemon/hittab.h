@@ -44,7 +44,8 @@ struct odpd_hittab;
  * Map the client's use table @use_fd (not taken) and make the generation
  * table; *@ret_gen_fd is its memfd for the reply (the caller sends and
  * closes it). @want slots, clamped to [MIN, MAX]; the use file must hold
- * them. EINVAL: not a memfd, not sealed with F_SEAL_SHRINK, too small.
+ * them. EINVAL: not a memfd, not sealed with F_SEAL_SHRINK, a hugetlb
+ * memfd (its mapping would be rounded up to the huge page), too small.
  */
 int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *ret_gen_fd,
 		     struct odpd_err *err);
