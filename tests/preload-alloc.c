@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -254,6 +255,54 @@ static void test_threads(void)
 	OK("4 threads, 20,000 allocations and frees each");
 }
 
+/*
+ * fork() while other threads allocate (new chunks among them): every fork
+ * returns, in the parent and the child, and the child can allocate. A lock
+ * order between the fork handlers and an allocation that is making a chunk
+ * would hang here (meson's timeout).
+ */
+static atomic_bool stop_churn;
+
+static void *big_churn(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+
+	while (!atomic_load(&stop_churn)) {
+		size_t n = ((size_t)rand_r(&seed) % 64 + 1) << 16;     /* 64 KiB .. 4 MiB */
+		char *p = malloc(n);
+
+		CHECK(p, "malloc in a thread");
+		p[0] = p[n - 1] = 1;
+		free(p);
+	}
+	return NULL;
+}
+
+static void test_fork_under_load(void)
+{
+	pthread_t t[3];
+	int st;
+
+	for (int i = 0; i < 3; i++)
+		CHECK(pthread_create(&t[i], NULL, big_churn, (void *)(uintptr_t)(i + 7)) == 0, "thread");
+	for (int i = 0; i < 40; i++) {
+		pid_t pid = fork();
+
+		CHECK(pid >= 0, "fork");
+		if (pid == 0) {
+			char *p = malloc(1 << 20);
+
+			_exit(p && in_segment(p) ? 0 : 1);
+		}
+		CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "a child forked under load allocates in a segment");
+	}
+	atomic_store(&stop_churn, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	OK("40 forks while 3 threads allocate");
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -278,6 +327,7 @@ int main(int argc, char **argv)
 	test_mmap();
 	test_fork();
 	test_threads();
+	test_fork_under_load();
 	printf("preload-alloc: %u passed\n", n_ok);
 	return 0;
 }

@@ -82,6 +82,21 @@ static struct {
 	.fork_pipe = { -1, -1 },
 };
 
+/* The program's anonymous mappings in chunks (see "anonymous private mmap" below). */
+struct anon {
+	uintptr_t base;
+	size_t size;                    /* bytes, whole pages */
+	int prot;
+	size_t mapped;                  /* pages still mapped */
+	uint64_t *gone;                 /* a bit per page unmapped */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct anon *v;                 /* sorted by base */
+	unsigned n, cap;
+} A = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
 /*
  * Set while this thread is inside jemalloc: jemalloc maps its own metadata
  * and default arena with mmap(), which is ours below; those calls must go to
@@ -287,6 +302,37 @@ static bool chunk_punch(void *addr, size_t length)
 
 /* ---------------------------------------------------------------- jemalloc's extent hooks */
 
+/*
+ * jemalloc keeps an arena's own metadata (its "base": extent records,
+ * bitmaps, the arena's mutexes) in blocks it asks the same hooks for. Those
+ * must not be in a chunk: a chunk is shared with a child until the child's
+ * fork handler has copied it, and jemalloc's own child handler, which runs
+ * first, rewrites its mutexes. jemalloc 5.3 (src/base.c, base_map) asks for
+ * base blocks aligned to a huge page and for every extent of data at page
+ * alignment (src/extent.c, extent_grow_retained, with opt.retain, the
+ * default on Linux), so a request aligned to 2 MiB or more is metadata and
+ * gets private anonymous memory. alloc_start() checks the version.
+ */
+static void *meta_alloc(size_t size, size_t align)
+{
+	size_t span = size + align;
+	uintptr_t a;
+	void *p;
+
+	if (span < size)
+		return NULL;
+	p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		 -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	a = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+	if (a > (uintptr_t)p)
+		munmap(p, a - (uintptr_t)p);
+	if ((uintptr_t)p + span > a + size)
+		munmap((void *)(a + size), (uintptr_t)p + span - (a + size));
+	return (void *)a;
+}
+
 static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align,
 			bool *zero, bool *commit, unsigned arena)
 {
@@ -295,9 +341,9 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
 	(void)h; (void)arena;
 	if (new_addr)                   /* growing in place: the next chunk is not contiguous */
 		return NULL;
-	p = chunk_new(size, align);
+	p = align >= CHUNK_ALIGN ? meta_alloc(size, align) : chunk_new(size, align);
 	if (p) {
-		*zero = true;           /* a new memfd's pages read as zeros */
+		*zero = true;           /* new memfd or anonymous pages read as zeros */
 		*commit = true;
 	}
 	return p;
@@ -349,7 +395,7 @@ static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *add
 		       bool committed, unsigned arena)
 {
 	(void)h; (void)size_a; (void)size_b; (void)committed; (void)arena;
-	return chunk_of(addr_a) != chunk_of(addr_b);
+	return !chunk_of(addr_a) || chunk_of(addr_a) != chunk_of(addr_b);
 }
 
 static extent_hooks_t hooks = {
@@ -366,11 +412,20 @@ static extent_hooks_t hooks = {
 
 /* ---------------------------------------------------------------- fork */
 
+/*
+ * No chunk is half made while fork() runs: chunks are made only inside
+ * jemalloc, whose own fork handler (registered by its constructor, before
+ * ours, so run after ours) waits for every allocation in progress. P.lock is
+ * not taken here: a thread that holds one of jemalloc's locks may be waiting
+ * for it in chunk_new(). jemalloc's metadata is not in the chunks
+ * (meta_alloc), so its child handler, which runs before ours, writes only
+ * the child's own memory.
+ */
 static void fork_prepare(void)
 {
 	preload_verbs_lock();
-	pthread_mutex_lock(&P.lock);
-	if (atomic_load_explicit(&P.n, memory_order_relaxed) > 0 &&
+	pthread_mutex_lock(&A.lock);
+	if (atomic_load_explicit(&P.n, memory_order_acquire) > 0 &&
 	    pipe2(P.fork_pipe, O_CLOEXEC) < 0)
 		P.fork_pipe[0] = P.fork_pipe[1] = -1;
 }
@@ -387,7 +442,7 @@ static void fork_parent(void)
 		close(P.fork_pipe[0]);
 		P.fork_pipe[0] = P.fork_pipe[1] = -1;
 	}
-	pthread_mutex_unlock(&P.lock);
+	pthread_mutex_unlock(&A.lock);
 	preload_verbs_unlock();
 }
 
@@ -461,7 +516,8 @@ static void fork_child(void)
 		P.fork_pipe[0] = P.fork_pipe[1] = -1;
 	}
 	pthread_mutex_init(&P.lock, NULL);
-	preload_verbs_unlock();
+	pthread_mutex_unlock(&A.lock);
+	preload_verbs_fork_child();
 }
 
 /* ---------------------------------------------------------------- start */
@@ -472,6 +528,7 @@ static void alloc_start(void)
 		   *win = getenv("ODPD_PRELOAD_WINDOW");
 	size_t min_size = DEFAULT_MIN_SIZE, window = DEFAULT_WINDOW, sz;
 	extent_hooks_t *hp = &hooks;
+	const char *version = NULL;
 	unsigned arena;
 	void *w;
 	int r;
@@ -497,6 +554,16 @@ static void alloc_start(void)
 	}
 	P.base = P.next = ((uintptr_t)w + CHUNK_ALIGN - 1) & ~(CHUNK_ALIGN - 1);
 	P.size = window;
+	sz = sizeof(version);
+	in_je++;
+	r = mallctl("version", &version, &sz, NULL, 0);
+	in_je--;
+	if (r != 0 || strncmp(version, "5.3.", 4) != 0) {
+		preload_log("jemalloc %s is not 5.3, whose hooks this library knows (meta_alloc): "
+			    "allocations stay in the C library's heap", r ? "?" : version);
+		P.size = 0;
+		return;
+	}
 	sz = sizeof(arena);
 	in_je++;
 	r = mallctl("arenas.create", &arena, &sz, &hp, sizeof(hp));
@@ -707,19 +774,6 @@ PUBLIC void *pvalloc(size_t n)
  * Every other mapping goes to the kernel unchanged (a syscall, so that no
  * lookup of the next symbol is needed this early), as do jemalloc's own.
  */
-struct anon {
-	uintptr_t base;
-	size_t size;                    /* bytes, whole pages */
-	int prot;
-	size_t mapped;                  /* pages still mapped */
-	uint64_t *gone;                 /* a bit per page unmapped */
-};
-
-static struct {
-	pthread_mutex_t lock;
-	struct anon *v;                 /* sorted by base */
-	unsigned n, cap;
-} A = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static size_t page_size(void)
 {

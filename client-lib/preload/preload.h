@@ -59,6 +59,7 @@ bool preload_parse_size(const char *s, size_t *ret);
 /* Write one line "odpd-preload: ..." to stderr (no stdio, no allocation). */
 void preload_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Serialises the verbs part's chunk attachments (verbs.c) against fork. */
+/* The verbs part's fork handlers (verbs.c): its table of MRs whole in the child. */
 void preload_verbs_lock(void);
 void preload_verbs_unlock(void);
+void preload_verbs_fork_child(void);

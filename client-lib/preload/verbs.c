@@ -141,7 +141,14 @@ static void cfg_read(void)
 
 /* ---------------------------------------------------------------- our MRs */
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;   /* the set and chunk attachments */
+/*
+ * @lock guards the set of our MRs only, and is never held across a call into
+ * libodpd or libibverbs: the fork handlers take it. @attach_lock serializes
+ * attaching chunks, across a round trip to odpd (whose own locks libodpd's
+ * fork handlers take): a child makes it anew.
+ */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* An MR odpd serves, in a tsearch set keyed by the struct's address. */
 struct served {
@@ -159,6 +166,12 @@ void preload_verbs_lock(void)
 void preload_verbs_unlock(void)
 {
 	pthread_mutex_unlock(&lock);
+}
+
+void preload_verbs_fork_child(void)
+{
+	pthread_mutex_unlock(&lock);
+	pthread_mutex_init(&attach_lock, NULL);
 }
 
 static int served_cmp(const void *a, const void *b)
@@ -274,7 +287,7 @@ static enum reason classify(const void *addr, char *path, size_t path_size)
 
 /* ---------------------------------------------------------------- serving through odpd */
 
-/* The chunk's segment on @c, attached on first use. Caller holds @lock. */
+/* The chunk's segment on @c, attached on first use. Caller holds @attach_lock. */
 static int chunk_segment(const char *what, struct odpd_conn *c, struct preload_chunk *k)
 {
 	struct odpd_segment *seg;
@@ -350,9 +363,9 @@ static int serve(const char *what, struct ibv_pd *pd, void *addr, size_t length,
 		*why = R_NO_DAEMON;
 		return r;
 	}
-	pthread_mutex_lock(&lock);
+	pthread_mutex_lock(&attach_lock);
 	r = chunk_segment(what, c, k);
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&attach_lock);
 	if (r >= 0)
 		r = mirror_reg_pd(what, pd, addr, length, access, ret);
 	if (r >= 0) {
