@@ -296,24 +296,35 @@ _public_ struct ibv_mr *odpd_reg_write(struct rdma_cm_id *id, void *addr, size_t
  * Deregister in the daemon first, then unimport (which only frees our
  * struct): if the daemon refuses, @mr stays valid and registered.
  */
+/* With c->lock held: deregister @mr in the daemon and take its entry out (*@ret). */
+static int mirror_take_locked(struct odpd_conn *c, const char *what, const struct ibv_mr *mr,
+			      struct mirror_entry **ret)
+{
+	struct mirror_entry *e = mirror_find(c, mr);
+	int r;
+
+	if (!e)
+		return errmsg_set(-ENOENT, "%s: this MR is no longer registered", what);
+	r = mr_deregister(c, what, e->handle, false);
+	if (r < 0)
+		return r;
+	mirror_remove(c, e);
+	*ret = e;
+	return 0;
+}
+
 int mirror_dereg(const char *what, struct ibv_mr *mr)
 {
 	/* Only default connections, which are never freed, hold mirror MRs. */
 	struct odpd_conn *c = conns_find(conn_has_mirror, mr);
-	struct mirror_entry *e;
+	struct mirror_entry *e = NULL;
 	int r;
 
 	if (!c)
 		return errmsg_set(-ENOENT, "%s: this MR did not come from odpd_reg_msgs(), "
 				  "odpd_reg_read() or odpd_reg_write()", what);
 	pthread_mutex_lock(&c->lock);
-	e = mirror_find(c, mr);
-	if (!e)
-		r = errmsg_set(-ENOENT, "%s: this MR is no longer registered", what);
-	else
-		r = mr_deregister(c, what, e->handle, false);
-	if (r >= 0)
-		mirror_remove(c, e);
+	r = mirror_take_locked(c, what, mr, &e);
 	pthread_mutex_unlock(&c->lock);
 	if (r < 0)
 		return r;
@@ -367,28 +378,18 @@ int mirror_forget(struct ibv_mr *mr)
 int mirror_swap(const char *what, struct ibv_mr *mr, struct ibv_mr *fresh)
 {
 	struct odpd_conn *c = conns_find(conn_has_mirror, mr);
-	struct mirror_entry *old = NULL, *e = NULL;
+	struct mirror_entry *old = NULL, *e;
 	int r;
 
 	if (!c)
 		return errmsg_set(-ENOENT, "%s: this MR is not odpd's", what);
 	pthread_mutex_lock(&c->lock);
-	old = mirror_find(c, mr);
 	e = mirror_find(c, fresh);
-	if (!old || !e)
-		r = errmsg_set(-ENOENT, "%s: this MR is no longer registered", what);
-	else
-		r = mr_deregister(c, what, old->handle, false);
+	r = e ? mirror_take_locked(c, what, mr, &old) :
+		errmsg_set(-ENOENT, "%s: the new MR is no longer registered", what);
 	if (r >= 0) {
-		mirror_remove(c, old);
 		tables_lock(c);
-		mr->context = fresh->context;
-		mr->pd = fresh->pd;
-		mr->addr = fresh->addr;
-		mr->length = fresh->length;
-		mr->handle = fresh->handle;
-		mr->lkey = fresh->lkey;
-		mr->rkey = fresh->rkey;
+		*mr = *fresh;           /* the public part; the provider's part stays @mr's */
 		e->mr = mr;
 		tables_unlock(c);
 	}
@@ -396,7 +397,6 @@ int mirror_swap(const char *what, struct ibv_mr *mr, struct ibv_mr *fresh)
 	if (r < 0)
 		return r;
 	ibv_unimport_mr(fresh);
-	/* the old struct's provider part stays: the caller's pointer is @mr */
 	free(old);
 	return 0;
 }
