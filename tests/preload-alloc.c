@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -255,6 +256,100 @@ static void test_threads(void)
 	OK("4 threads, 20,000 allocations and frees each");
 }
 
+/* free() leaves errno alone (POSIX.1-2024), even when it gives pages back */
+static void test_errno(void)
+{
+	for (int i = 0; i < 100; i++) {
+		char *p = malloc(16 << 20);
+
+		CHECK(p, "malloc");
+		memset(p, 1, 16 << 20);
+		errno = 1234;
+		free(p);
+		CHECK(errno == 1234, "free kept errno (now %d)", errno);
+	}
+	OK("free() keeps errno");
+}
+
+/*
+ * A program that closes every fd (a daemon's close_range) and opens a file
+ * that gets the chunk's old fd number: giving pages back must not punch the
+ * file, and a child must get its own copy of the memory, not the file's bytes.
+ */
+static void test_closed_fds(void)
+{
+	const size_t n = 4 << 20, page = (size_t)sysconf(_SC_PAGESIZE);
+	char path[] = "/tmp/preload-alloc.XXXXXX", buf[256];
+	unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *p = malloc(n);
+	int fd, st;
+	pid_t pid;
+
+	CHECK(m != MAP_FAILED && p && in_segment(m) && in_segment(p), "segments");
+	memset(m, 'm', n);
+	memset(p, 'p', n);
+	CHECK(syscall(SYS_close_range, 3, ~0U, 0) == 0, "close_range");
+	fd = mkstemp(path);
+	CHECK(fd >= 0, "mkstemp");
+	unlink(path);
+	memset(buf, 'F', sizeof(buf));
+	for (size_t off = 0; off < n; off += sizeof(buf))
+		CHECK(write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf), "write the file");
+	CHECK(munmap(m + page, 4 * page) == 0 && madvise(m + 8 * page, page, MADV_DONTNEED) == 0,
+	      "munmap and MADV_DONTNEED after the fds were closed");
+	CHECK(lseek(fd, 0, SEEK_HOLE) == (off_t)n, "the program's file has no hole punched in it");
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0)
+		_exit(p[0] == 'p' && p[n - 1] == 'p' && m[0] == 'm' && m[8 * page] == 0 &&
+		      in_segment(p) ? 0 : 1);
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "the child has its own copy of the memory, not the file");
+	CHECK(pread(fd, buf, 1, 0) == 1 && buf[0] == 'F', "the file is intact");
+	close(fd);
+	free(p);
+	munmap(m, n);
+	OK("close_range and a reused fd number: no file punched, the child's copy right");
+}
+
+/* What runtimes do with mappings: reserve PROT_NONE, commit with MAP_FIXED, remap. */
+static void test_mapping_patterns(void)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 64 * page;
+	unsigned char *r = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	unsigned char *m, *q;
+
+	CHECK(r != MAP_FAILED && !in_segment(r), "a PROT_NONE reservation stays the kernel's");
+	CHECK(mmap(r, 8 * page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+	      == r && (r[0] = 1), "commit inside it with MAP_FIXED");
+	munmap(r, n);
+
+	m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(m != MAP_FAILED && in_segment(m), "a segment");
+	memset(m, 5, n);
+	CHECK(mmap(m + 4 * page, 4 * page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
+		   -1, 0) == m + 4 * page, "MAP_FIXED anonymous over our own mapping");
+	CHECK(all_zero(m + 4 * page, 4 * page) && m[4 * page - 1] == 5 && m[8 * page] == 5,
+	      "fresh zeros there, the rest kept");
+	CHECK(mmap(m, page, PROT_READ, MAP_FIXED | MAP_SHARED | MAP_ANONYMOUS, -1, 0) == MAP_FAILED &&
+	      errno == EINVAL, "MAP_FIXED of another kind over a segment is refused");
+	CHECK(madvise(m + 1, page, MADV_DONTNEED) == -1 && errno == EINVAL,
+	      "a misaligned MADV_DONTNEED is EINVAL, as the kernel says");
+	CHECK(mremap(m, n, n / 2, 0) == m, "shrink");
+	q = mremap(m, n / 2, 2 * n, MREMAP_MAYMOVE);
+	CHECK(q != MAP_FAILED && q[0] == 5 && q[n / 2 - 1] == 5 && all_zero(q + n / 2, n),
+	      "grow after a shrink, by moving");
+	munmap(q, 2 * n);
+	q = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	memset(q, 6, n);
+	CHECK(mprotect(q, n, PROT_NONE) == 0, "mprotect");
+	m = mremap(q, n, 2 * n, MREMAP_MAYMOVE);
+	CHECK(m != MAP_FAILED, "mremap of a PROT_NONE mapping moves");
+	CHECK(mprotect(m, 2 * n, PROT_READ) == 0 && m[n - 1] == 6, "its contents came along");
+	munmap(m, 2 * n);
+	OK("PROT_NONE reservations, MAP_FIXED, misaligned madvise, mremap after a shrink and of PROT_NONE");
+}
+
 /*
  * fork() while other threads allocate (new chunks among them): every fork
  * returns, in the parent and the child, and the child can allocate. A lock
@@ -327,6 +422,9 @@ int main(int argc, char **argv)
 	test_mmap();
 	test_fork();
 	test_threads();
+	test_errno();
+	test_closed_fds();
+	test_mapping_patterns();
 	test_fork_under_load();
 	printf("preload-alloc: %u passed\n", n_ok);
 	return 0;

@@ -129,6 +129,18 @@ int main(void)
 	      "an unknown rereg flag is refused");
 	OK("ibv_rereg_mr (access), and a bad flag refused");
 
+	/* the MR the rereg replaced is gone from the kernel: its rkey no longer works
+	 * (last use of QP a: a remote access error puts it in the error state) */
+	{
+		enum ibv_wc_status st = IBV_WC_SUCCESS;
+
+		CHECK(rcqp_rdma(&a, IBV_WR_RDMA_WRITE, (uintptr_t)src, msrc->lkey, 4096, (uintptr_t)dst,
+				old_rkey, &st) == -EIO && st == IBV_WC_REM_ACCESS_ERR,
+		      "a WRITE through the replaced rkey fails with a remote access error (status %s)",
+		      ibv_wc_status_str(st));
+	}
+	OK("the rkey the rereg replaced is no longer valid");
+
 	CHECK(ibv_dereg_mr(msrc) == 0 && ibv_dereg_mr(mdst) == 0 && ibv_dereg_mr(mback) == 0,
 	      "ibv_dereg_mr");
 	OK("ibv_dereg_mr of all three");

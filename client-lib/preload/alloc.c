@@ -76,6 +76,7 @@ static struct {
 	_Atomic unsigned n;             /* chunks published */
 	struct preload_chunk chunks[CHUNKS_MAX];
 	int fork_pipe[2];               /* the child says it has copied */
+	atomic_bool fixed_logged;
 } P = {
 	.min_size = SIZE_MAX,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -124,9 +125,12 @@ static inline void *je_realloc(void *p, size_t n, int flags)
 
 static inline void je_free(void *p)
 {
+	int e = errno;                  /* free() leaves errno alone (POSIX.1-2024) */
+
 	in_je++;
 	dallocx(p, MALLOCX_TCACHE_NONE);
 	in_je--;
+	errno = e;
 }
 
 static inline size_t je_size(void *p)
@@ -137,6 +141,13 @@ static inline size_t je_size(void *p)
 	n = sallocx(p, 0);
 	in_je--;
 	return n;
+}
+
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+
+	return r < 0 && r > -4096 ? MAP_FAILED : (void *)r;
 }
 
 /* ---------------------------------------------------------------- logging */
@@ -251,6 +262,27 @@ static int new_memfd(size_t size)
 }
 
 /* A new chunk of @size bytes at an address aligned to @align, or NULL. */
+/* The next @size bytes of the window at @align, or 0. Caller holds P.lock. */
+static uintptr_t window_take(size_t size, size_t align)
+{
+	uintptr_t a = (P.next + align - 1) & ~(uintptr_t)(align - 1);
+
+	if (a < P.next || a - P.base > P.size || size > P.size - (a - P.base))
+		return 0;
+	return a;
+}
+
+bool preload_chunk_fd_ok(const struct preload_chunk *k)
+{
+	struct stat st;
+	int e = errno;
+	bool ok = fstat(k->fd, &st) == 0 && (uint64_t)st.st_ino == k->ino &&
+		  (uint64_t)st.st_dev == k->dev;
+
+	errno = e;
+	return ok;
+}
+
 static void *chunk_new(size_t size, size_t align)
 {
 	struct preload_chunk *k;
@@ -262,9 +294,8 @@ static void *chunk_new(size_t size, size_t align)
 	if (align < CHUNK_ALIGN)
 		align = CHUNK_ALIGN;
 	pthread_mutex_lock(&P.lock);
-	a = (P.next + align - 1) & ~(uintptr_t)(align - 1);
-	if (atomic_load_explicit(&P.n, memory_order_relaxed) >= CHUNKS_MAX || a < P.next ||
-	    a - P.base > P.size || size > P.size - (a - P.base))
+	a = window_take(size, align);
+	if (atomic_load_explicit(&P.n, memory_order_relaxed) >= CHUNKS_MAX || !a)
 		goto out;
 	fd = new_memfd(size);
 	if (fd < 0)
@@ -275,7 +306,8 @@ static void *chunk_new(size_t size, size_t align)
 		goto out;
 	}
 	k = &P.chunks[atomic_load_explicit(&P.n, memory_order_relaxed)];
-	*k = (struct preload_chunk){ .base = a, .length = size, .fd = fd, .ino = st.st_ino };
+	*k = (struct preload_chunk){ .base = a, .length = size, .fd = fd, .ino = st.st_ino,
+				     .dev = st.st_dev };
 	atomic_fetch_add_explicit(&P.n, 1, memory_order_release);
 	P.next = a + size;
 	p = (void *)a;
@@ -290,14 +322,20 @@ static struct preload_chunk *chunk_of(const void *addr)
 }
 
 /* Give the pages of [@addr, +@length) back: the next read sees zeros. */
+/* Give the pages of [@addr, +@length) back: the next read sees zeros. Through
+ * the mapping (MADV_REMOVE punches the memfd), not the fd, which the program
+ * may have closed; errno is left as it was. true on failure. */
 static bool chunk_punch(void *addr, size_t length)
 {
 	struct preload_chunk *k = chunk_of(addr);
+	int e = errno;
+	bool failed;
 
 	if (!k || length > k->length - ((uintptr_t)addr - k->base))
 		return true;
-	return fallocate(k->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			 (off_t)((uintptr_t)addr - k->base), (off_t)length) != 0;
+	failed = syscall(SYS_madvise, addr, length, MADV_REMOVE) != 0;
+	errno = e;
+	return failed;
 }
 
 /* ---------------------------------------------------------------- jemalloc's extent hooks */
@@ -311,26 +349,25 @@ static bool chunk_punch(void *addr, size_t length)
  * base blocks aligned to a huge page and for every extent of data at page
  * alignment (src/extent.c, extent_grow_retained, with opt.retain, the
  * default on Linux), so a request aligned to 2 MiB or more is metadata and
- * gets private anonymous memory. alloc_start() checks the version.
+ * gets private anonymous memory. alloc_start() checks the version and that
+ * opt.retain is on.
  */
 static void *meta_alloc(size_t size, size_t align)
 {
-	size_t span = size + align;
 	uintptr_t a;
-	void *p;
+	void *p = NULL;
 
-	if (span < size)
-		return NULL;
-	p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		 -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	a = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
-	if (a > (uintptr_t)p)
-		munmap(p, a - (uintptr_t)p);
-	if ((uintptr_t)p + span > a + size)
-		munmap((void *)(a + size), (uintptr_t)p + span - (a + size));
-	return (void *)a;
+	/* in the window too, so that free() knows it as jemalloc's (retain's
+	 * fallback may put data here), but private: a child gets it by COW */
+	pthread_mutex_lock(&P.lock);
+	a = window_take(size, align);
+	if (a && sys_mmap((void *)a, size, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+		P.next = a + size;
+		p = (void *)a;
+	}
+	pthread_mutex_unlock(&P.lock);
+	return p;
 }
 
 static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align,
@@ -477,29 +514,81 @@ static int copy_data(int old, int new, size_t length)
 }
 
 /* In the child: chunk @k becomes a private copy at the same address, same fd number. */
+/* Copy what the mapping of @k holds, page by page where mincore() says there
+ * is a page (holes stay holes), into @new. For a chunk whose fd the program
+ * closed; pages it made unreadable are not copied. */
+static int copy_mapped(const struct preload_chunk *k, int new)
+{
+	static unsigned char vec[4096];
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE), step = sizeof(vec) * page;
+
+	for (size_t off = 0; off < k->length; off += step) {
+		size_t n = k->length - off < step ? k->length - off : step;
+
+		if (mincore((void *)(k->base + off), n, vec) < 0)
+			return -1;
+		for (size_t i = 0; i < (n + page - 1) / page; i++) {
+			ssize_t w;
+
+			if (!(vec[i] & 1))
+				continue;
+			w = pwrite(new, (void *)(k->base + off + i * page), page, (off_t)(off + i * page));
+			if (w < 0 && errno != EFAULT)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+/* In the child: chunk @k becomes a private copy at the same address (and, if
+ * its fd is still the chunk's, the same fd number). If that fails, the chunk
+ * is taken away from the child (an access faults) rather than shared. */
 static void chunk_privatize(struct preload_chunk *k)
 {
 	struct stat st;
 	int fd = memfd_create("odpd-preload", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	void *map;
+	bool fd_ok = preload_chunk_fd_ok(k);
 
-	if (fd < 0 || ftruncate(fd, (off_t)k->length) < 0 || copy_data(k->fd, fd, k->length) < 0 ||
+	if (fd < 0 || ftruncate(fd, (off_t)k->length) < 0 ||
+	    (fd_ok ? copy_data(k->fd, fd, k->length) : copy_mapped(k, fd)) < 0 ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-	    fstat(fd, &st) < 0)
+	    fstat(fd, &st) < 0 ||
+	    sys_mmap((void *)k->base, k->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0)
+	    == MAP_FAILED)
 		goto fail;
-	map = mmap((void *)k->base, k->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-	if (map == MAP_FAILED)
-		goto fail;
-	if (dup3(fd, k->fd, O_CLOEXEC) < 0)
-		goto fail;
-	close(fd);
+	if (fd_ok && dup3(fd, k->fd, O_CLOEXEC) >= 0) {
+		close(fd);
+		fd = k->fd;
+	}
+	k->fd = fd;
 	k->ino = st.st_ino;
+	k->dev = st.st_dev;
 	return;
 fail:
-	preload_log("fork: could not give the child its own copy of [%p, +%zu): %s; the child "
-		    "shares these pages with its parent", (void *)k->base, k->length, strerror(errno));
+	preload_log("fork: could not give the child its own copy of [%p, +%zu) (%s): the child "
+		    "loses it (an access faults) rather than share it with its parent",
+		    (void *)k->base, k->length, strerror(errno));
 	if (fd >= 0)
 		close(fd);
+	sys_mmap((void *)k->base, k->length, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	k->length = 0;                  /* no longer a chunk: nothing is found in it */
+}
+
+/* In the child: what the program unmapped or protected in its mappings stays so. */
+static void anon_reprotect(void)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	for (unsigned i = 0; i < A.n; i++) {
+		struct anon *a = &A.v[i];
+
+		if (a->prot != (PROT_READ | PROT_WRITE))
+			mprotect((void *)a->base, a->size, a->prot);
+		for (size_t k = 0; k < a->size / page; k++)
+			if (a->gone[k / 64] & ((uint64_t)1 << (k % 64)))
+				mprotect((void *)(a->base + k * page), page, PROT_NONE);
+	}
 }
 
 static void fork_child(void)
@@ -510,6 +599,7 @@ static void fork_child(void)
 		chunk_privatize(&P.chunks[i]);
 		P.chunks[i].seg = P.chunks[i].seg_conn = NULL;   /* the connection is the parent's */
 	}
+	anon_reprotect();
 	if (P.fork_pipe[1] >= 0) {
 		close(P.fork_pipe[0]);
 		close(P.fork_pipe[1]);
@@ -529,6 +619,7 @@ static void alloc_start(void)
 	size_t min_size = DEFAULT_MIN_SIZE, window = DEFAULT_WINDOW, sz;
 	extent_hooks_t *hp = &hooks;
 	const char *version = NULL;
+	bool retain = false;
 	unsigned arena;
 	void *w;
 	int r;
@@ -561,6 +652,16 @@ static void alloc_start(void)
 	if (r != 0 || strncmp(version, "5.3.", 4) != 0) {
 		preload_log("jemalloc %s is not 5.3, whose hooks this library knows (meta_alloc): "
 			    "allocations stay in the C library's heap", r ? "?" : version);
+		P.size = 0;
+		return;
+	}
+	sz = sizeof(retain);
+	in_je++;
+	r = mallctl("opt.retain", &retain, &sz, NULL, 0);
+	in_je--;
+	if (r != 0 || !retain) {
+		preload_log("jemalloc runs without opt.retain (MALLOC_CONF?), which its hooks here "
+			    "need (meta_alloc): allocations stay in the C library's heap");
 		P.size = 0;
 		return;
 	}
@@ -670,8 +771,7 @@ static size_t (*libc_usable_size)(void *);
 static size_t libc_usable(void *p)
 {
 	if (!libc_usable_size)
-		libc_usable_size = (size_t (*)(void *))dlvsym(RTLD_NEXT, "malloc_usable_size",
-							      "GLIBC_2.2.5");
+		libc_usable_size = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
 	return libc_usable_size ? libc_usable_size(p) : 0;
 }
 
@@ -803,12 +903,6 @@ static size_t page_size(void)
 	return page;
 }
 
-static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-
-	return r < 0 && r > -4096 ? MAP_FAILED : (void *)r;
-}
 
 /* The mapping record holding @addr, or NULL. Caller holds A.lock. */
 static struct anon *anon_find(uintptr_t addr, unsigned *ret_i)
@@ -914,13 +1008,61 @@ static void *anon_unmap(struct anon *a, unsigned i, uintptr_t start, uintptr_t e
 	return whole;
 }
 
+/*
+ * MAP_FIXED over [@addr, +@len) inside the window: an anonymous private
+ * mapping over one of the program's own mappings here (a runtime committing
+ * what it reserved) gets fresh zeroed pages with @prot, as the kernel would
+ * give; anything else would put memory the preload does not know inside a
+ * chunk, and is refused (EINVAL).
+ */
+static void *anon_fixed(void *addr, size_t len, int prot, int flags)
+{
+	size_t page = page_size();
+	uintptr_t start = (uintptr_t)addr, end = (start + len + page - 1) & ~(page - 1);
+	struct anon *a;
+
+	if ((start & (page - 1)) || !len || end < start) {
+		errno = EINVAL;
+		return MAP_FAILED;
+	}
+	pthread_mutex_lock(&A.lock);
+	a = anon_find(start, NULL);
+	if (!a || end - a->base > a->size || !(flags & MAP_ANONYMOUS) ||
+	    (flags & MAP_TYPE) != MAP_PRIVATE || (flags & MAP_FIXED_NOREPLACE)) {
+		pthread_mutex_unlock(&A.lock);
+		errno = a && (flags & MAP_FIXED_NOREPLACE) ? EEXIST : EINVAL;
+		if (errno == EINVAL && !atomic_exchange(&P.fixed_logged, true))
+			preload_log("mmap(MAP_FIXED) over the preload's segments, other than an anonymous "
+				    "private mapping over the program's own: refused (EINVAL)");
+		return MAP_FAILED;
+	}
+	chunk_punch(addr, end - start);
+	for (uintptr_t p = start; p < end; p += page) {
+		size_t k = (p - a->base) / page;
+
+		if (a->gone[k / 64] & ((uint64_t)1 << (k % 64))) {
+			a->gone[k / 64] &= ~((uint64_t)1 << (k % 64));
+			a->mapped++;
+		}
+	}
+	mprotect(addr, end - start, prot);
+	pthread_mutex_unlock(&A.lock);
+	return addr;
+}
+
 static void *preload_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	const int special = MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_HUGETLB | MAP_GROWSDOWN |
 			    MAP_STACK | MAP_LOCKED | MAP_32BIT;
 
-	if (!in_je && !addr && (flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE &&
-	    !(flags & special) && big(len)) {
+	if (in_je)
+		return sys_mmap(addr, len, prot, flags, fd, off);
+	if ((flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) && P.size &&
+	    (uintptr_t)addr < P.base + P.size && (uintptr_t)addr + len > P.base)
+		return anon_fixed(addr, len, prot, flags);
+	/* PROT_NONE is a reservation (a runtime's heap to come), never a buffer */
+	if (!addr && (flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE &&
+	    !(flags & special) && prot != PROT_NONE && big(len)) {
 		void *p = anon_map(len, prot, flags);
 
 		if (p)
@@ -974,11 +1116,32 @@ PUBLIC int munmap(void *addr, size_t len)
 	return 0;
 }
 
+/* The protection the kernel has for the page at @addr now (the program may
+ * have changed it with mprotect), else @dflt. */
+static int current_prot(uintptr_t addr, int dflt)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512], perms[8];
+	unsigned long s, e;
+	int prot = dflt;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx %7s", &s, &e, perms) == 3 && addr >= s && addr < e) {
+			prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+			       (perms[2] == 'x' ? PROT_EXEC : 0);
+			break;
+		}
+	if (f)
+		fclose(f);
+	return prot;
+}
+
 PUBLIC void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 {
-	size_t page = page_size(), n = (new_len + page - 1) & ~(page - 1);
+	size_t page = page_size(), n = (new_len + page - 1) & ~(page - 1), old_n;
 	void *fixed = NULL, *q;
 	struct anon *a;
+	bool ok;
 	int prot;
 	va_list ap;
 
@@ -989,18 +1152,21 @@ PUBLIC void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 	}
 	if (in_je || !in_window(old))
 		return (void *)syscall(SYS_mremap, old, old_len, new_len, flags, fixed);
+	old_n = (old_len + page - 1) & ~(page - 1);
 	pthread_mutex_lock(&A.lock);
 	a = anon_find((uintptr_t)old, NULL);
-	prot = a ? a->prot : 0;
-	if (!a || a->base != (uintptr_t)old || old_len > a->size || a->mapped != a->size / page ||
-	    (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) || !new_len) {
-		pthread_mutex_unlock(&A.lock);
+	ok = a && a->base == (uintptr_t)old && old_n <= a->size && old_len && new_len &&
+	     !(flags & (MREMAP_FIXED | MREMAP_DONTUNMAP));
+	for (size_t k = 0; ok && k < old_n / page; k++)
+		ok = !(a->gone[k / 64] & ((uint64_t)1 << (k % 64)));   /* all still mapped */
+	prot = ok ? a->prot : 0;
+	pthread_mutex_unlock(&A.lock);
+	if (!ok) {
 		errno = EINVAL;
 		return MAP_FAILED;
 	}
-	pthread_mutex_unlock(&A.lock);
-	if (n <= ((old_len + page - 1) & ~(page - 1))) {
-		if (n < a->size && munmap((char *)old + n, a->size - n) < 0)
+	if (n <= old_n) {
+		if (n < old_n && munmap((char *)old + n, old_n - n) < 0)
 			return MAP_FAILED;
 		return old;
 	}
@@ -1013,6 +1179,9 @@ PUBLIC void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 		errno = ENOMEM;
 		return MAP_FAILED;
 	}
+	prot = current_prot((uintptr_t)old, prot);
+	if (!(prot & PROT_READ))
+		mprotect(old, old_n, PROT_READ);
 	memcpy(q, old, old_len);
 	if (prot != (PROT_READ | PROT_WRITE))
 		mprotect(q, n, prot);
@@ -1025,9 +1194,19 @@ PUBLIC int madvise(void *addr, size_t len, int advice)
 	if (!in_je && in_window(addr) &&
 	    (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE)) {
 		struct preload_chunk *k = chunk_of(addr);
+		size_t page = page_size(), n = (len + page - 1) & ~(page - 1);
 
-		if (k && len <= k->length - ((uintptr_t)addr - k->base))
-			return chunk_punch(addr, len) ? -1 : 0;
+		if ((uintptr_t)addr & (page - 1)) {
+			errno = EINVAL;         /* as the kernel says */
+			return -1;
+		}
+		if (k && n >= len && n <= k->length - ((uintptr_t)addr - k->base)) {
+			if (chunk_punch(addr, n)) {
+				errno = EINVAL;
+				return -1;
+			}
+			return 0;
+		}
 	}
 	return (int)syscall(SYS_madvise, addr, len, advice);
 }

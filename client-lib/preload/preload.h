@@ -37,10 +37,14 @@ struct preload_chunk {
 	uintptr_t base;
 	size_t length;
 	int fd;
-	uint64_t ino;                   /* st_ino of fd, to notice a program that closed it */
+	uint64_t ino, dev;              /* of fd, to notice a program that closed or reused it */
 	void *seg;                      /* struct odpd_segment * of the default connection */
 	void *seg_conn;                 /* the connection @seg belongs to */
 };
+
+/* Is @k->fd still the chunk's memfd (the program may have closed it, and the
+ * number may name another file now)? */
+bool preload_chunk_fd_ok(const struct preload_chunk *k);
 
 /* Is the allocator on (ODPD_PRELOAD unset or not 0, the window reserved)? */
 bool preload_alloc_on(void);

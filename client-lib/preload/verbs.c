@@ -41,6 +41,30 @@
 
 #define PUBLIC __attribute__((visibility("default")))
 
+/* libodpd's odpd_errmsg(), as built into this library (meson.build renames it) */
+const char *odpd_preload_embedded_errmsg(void);
+
+/* The last interposed call of this thread failed, and odpd_errmsg() says why. */
+static _Thread_local bool failed_here;
+
+/*
+ * odpd_errmsg(): why this thread's last registration through the preload
+ * failed (--strict), else what a libodpd the program links itself says.
+ */
+PUBLIC const char *odpd_errmsg(void)
+{
+	static const char *(*next)(void);
+	static bool looked;
+
+	if (failed_here)
+		return odpd_preload_embedded_errmsg();
+	if (!looked) {
+		next = (const char *(*)(void))dlsym(RTLD_NEXT, "odpd_errmsg");
+		looked = true;
+	}
+	return next ? next() : "";
+}
+
 /* ---------------------------------------------------------------- the real calls */
 
 typedef struct ibv_mr *(*reg_mr_fn)(struct ibv_pd *, void *, size_t, int);
@@ -291,11 +315,10 @@ static enum reason classify(const void *addr, char *path, size_t path_size)
 static int chunk_segment(const char *what, struct odpd_conn *c, struct preload_chunk *k)
 {
 	struct odpd_segment *seg;
-	struct stat st;
 
 	if (k->seg && k->seg_conn == c)
 		return 0;
-	if (fstat(k->fd, &st) < 0 || (uint64_t)st.st_ino != k->ino)
+	if (!preload_chunk_fd_ok(k))
 		return errmsg_set(-EBADF, "%s: the program closed the preload's segment fd %d", what,
 				  k->fd);
 	seg = odpd_attach(c, k->fd, (void *)k->base, k->length);
@@ -391,6 +414,7 @@ static struct ibv_mr *reg_common(enum call how, const char *what, struct ibv_pd 
 	if (in_real || cfg.off)
 		return call_real(how, pd, addr, length, iova, access);
 	errmsg_clear();
+	failed_here = false;
 	if (!pd || !addr || !length)    /* the real call's errno for those */
 		return call_real(how, pd, addr, length, iova, access);
 	r = serve(what, pd, addr, length, iova, access, &mr, &why);
@@ -399,13 +423,15 @@ static struct ibv_mr *reg_common(enum call how, const char *what, struct ibv_pd 
 	const char *pre = why == R_NO_DAEMON ? "odpd is not reachable: " : "";
 
 	if (cfg.strict) {
-		preload_log("%s%s (strict: failed with %s)", pre, odpd_errmsg(), strerror(-r));
+		preload_log("%s%s (strict: failed with %s)", pre, odpd_preload_embedded_errmsg(),
+			    strerror(-r));
+		failed_here = true;
 		errno = -r;
 		return NULL;
 	}
 	if (cfg.log_all || !atomic_exchange(&logged[why], true))
 		preload_log("%s%s; so the program registers it itself (its memlock limit applies)",
-			    pre, odpd_errmsg());
+			    pre, odpd_preload_embedded_errmsg());
 	return call_real(how, pd, addr, length, iova, access);
 }
 
@@ -477,11 +503,27 @@ PUBLIC int ibv_dereg_mr(struct ibv_mr *mr)
 		return r;
 	}
 	if (r < 0) {
-		preload_log("%s", odpd_errmsg());
+		preload_log("%s", odpd_preload_embedded_errmsg());
+		failed_here = true;
 		return -r;
 	}
 	ours_del(mr);
 	return 0;
+}
+
+/* A rereg's new MR that could not take the old one's place: deregistered, by
+ * odpd or, if odpd cannot, in the program's own context. */
+static void drop_fresh(struct ibv_mr *fresh)
+{
+	int e = errno;
+
+	if (mirror_dereg("ibv_rereg_mr", fresh) < 0 && mirror_forget(fresh) == 0) {
+		in_real++;
+		if (real.dereg_mr)
+			real.dereg_mr(fresh);
+		in_real--;
+	}
+	errno = e;
 }
 
 /*
@@ -525,12 +567,13 @@ PUBLIC int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		ours_del(fresh);
 		r = mirror_swap(what, mr, fresh);
 		if (r < 0)
-			mirror_dereg(what, fresh);
+			drop_fresh(fresh);
 		else
 			ours_add(mr, acc);      /* the entry exists: only its access changes */
 	}
 	if (r < 0) {
-		preload_log("%s", odpd_errmsg());
+		preload_log("%s", odpd_preload_embedded_errmsg());
+		failed_here = true;
 		errno = -r;
 		return IBV_REREG_MR_ERR_INPUT;
 	}
