@@ -60,11 +60,12 @@ struct odpd_domain {
 	unsigned dev_index;
 	struct odpd_shared_pd *spd;         /* NULL: private (or closing) */
 	uint64_t owner_id;                  /* private: the client's id */
-	/* Workers: opening, and the verifier's QPs, one job at a time. */
+	/* Workers: opening, and taking or putting back the verifier (a verify
+	 * takes it for its run: it holds the lock only for that). */
 	pthread_mutex_t lock;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
-	struct odpd_verifier *verifier;     /* created on first verify */
+	struct odpd_verifier *verifier;     /* an idle one, kept for verify-idle-ms; or NULL */
 	bool exported;                      /* its cmd_fd went to a client (ImportPd) */
 	/* Implicit ODP (implicit.h): the loop's only; reaped on the loop
 	 * before the close job runs (by odpd_domain_close only when no job
@@ -74,8 +75,13 @@ struct odpd_domain {
 	LIST_ENTRY(odpd_domain) link;
 	unsigned members;
 	unsigned n_mrs;
-	unsigned jobs;                      /* verify, advise, export jobs in flight */
+	unsigned jobs;                      /* verify, advise, export, verifier jobs in flight */
+	unsigned verifies;                  /* of them, verifies */
 	bool retired;                       /* its device went away: detached, closes when idle */
+	/* In the registry's list of verifiers kept idle (oldest first) until
+	 * verifier_idle_at (ms, CLOCK_MONOTONIC); 0: not in it. */
+	TAILQ_ENTRY(odpd_domain) idle_link;
+	uint64_t verifier_idle_at;
 };
 
 /* On the loop: the struct only. NULL on ENOMEM. */

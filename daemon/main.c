@@ -28,7 +28,8 @@ static void usage(FILE *f)
 		"  --workers N               registration worker threads (default 2)\n"
 		"  --max-segment-size BYTES  largest segment (default 64G)\n"
 		"  --window-size BYTES       address window for segments (default 4T)\n"
-		"  --verify-buffer BYTES     per-client verify bounce buffer (default 1M)\n"
+		"  --verify-buffer BYTES     largest verify bounce buffer of a client (default 1M)\n"
+		"  --verify-idle-ms MS       free a client's idle verifier after MS (default 1000; 0: after each verify)\n"
 		"  --max-clients N           (default 1024)\n"
 		"  --admin-group GROUP       group allowed admin requests besides root\n"
 		"  --log-level LEVEL         err, warning, notice, info, debug (default info)\n"
@@ -76,7 +77,7 @@ static int parse_uint(const char *s, unsigned min, unsigned *ret)
 }
 
 enum { OPT_SOCKET = 256, OPT_FOREGROUND, OPT_DEVICE, OPT_WORKERS, OPT_MAX_SEGMENT,
-       OPT_WINDOW, OPT_VERIFY_BUFFER, OPT_MAX_CLIENTS, OPT_ADMIN_GROUP, OPT_LOG_LEVEL,
+       OPT_WINDOW, OPT_VERIFY_BUFFER, OPT_VERIFY_IDLE, OPT_MAX_CLIENTS, OPT_ADMIN_GROUP, OPT_LOG_LEVEL,
        OPT_HELP, OPT_VERSION, OPT_CONFIG, OPT_NO_BUS, OPT_BUS_INTROSPECT };
 
 static int parse_args(int argc, char **argv, struct odpd_config *cfg)
@@ -89,6 +90,7 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		{ "max-segment-size", required_argument, NULL, OPT_MAX_SEGMENT },
 		{ "window-size", required_argument, NULL, OPT_WINDOW },
 		{ "verify-buffer", required_argument, NULL, OPT_VERIFY_BUFFER },
+		{ "verify-idle-ms", required_argument, NULL, OPT_VERIFY_IDLE },
 		{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
 		{ "admin-group", required_argument, NULL, OPT_ADMIN_GROUP },
 		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
@@ -117,6 +119,7 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		case OPT_MAX_SEGMENT: r = parse_size(optarg, &cfg->max_segment_size); break;
 		case OPT_WINDOW: r = parse_size(optarg, &cfg->window_size); break;
 		case OPT_VERIFY_BUFFER: r = parse_size(optarg, &cfg->verify_buffer); break;
+		case OPT_VERIFY_IDLE: r = parse_uint(optarg, 0, &cfg->verify_idle_ms); break;
 		case OPT_MAX_CLIENTS: r = parse_uint(optarg, 1, &cfg->max_clients); break;
 		case OPT_ADMIN_GROUP: {
 			struct group *g = getgrnam(optarg);
@@ -183,6 +186,7 @@ int main(int argc, char **argv)
 			.max_segment_size = 64ull << 30,
 			.window_size = 4ull << 40,
 			.verify_buffer = 1u << 20,
+			.verify_idle_ms = 1000,
 			.max_clients = 1024,
 			.max_segments = 1024,
 			.max_mrs = 65536,

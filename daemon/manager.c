@@ -438,6 +438,7 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = odpd_registry_init(&m->registry, m->base, m->pool, &m->segs, &m->conf, &m->devices);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "registry");
+	m->registry.verify_idle_ms = m->cfg.verify_idle_ms;
 	r = odpd_hotplug_start(m);
 	if (r < 0)
 		return r;

@@ -25,7 +25,8 @@ struct odpd_config {
 	unsigned workers;
 	uint64_t max_segment_size;      /* bytes */
 	uint64_t window_size;           /* bytes */
-	uint64_t verify_buffer;         /* bytes */
+	uint64_t verify_buffer;         /* bytes: the largest bounce buffer of a verifier */
+	unsigned verify_idle_ms;        /* a verifier idle that long is freed; 0: after each verify */
 	unsigned max_clients;
 	unsigned max_segments;          /* per client */
 	unsigned max_mrs;               /* per client */

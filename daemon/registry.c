@@ -207,6 +207,7 @@ static void global_uncharge(struct odpd_registry *r, struct odpd_mr *mr)
 static void domain_close_run(struct odpd_job *job);
 static void domain_close_done(struct odpd_job *job);
 static void domain_close_submit(void *arg);
+static void verifier_unlist(struct odpd_registry *r, struct odpd_domain *d);
 
 struct close_job {
 	struct odpd_job job;
@@ -227,6 +228,7 @@ static void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, b
 
 	if (d->members || d->n_mrs || d->jobs)
 		return;
+	verifier_unlist(r, d);                 /* the close frees it */
 	LIST_REMOVE(d, link);
 	if (spd) {
 		spd->doms[d->dev_index] = NULL;
@@ -2662,6 +2664,116 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 	return 1;
 }
 
+/* ---------------------------------------------------------------- idle verifiers */
+
+/*
+ * A PD's verifier (verify.h: a CQ, a loopback QP pair and a bounce buffer)
+ * is made by the first verify that needs it and kept idle for
+ * verify-idle-ms after the last, then freed on a worker: a client that
+ * verified once costs odpd nothing for it once idle (issue 23: a verifier
+ * is most of a megabyte). The PDs with one kept idle wait in a list, oldest
+ * first (every one waits as long), behind one timer.
+ */
+static uint64_t now_ms(void)
+{
+	return now_ns() / 1000000;
+}
+
+/* The timer fires when the oldest idle verifier has been idle long enough. */
+static void verifier_arm(struct odpd_registry *r)
+{
+	struct odpd_domain *d = TAILQ_FIRST(&r->idle_verifiers);
+	uint64_t now, due;
+	struct timeval tv;
+
+	if (!d) {
+		evtimer_del(r->verifier_timer);
+		return;
+	}
+	now = now_ms();
+	due = d->verifier_idle_at > now ? d->verifier_idle_at - now : 0;
+	tv.tv_sec = (time_t)(due / 1000);
+	tv.tv_usec = (suseconds_t)(due % 1000 * 1000);
+	evtimer_add(r->verifier_timer, &tv);
+}
+
+static void verifier_unlist(struct odpd_registry *r, struct odpd_domain *d)
+{
+	if (!d->verifier_idle_at)
+		return;
+	TAILQ_REMOVE(&r->idle_verifiers, d, idle_link);
+	d->verifier_idle_at = 0;
+}
+
+/* A verify of @d put its verifier back: idle from now on, the newest. */
+static void verifier_idle(struct odpd_registry *r, struct odpd_domain *d)
+{
+	verifier_unlist(r, d);
+	d->verifier_idle_at = now_ms() + r->verify_idle_ms;
+	TAILQ_INSERT_TAIL(&r->idle_verifiers, d, idle_link);
+	if (!evtimer_pending(r->verifier_timer, NULL))
+		verifier_arm(r);
+}
+
+struct verifier_job {
+	struct odpd_job job;
+	struct odpd_registry *r;
+	struct odpd_domain *d;
+};
+
+static void verifier_free_run(struct odpd_job *job)
+{
+	struct odpd_domain *d = ((struct verifier_job *)job)->d;
+	struct odpd_verifier *v;
+
+	pthread_mutex_lock(&d->lock);
+	v = d->verifier;                     /* none if a verify took it meanwhile */
+	d->verifier = NULL;
+	pthread_mutex_unlock(&d->lock);
+	odpd_verifier_free(v);
+}
+
+static void verifier_free_done(struct odpd_job *job)
+{
+	struct verifier_job *j = (struct verifier_job *)job;
+
+	j->r->pending--;
+	j->d->jobs--;
+	domain_maybe_close(j->r, j->d, false);
+	free(j);
+}
+
+static void on_verifier_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_registry *r = arg;
+	struct odpd_domain *d;
+	const uint64_t now = now_ms();
+
+	(void)fd;
+	(void)what;
+	while ((d = TAILQ_FIRST(&r->idle_verifiers)) && d->verifier_idle_at <= now) {
+		struct verifier_job *j;
+
+		verifier_unlist(r, d);
+		if (d->verifies)                 /* one runs: its end lists the PD again */
+			continue;
+		j = calloc(1, sizeof(*j));
+		if (!j) {                        /* kept a while longer */
+			verifier_idle(r, d);
+			break;
+		}
+		j->r = r;
+		j->d = d;
+		d->jobs++;                       /* the PD stays open until it is done */
+		r->pending++;
+		j->job.run = verifier_free_run;
+		j->job.done = verifier_free_done;
+		j->job.lane = ODPD_LANE_DAEMON;
+		odpd_pool_submit(r->pool, &j->job);
+	}
+	verifier_arm(r);
+}
+
 /* ---------------------------------------------------------------- verify */
 
 struct verify_op {
@@ -2673,6 +2785,7 @@ struct verify_op {
 	bool probe;                         /* READ with rkey, not the MR's */
 	uint32_t rkey;
 	size_t buf_size;
+	bool keep;                          /* keep the verifier idle afterwards (verify-idle-ms) */
 	odpd_verify_cb cb;
 	void *arg;
 	uint32_t crc;
@@ -2685,24 +2798,36 @@ static void verify_run(struct odpd_job *job)
 {
 	struct verify_op *op = (struct verify_op *)job;
 	struct odpd_domain *d = op->mr->dom;
+	struct odpd_verifier *v;
 
+	/* Take the idle verifier, if there is one: no lock is held during the
+	 * verify, and two verifies of one PD each use one of their own. */
 	pthread_mutex_lock(&d->lock);
-	if (!d->verifier)
-		op->rc = odpd_verifier_new(d, op->buf_size, &d->verifier, &op->err);
+	v = d->verifier;
+	d->verifier = NULL;
+	pthread_mutex_unlock(&d->lock);
+	if (!v)
+		op->rc = odpd_verifier_new(d, op->buf_size, &v, &op->err);
 	if (op->rc == 0) {
 		struct odpd_keys k = { op->mr->mr->lkey, op->probe ? op->rkey : op->mr->mr->rkey };
-		op->rc = odpd_verify_mr(d->verifier, &k, op->iova, op->length,
+		op->rc = odpd_verify_mr(v, &k, op->iova, op->length,
 					op->probe || (op->mr->access & ODPD__ACCESS__ACCESS_REMOTE_READ),
 					op->probe || op->mr->pinned ? 0 : op->mr->iova + odpd_mr_length(op->mr),
 					&op->crc, &op->method, &op->err);
 	}
-	if (op->rc < 0 && d->verifier) {      /* the QPs may be in the error state now */
-		odpd_verifier_free(d->verifier);
-		d->verifier = NULL;
+	/* Put back, to be kept idle (verify_done lists the PD), unless its QPs
+	 * may be in the error state now, none is kept (verify-idle-ms 0) or
+	 * another verify's is kept already. */
+	if (op->rc == 0 && op->keep) {
+		pthread_mutex_lock(&d->lock);
+		if (!d->verifier) {
+			d->verifier = v;
+			v = NULL;
+		}
+		pthread_mutex_unlock(&d->lock);
 	}
-	pthread_mutex_unlock(&d->lock);
+	odpd_verifier_free(v);
 }
-
 
 static void verify_done(struct odpd_job *job)
 {
@@ -2718,6 +2843,9 @@ static void verify_done(struct odpd_job *job)
 	}
 	op->cb(op->arg, op->rc, &op->err, op->crc, op->length, op->method);
 	d->jobs--;
+	d->verifies--;
+	if (op->keep)                        /* (a PD that closes below leaves the list) */
+		verifier_idle(op->r, d);         /* its verifier, or another's, or none */
 	if (op->anon)
 		mr->refs--;
 	if (--mr->busy == 0 && mr->dead_stage == 1) {
@@ -2760,11 +2888,13 @@ static int verify_start(struct odpd_registry *r, struct odpd_mr *mr, uint64_t io
 	mr->refs += anon;                    /* no release deregisters it under the worker */
 	mr->busy++;
 	mr->dom->jobs++;
+	mr->dom->verifies++;
 	op->probe = probe_rkey != NULL;
 	op->rkey = probe_rkey ? *probe_rkey : 0;
 	op->iova = iova;
 	op->length = length;
 	op->buf_size = buf_size;
+	op->keep = r->verify_idle_ms > 0;
 	op->cb = cb;
 	op->arg = arg;
 	op->job.run = verify_run;
@@ -3189,7 +3319,9 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 	r->relaxed_timer = evtimer_new(base, on_relaxed_timer, r);
 	r->hit_timer = evtimer_new(base, on_hit_timer, r);
 	r->hole_timer = evtimer_new(base, on_hole_timer, r);
-	return r->relaxed_timer && r->hit_timer && r->hole_timer ? 0 : -ENOMEM;
+	TAILQ_INIT(&r->idle_verifiers);
+	r->verifier_timer = evtimer_new(base, on_verifier_timer, r);
+	return r->relaxed_timer && r->hit_timer && r->hole_timer && r->verifier_timer ? 0 : -ENOMEM;
 }
 
 bool odpd_registry_idle(const struct odpd_registry *r)
@@ -3208,6 +3340,9 @@ void odpd_registry_finish(struct odpd_registry *r)
 	if (r->hole_timer)
 		event_free(r->hole_timer);
 	r->hole_timer = NULL;
+	if (r->verifier_timer)                /* (no PD is left, so none is listed) */
+		event_free(r->verifier_timer);
+	r->verifier_timer = NULL;
 	if (r->pagemap_fd >= 0)
 		close(r->pagemap_fd);
 	r->pagemap_fd = -1;

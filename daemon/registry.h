@@ -239,6 +239,11 @@ struct odpd_registry {
 	int pagemap_fd;                     /* /proc/self/pagemap: witness pages present? */
 	_Atomic bool pagemap_scan;          /* the kernel has PAGEMAP_SCAN (read by workers) */
 	unsigned pending;                   /* jobs in flight that are not a client's */
+	/* Domains whose verifier is kept idle, oldest first: each is freed on a
+	 * worker verify_idle_ms after its last verify (0: at once, by the verify). */
+	TAILQ_HEAD(, odpd_domain) idle_verifiers;
+	struct event *verifier_timer;
+	uint64_t verify_idle_ms;            /* odpd --verify-idle-ms; set before the first verify */
 	struct odpd_cache_stats stats;
 	struct odpd_odp_stats odp;
 };

@@ -13,10 +13,11 @@
 #define VERIFY_TIMEOUT_NS (10ull * 1000 * 1000 * 1000)
 
 struct odpd_verifier {
-	int memfd;
-	uint8_t *buf;
-	size_t size;
-	struct ibv_mr *mr;                /* the bounce buffer */
+	struct ibv_pd *pd;
+	uint8_t *buf;                     /* the bounce buffer: NULL until a verify needs it */
+	size_t size;                      /* its length, at most max_buf */
+	size_t max_buf;
+	struct ibv_mr *mr;                /* the bounce buffer's */
 	struct ibv_cq *cq;
 	struct ibv_qp *qa, *qb;           /* qa requests, qb responds */
 	uint32_t max_msg;
@@ -126,27 +127,53 @@ static struct ibv_qp *qp_new(struct odpd_verifier *v, struct ibv_pd *pd)
 	return ibv_create_qp(pd, &ia);
 }
 
-static int bounce_new(struct odpd_verifier *v, struct ibv_pd *pd, size_t size, struct odpd_err *err)
+static void bounce_free(struct odpd_verifier *v)
 {
-	v->memfd = memfd_create("odpd-verify", MFD_CLOEXEC);
-	if (v->memfd < 0)
+	if (v->mr)
+		ibv_dereg_mr(v->mr);
+	v->mr = NULL;
+	if (v->buf)
+		munmap(v->buf, v->size);
+	v->buf = NULL;
+	v->size = 0;
+}
+
+/*
+ * A bounce buffer of @size bytes: a memfd of its own, never odpd's heap
+ * (DESIGN.md §4: whoever holds the context's cmd_fd can reach its MR). Its
+ * fd is closed once mapped: the mapping keeps it.
+ */
+static int bounce_new(struct odpd_verifier *v, size_t size, struct odpd_err *err)
+{
+	int fd = memfd_create("odpd-verify", MFD_CLOEXEC);
+	void *p;
+
+	if (fd < 0)
 		return err_set(err, errno, "memfd_create: %s", strerror(errno));
-	if (ftruncate(v->memfd, (off_t)size) < 0)
-		return err_set(err, errno, "ftruncate of verify buffer: %s", strerror(errno));
-	v->buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, v->memfd, 0);
-	if (v->buf == MAP_FAILED) {
-		v->buf = NULL;
-		return err_set(err, errno, "mmap of verify buffer: %s", strerror(errno));
+	if (ftruncate(fd, (off_t)size) < 0) {
+		int e = errno;
+
+		close(fd);
+		return err_set(err, e, "ftruncate of verify buffer: %s", strerror(e));
 	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return err_set(err, errno, "mmap of verify buffer: %s", strerror(errno));
+	v->buf = p;
 	v->size = size;
 	madvise(v->buf, size, MADV_DONTDUMP);
-	v->mr = ibv_reg_mr(pd, v->buf, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!v->mr)
-		return err_set(err, errno, "ibv_reg_mr of verify buffer: %s", strerror(errno));
+	v->mr = ibv_reg_mr(v->pd, v->buf, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!v->mr) {
+		int e = errno;
+
+		bounce_free(v);
+		return err_set(err, e, "ibv_reg_mr of verify buffer: %s", strerror(e));
+	}
 	return 0;
 }
 
-int odpd_verifier_new(struct odpd_domain *dom, size_t buf_size, struct odpd_verifier **ret,
+int odpd_verifier_new(struct odpd_domain *dom, size_t max_buf, struct odpd_verifier **ret,
 		      struct odpd_err *err)
 {
 	struct odpd_verifier *v = calloc(1, sizeof(*v));
@@ -155,11 +182,9 @@ int odpd_verifier_new(struct odpd_domain *dom, size_t buf_size, struct odpd_veri
 
 	if (!v)
 		return err_set(err, ENOMEM, "out of memory");
-	v->memfd = -1;
+	v->pd = dom->pd;
+	v->max_buf = max_buf;
 	r = loop_addr_get(dom->ctx, &a, &v->max_msg, err);
-	if (r < 0)
-		goto fail;
-	r = bounce_new(v, dom->pd, buf_size, err);
 	if (r < 0)
 		goto fail;
 	v->cq = ibv_create_cq(dom->ctx, 4, NULL, NULL, 0);
@@ -197,12 +222,7 @@ void odpd_verifier_free(struct odpd_verifier *v)
 		ibv_destroy_qp(v->qb);
 	if (v->cq)
 		ibv_destroy_cq(v->cq);
-	if (v->mr)
-		ibv_dereg_mr(v->mr);
-	if (v->buf)
-		munmap(v->buf, v->size);
-	if (v->memfd >= 0)
-		close(v->memfd);
+	bounce_free(v);
 	free(v);
 }
 
@@ -280,12 +300,37 @@ static void chunk_plan(uint64_t iova, uint64_t length, uint64_t chunk, uint64_t 
 	*ret_take = take;
 }
 
+/* The bounce buffer a verify of [iova, iova + length) reads through in one
+ * chunk (whole pages: from @iova's page to the end of its last), at least
+ * two pages (whole pages need them) and at most max_buf. */
+static size_t bounce_want(const struct odpd_verifier *v, uint64_t iova, uint64_t length, uint64_t pages_end)
+{
+	const uint64_t page = 4096;
+	uint64_t span = pages_end ? ((iova + length + page - 1) & ~(page - 1)) - (iova & ~(page - 1)) :
+				    (length + page - 1) & ~(page - 1);
+
+	if (span < 2 * page)
+		span = 2 * page;
+	return span < v->max_buf ? (size_t)span : v->max_buf;
+}
+
 int odpd_verify_mr(struct odpd_verifier *v, const struct odpd_keys *k, uint64_t iova, uint64_t length,
 		   bool use_rkey, uint64_t pages_end, uint32_t *ret_crc, const char **ret_method,
 		   struct odpd_err *err)
 {
-	uint64_t chunk = v->size < v->max_msg ? v->size : v->max_msg;
+	size_t want = bounce_want(v, iova, length, pages_end);
+	uint64_t chunk;
 	uLong crc = crc32(0L, Z_NULL, 0);
+
+	if (v->size < want) {                 /* none yet, or too small for this one: grown */
+		int r;
+
+		bounce_free(v);
+		r = bounce_new(v, want, err);
+		if (r < 0)
+			return r;
+	}
+	chunk = v->size < v->max_msg ? v->size : v->max_msg;
 
 	/* Whole pages need a chunk of at least two pages, page-aligned. */
 	if ((chunk & ~(uint64_t)4095) < 2 * 4096)

@@ -11,17 +11,22 @@
 /*
  * verify: read an MR back with the HCA. A loopback RC QP pair on the
  * client's PD and a bounce buffer (a memfd of the client's, not odpd heap:
- * the context could one day be exported to the client). Runs on a worker.
+ * the context can be exported to the client), made when a verify needs them
+ * and as large as it needs, up to @max_buf (odpd --verify-buffer). Runs on a
+ * worker; one verify at a time per verifier. The registry keeps an idle
+ * verifier for --verify-idle-ms and then frees it (registry.c).
  */
 struct odpd_verifier;
 
-int odpd_verifier_new(struct odpd_domain *dom, size_t buf_size, struct odpd_verifier **ret,
+/* The CQ and the connected QP pair; the bounce buffer comes with the first verify. */
+int odpd_verifier_new(struct odpd_domain *dom, size_t max_buf, struct odpd_verifier **ret,
 		      struct odpd_err *err);
 void odpd_verifier_free(struct odpd_verifier *v);
 
 /*
  * CRC-32 of [iova, iova + length) of the MR with keys @k as the HCA reads it, in chunks of
- * at most the bounce buffer. With @use_rkey, RDMA READ from the MR (iova as
+ * at most the bounce buffer (made, or replaced by a larger one, to hold the
+ * range in one chunk, up to max_buf). With @use_rkey, RDMA READ from the MR (iova as
  * remote address, rkey); else RDMA WRITE from the MR (iova as local address,
  * lkey) into the bounce buffer. Returns the method's name in *ret_method.
  * @pages_end (0: off): transfer whole, page-aligned pages around the range,

@@ -77,6 +77,12 @@ void daemon_start(struct test_daemon *d, const char *const *args)
 	/* On the system bus only where a test set up a bus of its own (test-bus) */
 	if (!getenv("DBUS_SYSTEM_BUS_ADDRESS"))
 		argv[n++] = "--no-bus";
+	/* A verifier stays until its client goes, so that the tests' counts of
+	 * the kernel's MRs after a verify are exact (odpd's default gives it
+	 * back after a second idle); test-rxe's verifier tests pass their own
+	 * (a later --verify-idle-ms wins). */
+	argv[n++] = "--verify-idle-ms";
+	argv[n++] = "600000";
 	for (char *w = more ? strtok_r(more, " ", &save) : NULL; w && n < 40; w = strtok_r(NULL, " ", &save))
 		argv[n++] = w;
 	for (; args && *args && n < 47; args++)

@@ -20,8 +20,11 @@ struct test_daemon {
 	char sock[128];
 };
 
-/* Start $ODPD_TEST_DAEMON --foreground --socket DIR/odpd.sock [@args]
- * (NULL-terminated) and wait until it accepts connections. */
+/* Start $ODPD_TEST_DAEMON --foreground --socket DIR/odpd.sock
+ * --verify-idle-ms 600000 [@args] (NULL-terminated) and wait until it
+ * accepts connections. The long verify-idle-ms keeps a client's verifier
+ * (its QPs and its bounce buffer's MR) until the client goes, as the tests'
+ * counts of the kernel's objects expect; @args may say otherwise. */
 void daemon_start(struct test_daemon *d, const char *const *args);
 /* SIGTERM, then require a clean exit within 20 s. */
 void daemon_stop(struct test_daemon *d);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -491,6 +492,252 @@ static void test_nofile_raised_to_hard_limit(void **state)
 	assert_int_equal(soft, hard);
 }
 
+/* ---------------------------------------------------------------- verifiers */
+
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+
+/* odpd's mappings of verify bounce buffers (memfd "odpd-verify"): how many,
+ * and their bytes into *@bytes. */
+static int bounce_maps(pid_t pid, size_t *bytes)
+{
+	char path[64], line[512];
+	int n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	*bytes = 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (strstr(line, "/memfd:odpd-verify") && sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
+			n++;
+			*bytes += hi - lo;
+		}
+	}
+	fclose(f);
+	return n;
+}
+
+/* What the kernel and odpd's address space hold of odpd's verbs objects. */
+struct verbs_held {
+	pid_t pid;
+	int qp, cq, mr, bounces;
+};
+
+static void verbs_held_take(pid_t pid, struct verbs_held *h)
+{
+	size_t bytes;
+
+	h->pid = pid;
+	h->qp = kernel_res_count("qp", pid);
+	h->cq = kernel_res_count("cq", pid);
+	h->mr = kernel_mr_count(pid);
+	h->bounces = bounce_maps(pid, &bytes);
+}
+
+static bool verbs_held_are(void *arg)
+{
+	const struct verbs_held *want = arg;
+	struct verbs_held now;
+
+	verbs_held_take(want->pid, &now);
+	return now.qp == want->qp && now.cq == want->cq && now.mr == want->mr && now.bounces == want->bounces;
+}
+
+static void wait_verbs_held(const struct verbs_held *want, const char *when)
+{
+	struct verbs_held now;
+
+	if (wait_until(verbs_held_are, (void *)want))
+		return;
+	verbs_held_take(want->pid, &now);
+	fail_msg("%s: odpd holds %d QPs, %d CQs, %d MRs, %d bounce buffer mappings (want %d, %d, %d, %d)",
+		 when, now.qp, now.cq, now.mr, now.bounces, want->qp, want->cq, want->mr, want->bounces);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+#define IDLE_MS 3000
+
+/*
+ * issue 23: odpd makes a client's verifier (a loopback RC QP pair, their
+ * CQ, a bounce buffer: a memfd mapped and registered) when a verify needs
+ * it, sized to the verify, keeps it --verify-idle-ms after the last verify
+ * and then gives all of it back: the kernel holds none of its objects and
+ * odpd maps no bounce buffer (it used to keep a 1 MiB one and the QPs for
+ * as long as the client was connected: about 1 MB per client that had ever
+ * verified). A later verify makes a new one and reads right; a larger one
+ * grows the buffer (one mapping, up to --verify-buffer); a disconnect frees
+ * a kept one with the client's PD; the bounce buffer holds no fd of odpd's.
+ */
+static void test_verifier_given_back_when_idle(void **state)
+{
+	const char *args[] = { "--verify-idle-ms", "3000", NULL };
+	const size_t small = 64 * KIB, big = 512 * KIB;
+	struct test_daemon d = { 0 };
+	struct verbs_held h, want;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr, *mr2;
+	double sent, seen, gone;
+	size_t bytes;
+	uint8_t *p;
+	int fds0;
+	uint32_t crc;
+
+	(void)state;
+	daemon_start(&d, args);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, MIB, 0);
+	assert_non_null(seg);
+	p = odpd_segment_addr(seg);
+	fill(p, MIB, 3);
+	mr = odpd_reg(c, p, small, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	assert_non_null(mr);
+	fds0 = fd_count(d.pid);
+	/* registered, never verified: no verifier */
+	verbs_held_take(d.pid, &h);
+	assert_int_equal(h.qp, 0);
+	assert_int_equal(h.cq, 0);
+	assert_int_equal(h.mr, 1);
+	assert_int_equal(h.bounces, 0);
+
+	/* the first verify makes it; it stays idle for verify-idle-ms */
+	sent = now_s();
+	assert_int_equal(verify_or_fail(mr, NULL, 0), crc_of(p, small));
+	verbs_held_take(d.pid, &h);
+	assert_int_equal(bounce_maps(d.pid, &bytes), 1);
+	seen = now_s();
+	if (seen - sent >= IDLE_MS / 1000.0)
+		fail_msg("looking took %.1f s, longer than verify-idle-ms: raise IDLE_MS", seen - sent);
+	assert_int_equal(h.qp, 2);                      /* the loopback pair */
+	assert_int_equal(h.cq, 1);
+	assert_int_equal(h.mr, 2);                      /* and the bounce buffer's */
+	assert_int_equal(h.bounces, 1);
+	assert_int_equal(bytes, small);                 /* as large as the verify */
+	assert_int_equal(fd_count(d.pid), fds0);        /* its memfd is closed once mapped */
+
+	/* then all of it goes, not before verify-idle-ms */
+	want = (struct verbs_held){ d.pid, 0, 0, 1, 0 };
+	wait_verbs_held(&want, "verify-idle-ms after the verify");
+	gone = now_s();
+	fprintf(stderr, "verifier kept %.2f s after the verify was sent (verify-idle-ms %d)\n", gone - sent,
+		IDLE_MS);
+	assert_true(gone - sent >= IDLE_MS / 1000.0 - 0.05);
+	assert_int_equal(fd_count(d.pid), fds0);
+
+	/* a second verify works: a new verifier reads the new bytes */
+	fill(p, small, 4);
+	crc = verify_or_fail(mr, NULL, 0);
+	assert_int_equal(crc, crc_of(p, small));
+	/* a larger one grows the bounce buffer, whether the verifier is still kept or not */
+	mr2 = odpd_reg(c, p + big, big, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	assert_non_null(mr2);
+	sent = now_s();
+	assert_int_equal(verify_or_fail(mr2, NULL, 0), crc_of(p + big, big));
+	assert_int_equal(bounce_maps(d.pid, &bytes), 1);
+	if (now_s() - sent < IDLE_MS / 1000.0)
+		assert_int_equal(bytes, big);
+	want = (struct verbs_held){ d.pid, 0, 0, 2, 0 };
+	wait_verbs_held(&want, "verify-idle-ms after the larger verify");
+
+	/* a disconnect frees a kept verifier with the client's PD */
+	assert_int_equal(verify_or_fail(mr, NULL, 0), crc);
+	odpd_disconnect(c);
+	want = (struct verbs_held){ d.pid, 0, 0, 0, 0 };
+	wait_verbs_held(&want, "after the disconnect");
+	assert_true(fd_count(d.pid) < fds0);
+	daemon_stop(&d);                                 /* exit status 0: no sanitizer report */
+}
+
+struct racer {
+	const char *sock;
+	unsigned rounds, seed;
+};
+
+/* Verify again and again, each at a time around verify-idle-ms after the
+ * last, so that some find the verifier kept, some find it gone and some
+ * meet its release on a worker; release and register the MR now and then. */
+static int race_verifies(const struct racer *r)
+{
+	struct odpd_conn *c = odpd_connect(r->sock, NULL);
+	struct odpd_segment *seg;
+	struct odpd_mr *mr;
+	uint8_t *p;
+
+	if (!c || odpd_join_pd(c, "verify-race") < 0)
+		return 10;
+	seg = odpd_alloc(c, 256 * KIB, 0);
+	if (!seg)
+		return 11;
+	p = odpd_segment_addr(seg);
+	mr = odpd_reg(c, p, 128 * KIB, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!mr)
+		return 12;
+	for (unsigned i = 0; i < r->rounds; i++) {
+		uint32_t crc;
+
+		fill(p, 128 * KIB, r->seed + i);
+		if (odpd_verify(mr, NULL, 0, &crc) < 0 || crc != crc_of(p, 128 * KIB)) {
+			fprintf(stderr, "race_verifies: round %u: %s\n", i, odpd_errmsg());
+			return 13;
+		}
+		usleep(((i * 7 + r->seed) % 13) * 5000);    /* 0..60 ms: verify-idle-ms is 30 */
+		if (i % 5 == 4) {
+			if (odpd_dereg(mr) < 0)
+				return 14;
+			mr = odpd_reg(c, p, 128 * KIB, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+			if (!mr)
+				return 15;
+		}
+	}
+	odpd_disconnect(c);
+	return 0;
+}
+
+/*
+ * Two clients of one shared PD verify at times around verify-idle-ms (30 ms
+ * here): verifies that take the kept verifier, make their own beside
+ * another's, put theirs back or free it, meet the timer's release on a
+ * worker. Every verify reads right, odpd serves on, and once they are gone
+ * nothing of a verifier is left (under the sanitizers: no report either).
+ */
+static void test_verifies_race_idle_release(void **state)
+{
+	const char *args[] = { "--verify-idle-ms", "30", NULL };
+	struct test_daemon d = { 0 };
+	struct racer a, b;
+	struct verbs_held want;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	daemon_start(&d, args);
+	a = (struct racer){ d.sock, 40, 1 };
+	b = (struct racer){ d.sock, 40, 6 };
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(race_verifies(&b));
+	assert_int_equal(race_verifies(&a), 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	want = (struct verbs_held){ d.pid, 0, 0, 0, 0 };
+	wait_verbs_held(&want, "after both clients went");
+	daemon_stop(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -505,6 +752,8 @@ int main(void)
 		cmocka_unit_test_setup(test_address_outside_segments, harness_test_setup),
 		cmocka_unit_test_setup(test_odpctl_status, harness_test_setup),
 		cmocka_unit_test_setup(test_nofile_raised_to_hard_limit, harness_test_setup),
+		cmocka_unit_test(test_verifier_given_back_when_idle),
+		cmocka_unit_test(test_verifies_race_idle_release),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 

@@ -93,6 +93,7 @@ static void init(void)
 		.max_segment_size = 16u << 20,
 		.window_size = 1ull << 30,
 		.verify_buffer = 1u << 16,
+		.verify_idle_ms = 2,            /* verifiers given back between and during inputs */
 		.max_clients = 16,
 		.max_segments = 64,
 		.max_mrs = 256,
