@@ -2715,22 +2715,30 @@ static void verifier_idle(struct odpd_registry *r, struct odpd_domain *d)
 		verifier_arm(r);
 }
 
+/* Frees the verifiers of @n PDs that have been idle long enough, all in
+ * one job: under load the daemon's lane gets one turn in many, and one job
+ * per PD would fall behind the verifies that make them. */
 struct verifier_job {
 	struct odpd_job job;
 	struct odpd_registry *r;
-	struct odpd_domain *d;
+	unsigned n;
+	struct odpd_domain *d[];
 };
 
 static void verifier_free_run(struct odpd_job *job)
 {
-	struct odpd_domain *d = ((struct verifier_job *)job)->d;
-	struct odpd_verifier *v;
+	struct verifier_job *j = (struct verifier_job *)job;
 
-	pthread_mutex_lock(&d->lock);
-	v = d->verifier;                     /* none if a verify took it meanwhile */
-	d->verifier = NULL;
-	pthread_mutex_unlock(&d->lock);
-	odpd_verifier_free(v);
+	for (unsigned i = 0; i < j->n; i++) {
+		struct odpd_domain *d = j->d[i];
+		struct odpd_verifier *v;
+
+		pthread_mutex_lock(&d->lock);
+		v = d->verifier;                 /* none if a verify took it meanwhile */
+		d->verifier = NULL;
+		pthread_mutex_unlock(&d->lock);
+		odpd_verifier_free(v);
+	}
 }
 
 static void verifier_free_done(struct odpd_job *job)
@@ -2738,8 +2746,10 @@ static void verifier_free_done(struct odpd_job *job)
 	struct verifier_job *j = (struct verifier_job *)job;
 
 	j->r->pending--;
-	j->d->jobs--;
-	domain_maybe_close(j->r, j->d, false);
+	for (unsigned i = 0; i < j->n; i++) {
+		j->d[i]->jobs--;
+		domain_maybe_close(j->r, j->d[i], false);
+	}
 	free(j);
 }
 
@@ -2747,28 +2757,38 @@ static void on_verifier_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct odpd_registry *r = arg;
 	struct odpd_domain *d;
+	struct verifier_job *j;
 	const uint64_t now = now_ms();
+	unsigned n = 0;
 
 	(void)fd;
 	(void)what;
-	while ((d = TAILQ_FIRST(&r->idle_verifiers)) && d->verifier_idle_at <= now) {
-		struct verifier_job *j;
+	TAILQ_FOREACH(d, &r->idle_verifiers, idle_link) {
+		if (d->verifier_idle_at > now)
+			break;
+		n += d->verifies == 0;
+	}
+	j = n ? calloc(1, sizeof(*j) + n * sizeof(j->d[0])) : NULL;
+	if (n && !j) {                           /* kept a while longer: the next turn */
+		struct timeval tv = { 0, 100000 };
 
+		evtimer_add(r->verifier_timer, &tv);
+		return;
+	}
+	while ((d = TAILQ_FIRST(&r->idle_verifiers)) && d->verifier_idle_at <= now) {
 		verifier_unlist(r, d);
 		if (d->verifies)                 /* one runs: its end lists the PD again */
 			continue;
-		j = calloc(1, sizeof(*j));
-		if (!j) {                        /* kept a while longer */
-			verifier_idle(r, d);
-			break;
-		}
-		j->r = r;
-		j->d = d;
 		d->jobs++;                       /* the PD stays open until it is done */
+		j->d[j->n++] = d;
+	}
+	if (j) {
+		j->r = r;
 		r->pending++;
 		j->job.run = verifier_free_run;
 		j->job.done = verifier_free_done;
 		j->job.lane = ODPD_LANE_DAEMON;
+		j->job.big = j->n > 16;          /* never every worker at once */
 		odpd_pool_submit(r->pool, &j->job);
 	}
 	verifier_arm(r);
