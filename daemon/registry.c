@@ -2715,15 +2715,19 @@ static void verifier_idle(struct odpd_registry *r, struct odpd_domain *d)
 		verifier_arm(r);
 }
 
-/* Frees the verifiers of @n PDs that have been idle long enough, all in
- * one job: under load the daemon's lane gets one turn in many, and one job
- * per PD would fall behind the verifies that make them. */
+/* Frees the verifiers of @n PDs that have been idle long enough, all in one
+ * job, and one such job at a time: under load the daemon's lane gets one
+ * turn in many, and a job per PD, or per turn of the timer, would fall
+ * behind the verifies that make them; meanwhile what comes due waits for
+ * the next job. */
 struct verifier_job {
 	struct odpd_job job;
 	struct odpd_registry *r;
 	unsigned n;
 	struct odpd_domain *d[];
 };
+
+static void verifier_reap(struct odpd_registry *r);
 
 static void verifier_free_run(struct odpd_job *job)
 {
@@ -2744,32 +2748,36 @@ static void verifier_free_run(struct odpd_job *job)
 static void verifier_free_done(struct odpd_job *job)
 {
 	struct verifier_job *j = (struct verifier_job *)job;
+	struct odpd_registry *r = j->r;
 
-	j->r->pending--;
+	r->pending--;
+	r->verifier_reaping = false;
 	for (unsigned i = 0; i < j->n; i++) {
 		j->d[i]->jobs--;
-		domain_maybe_close(j->r, j->d[i], false);
+		domain_maybe_close(r, j->d[i], false);
 	}
 	free(j);
+	verifier_reap(r);                    /* what came due meanwhile */
 }
 
-static void on_verifier_timer(evutil_socket_t fd, short what, void *arg)
+/* Free every verifier idle long enough, unless a job doing so is in flight:
+ * then its end comes back here. */
+static void verifier_reap(struct odpd_registry *r)
 {
-	struct odpd_registry *r = arg;
 	struct odpd_domain *d;
 	struct verifier_job *j;
 	const uint64_t now = now_ms();
 	unsigned n = 0;
 
-	(void)fd;
-	(void)what;
+	if (r->verifier_reaping)
+		return;
 	TAILQ_FOREACH(d, &r->idle_verifiers, idle_link) {
 		if (d->verifier_idle_at > now)
 			break;
 		n += d->verifies == 0;
 	}
 	j = n ? calloc(1, sizeof(*j) + n * sizeof(j->d[0])) : NULL;
-	if (n && !j) {                           /* kept a while longer: the next turn */
+	if (n && !j) {                           /* kept a while longer */
 		struct timeval tv = { 0, 100000 };
 
 		evtimer_add(r->verifier_timer, &tv);
@@ -2785,6 +2793,7 @@ static void on_verifier_timer(evutil_socket_t fd, short what, void *arg)
 	if (j) {
 		j->r = r;
 		r->pending++;
+		r->verifier_reaping = true;
 		j->job.run = verifier_free_run;
 		j->job.done = verifier_free_done;
 		j->job.lane = ODPD_LANE_DAEMON;
@@ -2792,6 +2801,13 @@ static void on_verifier_timer(evutil_socket_t fd, short what, void *arg)
 		odpd_pool_submit(r->pool, &j->job);
 	}
 	verifier_arm(r);
+}
+
+static void on_verifier_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	verifier_reap(arg);
 }
 
 /* ---------------------------------------------------------------- verify */

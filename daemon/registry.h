@@ -243,6 +243,7 @@ struct odpd_registry {
 	 * worker verify_idle_ms after its last verify (0: at once, by the verify). */
 	TAILQ_HEAD(, odpd_domain) idle_verifiers;
 	struct event *verifier_timer;
+	bool verifier_reaping;              /* a job frees verifiers: its end looks again */
 	uint64_t verify_idle_ms;            /* odpd --verify-idle-ms; set before the first verify */
 	struct odpd_cache_stats stats;
 	struct odpd_odp_stats odp;
