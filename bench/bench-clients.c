@@ -248,23 +248,13 @@ static void probe(const char *sock, int ready, const int go[2][2], unsigned vcos
 
 /* ---------------------------------------------------------------- odpd, seen from outside */
 
+/* A field of odpd's /proc/PID/status, in kB. */
 static long status_kb(const char *field)
 {
-	char path[64], line[256];
-	size_t n = strlen(field);
-	long kb = -1;
-	FILE *f;
+	long kb = proc_status_kb(odpd_pid, field);
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)odpd_pid);
-	f = fopen(path, "re");
-	if (!f)
-		die("%s: %s", path, strerror(errno));
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, n) && line[n] == ':')
-			kb = strtol(line + n + 1, NULL, 10);
-	fclose(f);
 	if (kb < 0)
-		die("no %s in %s", field, path);
+		die("no %s in /proc/%d/status", field, (int)odpd_pid);
 	return kb;
 }
 

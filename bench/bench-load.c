@@ -90,22 +90,6 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static long status_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, field, strlen(field)) == 0)
-			v = strtol(line + strlen(field), NULL, 10);
-	fclose(f);
-	return v;
-}
 
 static int fds_of(pid_t pid)
 {
@@ -186,7 +170,7 @@ int main(int argc, char **argv)
 	}
 	printf("%u clients ready, %lu could not connect or attach, %u died before they were ready; "
 	       "odpd: %d fds, VmRSS %ld kB\n", sh->ready, sh->connect_failures, exited, fds_of(odpd),
-	       status_kb(odpd, "VmRSS:"));
+	       proc_status_kb(odpd, "VmRSS"));
 	t0 = now_us();
 	close(go_pipe[1]);                          /* every client's read() returns 0 */
 	for (unsigned done = exited; done < clients;) {
@@ -221,7 +205,7 @@ int main(int argc, char **argv)
 			printf("%-12s %10s %10s %10s %10lu\n", op_names[op], "-", "-", "-", sh->failures[op]);
 	}
 	printf("\nodpd: peak RSS (VmHWM) %ld kB, RSS now %ld kB, peak fds %d (sampled every 100 ms), "
-	       "fds now %d\n", status_kb(odpd, "VmHWM:"), status_kb(odpd, "VmRSS:"), peak_fds, fds_of(odpd));
+	       "fds now %d\n", proc_status_kb(odpd, "VmHWM"), proc_status_kb(odpd, "VmRSS"), peak_fds, fds_of(odpd));
 	free(sorted);
 	free(pids);
 	return exited || sh->connect_failures || sh->failures[OP_REG] || sh->failures[OP_VERIFY] ||

@@ -26,6 +26,8 @@ __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...);
 
 /* CLOCK_MONOTONIC in µs. */
 double now_us(void);
+/* A field of /proc/@pid/status ("VmRSS", no colon), in kB; -1 if there is none. */
+long proc_status_kb(pid_t pid, const char *field);
 
 /* Result files: create @dir and its parents; open @dir/@name for writing (a
  * header line "# @header" first when @header is not NULL); close it, dying
