@@ -34,7 +34,6 @@
  * bench/run-clients runs it in the VM. A benchmark: it reports, never asserts
  * on speed or size; exit 1 if a call failed.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
@@ -248,6 +247,16 @@ static void probe(const char *sock, int ready, const int go[2][2], unsigned vcos
 
 /* ---------------------------------------------------------------- odpd, seen from outside */
 
+/* odpd's open fds. */
+static long count_fds(void)
+{
+	long n = proc_fds(odpd_pid);
+
+	if (n < 0)
+		die("/proc/%d/fd: %s", (int)odpd_pid, strerror(errno));
+	return n;
+}
+
 /* A field of odpd's /proc/PID/status, in kB. */
 static long status_kb(const char *field)
 {
@@ -273,62 +282,6 @@ static long meminfo_kb(const char *field)
 	if (f)
 		fclose(f);
 	return kb;
-}
-
-static long count_fds(void)
-{
-	char path[64];
-	struct dirent *de;
-	long n = 0;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)odpd_pid);
-	d = opendir(path);
-	if (!d)
-		die("%s: %s", path, strerror(errno));
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-/* Is @tid one of odpd's threads (the kernel names an RDMA object by the
- * thread that made it: a worker)? */
-static bool odpd_thread(long tid)
-{
-	char path[64];
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%ld", (int)odpd_pid, tid);
-	return access(path, F_OK) == 0;
-}
-
-/* Objects of type @res (qp, cq, mr, pd) the kernel holds for odpd
- * (rdma -j resource show RES: "pid":N per object), -1 without rdma. */
-static long kernel_res(const char *res)
-{
-	static const char key[] = "\"pid\":";
-	size_t size = 1 << 20, len = 0, got;
-	char cmd[64], *buf = malloc(size), *q;
-	long n = 0;
-	FILE *p;
-
-	snprintf(cmd, sizeof(cmd), "rdma -j resource show %s 2>/dev/null", res);
-	p = popen(cmd, "r");
-	if (!p || !buf)
-		die("rdma: %s", strerror(errno));
-	while ((got = fread(buf + len, 1, size - 1 - len, p)) > 0)
-		if ((len += got) == size - 1 && !(buf = realloc(buf, size *= 2)))
-			die("out of memory");
-	buf[len] = 0;
-	if (pclose(p) != 0)
-		n = -1;
-	for (q = buf; n >= 0 && (q = strstr(q, key));) {
-		long tid = strtol(q + sizeof(key) - 1, &q, 10);
-
-		n += tid == odpd_pid || odpd_thread(tid);
-	}
-	free(buf);
-	return n;
 }
 
 struct state {
@@ -399,10 +352,10 @@ static void state_take(struct state *s)
 	s->file = status_kb("RssFile");
 	memfd_rss(s);
 	s->fds = count_fds();
-	s->qp = kernel_res("qp");
-	s->cq = kernel_res("cq");
-	s->mr = kernel_res("mr");
-	s->pd = kernel_res("pd");
+	s->qp = proc_rdma_objects(odpd_pid, "qp");
+	s->cq = proc_rdma_objects(odpd_pid, "cq");
+	s->mr = proc_rdma_objects(odpd_pid, "mr");
+	s->pd = proc_rdma_objects(odpd_pid, "pd");
 }
 
 static void state_print(const char *what, const struct state *s, const struct state *base, unsigned n)

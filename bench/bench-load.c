@@ -11,7 +11,6 @@
  * bench-load --socket PATH --pid ODPD_PID [--clients N] [--cycles M] [--size BYTES]
  * (bench/run-load runs it in the VM.)
  */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -90,24 +89,6 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-
-static int fds_of(pid_t pid)
-{
-	char path[64];
-	struct dirent *de;
-	int n = 0;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return -1;
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -161,7 +142,7 @@ int main(int argc, char **argv)
 	/* A client that dies before it is ready (the OOM killer, in a small
 	 * VM) must not hang the run: count those too. */
 	while (__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE) + exited < clients) {
-		int f = fds_of(odpd);
+		int f = proc_fds(odpd);
 		if (f > peak_fds)
 			peak_fds = f;
 		while (waitpid(-1, NULL, WNOHANG) > 0)
@@ -169,12 +150,12 @@ int main(int argc, char **argv)
 		usleep(50000);
 	}
 	printf("%u clients ready, %lu could not connect or attach, %u died before they were ready; "
-	       "odpd: %d fds, VmRSS %ld kB\n", sh->ready, sh->connect_failures, exited, fds_of(odpd),
+	       "odpd: %d fds, VmRSS %ld kB\n", sh->ready, sh->connect_failures, exited, proc_fds(odpd),
 	       proc_status_kb(odpd, "VmRSS"));
 	t0 = now_us();
 	close(go_pipe[1]);                          /* every client's read() returns 0 */
 	for (unsigned done = exited; done < clients;) {
-		int f = fds_of(odpd);
+		int f = proc_fds(odpd);
 
 		if (f > peak_fds)
 			peak_fds = f;
@@ -205,7 +186,7 @@ int main(int argc, char **argv)
 			printf("%-12s %10s %10s %10s %10lu\n", op_names[op], "-", "-", "-", sh->failures[op]);
 	}
 	printf("\nodpd: peak RSS (VmHWM) %ld kB, RSS now %ld kB, peak fds %d (sampled every 100 ms), "
-	       "fds now %d\n", proc_status_kb(odpd, "VmHWM"), proc_status_kb(odpd, "VmRSS"), peak_fds, fds_of(odpd));
+	       "fds now %d\n", proc_status_kb(odpd, "VmHWM"), proc_status_kb(odpd, "VmRSS"), peak_fds, proc_fds(odpd));
 	free(sorted);
 	free(pids);
 	return exited || sh->connect_failures || sh->failures[OP_REG] || sh->failures[OP_VERIFY] ||

@@ -80,43 +80,6 @@ static void anon_split(long *heap_kb, long *other_kb)
 	fclose(f);
 }
 
-/* Is @tid one of odpd's threads (the kernel names an MR by the thread that
- * registered it: a worker)? */
-static bool odpd_thread(long tid)
-{
-	char path[64];
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%ld", (int)odpd_pid, tid);
-	return access(path, F_OK) == 0;
-}
-
-/* MRs the kernel holds for odpd (rdma -j resource show mr: "pid":N per
- * MR), -1 without rdma. */
-static long kernel_mrs(void)
-{
-	static const char key[] = "\"pid\":";
-	size_t size = 1 << 20, len = 0, got;
-	char *buf = malloc(size), *q;
-	FILE *p = popen("rdma -j resource show mr 2>/dev/null", "r");
-	long n = 0;
-
-	if (!p || !buf)
-		die("rdma: %s", strerror(errno));
-	while ((got = fread(buf + len, 1, size - 1 - len, p)) > 0)
-		if ((len += got) == size - 1 && !(buf = realloc(buf, size *= 2)))
-			die("out of memory");
-	buf[len] = 0;
-	if (pclose(p) != 0)
-		n = -1;
-	for (q = buf; n >= 0 && (q = strstr(q, key));) {
-		long tid = strtol(q + sizeof(key) - 1, &q, 10);
-
-		n += odpd_thread(tid);
-	}
-	free(buf);
-	return n;
-}
-
 /* Register @n one-page MRs (every other page of @p), each released relaxed
  * at once when @relaxed, else held; progress every tenth. */
 static void reg_all(struct odpd_conn *c, uint8_t *p, unsigned n, bool relaxed, struct odpd_mr **mrs)
@@ -256,7 +219,7 @@ int main(int argc, char **argv)
 	rss1 = status_kb("VmRSS");
 	printf("all %u MRs held after %.1f s; counting the kernel's\n", n_mrs, (t3 - t2) / 1e6);
 	fflush(stdout);
-	kmrs = kernel_mrs();
+	kmrs = proc_rdma_objects(odpd_pid, "mr");
 	printf("the kernel's count took %.1f s; deregistering\n", (now_us() - t3) / 1e6);
 	fflush(stdout);
 	close(go[1]);                             /* EOF: every client deregisters */

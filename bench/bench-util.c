@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* bench-util: the helpers bench-reg and bench-cache share (bench-util.h). */
 #include <errno.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -342,4 +343,54 @@ long proc_status_kb(pid_t pid, const char *field)
 			kb = strtol(line + n + 1, NULL, 10);
 	fclose(f);
 	return kb;
+}
+
+int proc_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Is @tid a thread of @pid? */
+static bool thread_of(pid_t pid, long tid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%ld", (int)pid, tid);
+	return access(path, F_OK) == 0;
+}
+
+long proc_rdma_objects(pid_t pid, const char *res)
+{
+	static const char key[] = "\"pid\":";
+	size_t size = 1 << 20, len = 0, got;
+	char cmd[64], *buf = malloc(size), *q;
+	long n = 0;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "rdma -j resource show %s 2>/dev/null", res);
+	p = popen(cmd, "r");
+	if (!p || !buf)
+		die("rdma: %s", strerror(errno));
+	while ((got = fread(buf + len, 1, size - 1 - len, p)) > 0)
+		if ((len += got) == size - 1 && !(buf = realloc(buf, size *= 2)))
+			die("out of memory");
+	buf[len] = 0;
+	if (pclose(p) != 0)
+		n = -1;
+	for (q = buf; n >= 0 && (q = strstr(q, key));)
+		n += thread_of(pid, strtol(q + sizeof(key) - 1, &q, 10));
+	free(buf);
+	return n;
 }

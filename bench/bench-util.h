@@ -28,6 +28,12 @@ __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...);
 double now_us(void);
 /* A field of /proc/@pid/status ("VmRSS", no colon), in kB; -1 if there is none. */
 long proc_status_kb(pid_t pid, const char *field);
+/* Open fds of @pid (/proc/@pid/fd), -1 if unreadable. */
+int proc_fds(pid_t pid);
+/* RDMA objects of type @res (qp, cq, mr, pd) the kernel holds for a thread of
+ * @pid (rdma -j resource show RES names the thread that made each), -1
+ * without rdma. */
+long proc_rdma_objects(pid_t pid, const char *res);
 
 /* Result files: create @dir and its parents; open @dir/@name for writing (a
  * header line "# @header" first when @header is not NULL); close it, dying
