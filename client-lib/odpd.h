@@ -497,14 +497,14 @@ int odpd_advise_mr(struct odpd_conn *conn, enum ibv_advise_mr_advice advice, uin
  * there (it was killed, say) is destroyed by the kernel when the daemon
  * closes the PD - for a private PD, when the connection ends - and no
  * process holds the context any more. The context holds nothing but the
- * PD's own objects (DESIGN.md: whoever holds a context can use any object
- * in it): the members of a shared PD share one, so share PDs only between
- * processes that trust each other.
+ * PD's own objects (doc/design.md §4.3: whoever holds a context can use
+ * any object in it): the members of a shared PD share one, so share PDs
+ * only between processes that trust each other.
  *
  * Binds the connection to its PD as a registration does: odpd_join_pd()
  * afterwards fails with EBUSY. Import needs a provider that implements it
  * (mlx5 in upstream rdma-core today; Soft-RoCE (rxe) with the patch in
- * odpd's test bed, see README).
+ * odpd's test bed, see doc/testing.md).
  *
  * Errors: EINVAL (@conn NULL), EOPNOTSUPP (the device's provider in the
  * daemon cannot import - odpd_query_device() shows it as import - or this

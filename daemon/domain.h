@@ -50,8 +50,8 @@ struct odpd_import {
 /*
  * A protection domain on one device, in a device context of its own
  * (ibv_open_device), so that the context holds nothing but the objects of
- * that PD's clients (DESIGN.md §4): a client's private PD, or a named shared
- * one. The struct is made on the event loop; the context and PD are opened
+ * that PD's clients (doc/design.md §8.1): a client's private PD, or a
+ * named shared one. The struct is made on the event loop; the context and PD are opened
  * on a worker by the first registration and closed on a worker once no
  * member and no MR is left.
  */

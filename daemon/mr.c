@@ -230,7 +230,7 @@ static int odp_check(const struct odpd_device *dev, uint32_t access, const struc
 /*
  * Implicit ODP (addr 0, length SIZE_MAX) covers the whole address space of
  * the process that registers it, so odpd makes it only in a registrar that
- * holds nothing but the client's own segments (DESIGN.md section 4,
+ * holds nothing but the client's own segments (doc/design.md §8.2,
  * implicit.h): in the client's private PD, where the device has the cap and
  * its provider can import (the registrar imports the PD).
  */

@@ -7,7 +7,7 @@
  * An implicit ODP MR (ibv_reg_mr(pd, NULL, SIZE_MAX, ...|ON_DEMAND)) lets
  * the device reach the whole address space of the process that registers
  * it. odpd holds every client's segments, so it never makes one itself
- * (DESIGN.md section 4): it posix_spawns odpd-registrar, a process of its
+ * (doc/design.md §8.2): it posix_spawns odpd-registrar, a process of its
  * own binary that holds nothing but one client's segments, mapped at the
  * client's addresses, and lets it import the PD and register there.
  *

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * odpd-registrar: where one PD's implicit ODP MRs are made (the protocol is
- * registrar-proto.h, the reason DESIGN.md section 4).
+ * registrar-proto.h, the reason doc/design.md §8.2).
  *
  * An implicit MR reaches everything mapped in the process that registers
  * it, so this process maps nothing but what odpd sends: one client's

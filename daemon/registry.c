@@ -1752,7 +1752,7 @@ void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
 		r->n_hit_tables--;
 		hits_arm(r);
 	}
-	/* Remote keys it released relaxed die with it (DESIGN.md §4). */
+	/* Remote keys it released relaxed die with it (doc/design.md §8.3). */
 	collect_relaxed(r, match_remote_owned, &h->id, &list);
 	for (unsigned i = 0; i < r->devices->n; i++)
 		if (h->domains[i])

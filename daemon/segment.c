@@ -61,7 +61,7 @@ int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, s
 	}
 	/* What the kernel maps: whole pages of the file system (a hugetlb
 	 * mapping is rounded up to its huge page, and only whole ones unmap). */
-	r = odpd_memfd_fs(fd, &page, &hugetlb);      /* a hugetlb segment is fine (DESIGN §3) */
+	r = odpd_memfd_fs(fd, &page, &hugetlb);      /* a hugetlb segment is fine (doc/design.md §2) */
 	if (r == -EINVAL)
 		return err_set(err, EINVAL, "segment fd is a sealable file but neither shmem nor hugetlbfs "
 			       "(fstatfs)");

@@ -140,7 +140,7 @@ static void bounce_free(struct odpd_verifier *v)
 
 /*
  * A bounce buffer of @size bytes: a memfd of its own, never odpd's heap
- * (DESIGN.md §4: whoever holds the context's cmd_fd can reach its MR). Its
+ * (doc/design.md §8.1: whoever holds the context's cmd_fd can reach its MR). Its
  * fd is closed once mapped: the mapping keeps it.
  */
 static int bounce_new(struct odpd_verifier *v, size_t size, struct odpd_err *err)

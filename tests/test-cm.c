@@ -537,7 +537,7 @@ static void assert_kernel_mr_gone(uint32_t lkey)
 /*
  * After a client-PD registration is released: no MR, pin or segment change
  * against @a. odpd's fds are not compared: odpd may keep its copy of the
- * client's context (the cmd_fd) until the client disconnects (DESIGN.md §4),
+ * client's context (the cmd_fd) until the client disconnects (doc/design.md §4.2),
  * and that is checked once the client is gone (snapshot_settles_to).
  */
 static void assert_released_but_ctx(const struct snapshot *a)

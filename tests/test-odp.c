@@ -1275,7 +1275,7 @@ static void test_implicit_odp_refused(void **state)
 }
 
 /*
- * The registrar (DESIGN.md section 4), up to the kernel's own refusal:
+ * The registrar (doc/design.md §8.2), up to the kernel's own refusal:
  * $ODPD_TEST_IMPLICIT_ODP=1 lets an implicit ODP request past odpd's cap
  * check on rxe, so everything but a successful ibv_reg_mr runs for real.
  */

@@ -1020,7 +1020,7 @@ static void test_hit_table_hugetlb(void **state)
 }
 
 /*
- * A hugetlb segment (DESIGN section 3) is legitimate: odpd maps whole huge
+ * A hugetlb segment (doc/design.md §2) is legitimate: odpd maps whole huge
  * pages of it, counts them (segment bytes: the whole 2 MiB, whatever length
  * the client attached), and unmaps exactly them at detach: at a client
  * address with a length of one small page, and in the window.

@@ -3,7 +3,7 @@
  * alloc.c - the program's large allocations, in segments odpd can map.
  *
  * odpd registers only memory it can map itself, which means memfd segments
- * (DESIGN.md section 3); a program under odpd-run allocates with malloc and
+ * (doc/design.md §2); a program under odpd-run allocates with malloc and
  * its family. So every allocation of ODPD_PRELOAD_MIN_SIZE bytes or more is
  * served by jemalloc, from an arena of its own whose extent hooks take
  * memory from *chunks*: each a sealed memfd (F_SEAL_SHRINK | F_SEAL_GROW),

@@ -7,7 +7,7 @@
  *
  *   alloc.c  places the program's large allocations (malloc and its
  *            family, anonymous private mmap) in memfd-backed chunks, the
- *            segments odpd can map (DESIGN.md section 3), through a jemalloc
+ *            segments odpd can map (doc/design.md §2), through a jemalloc
  *            arena whose extent hooks hand out those chunks; keeps fork()
  *            private (a child gets copies).
  *   verbs.c  interposes ibv_reg_mr, ibv_reg_mr_iova, ibv_reg_mr_iova2,
