@@ -225,6 +225,10 @@ struct odpd_registry {
 	struct event *hole_timer;           /* looks for holes under pinned MRs in hit tables */
 	unsigned n_hit_pinned;              /* references with a slot over pinned MRs */
 	uint64_t hole_pass;                 /* holes_check passes (odpd_mapping.hole_pass) */
+	/* Where the next look of each timer starts in @holders (NULL: at the
+	 * head): a look takes at most ODPD_LOOK_HOLDERS holders, so that the
+	 * loop's time per tick does not grow with the number of clients. */
+	struct odpd_holder *hit_cursor, *hole_cursor;
 	LIST_HEAD(, odpd_domain) domains;
 	LIST_HEAD(, odpd_holder) holders;
 	LIST_HEAD(, odpd_shared_pd) shared;

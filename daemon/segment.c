@@ -92,12 +92,63 @@ int odpd_segment_validate(int fd, uint64_t max_size, struct odpd_seginfo *ret, s
 	return 0;
 }
 
+static size_t mapping_bucket(size_t n_buckets, dev_t dev, ino_t ino)
+{
+	uint64_t h = ((uint64_t)ino ^ ((uint64_t)dev << 40)) * 0x9e3779b97f4a7c15ull;
+
+	return (size_t)(h >> 32) & (n_buckets - 1);
+}
+
 static struct odpd_mapping *mapping_find(struct odpd_segtable *t, dev_t dev, ino_t ino)
 {
-	for (struct odpd_mapping *m = t->list; m; m = m->next)
+	if (!t->n_buckets)
+		return NULL;
+	for (struct odpd_mapping *m = t->buckets[mapping_bucket(t->n_buckets, dev, ino)]; m; m = m->next)
 		if (m->dev == dev && m->ino == ino)
 			return m;
 	return NULL;
+}
+
+/* Room for one more mapping: -ENOMEM only if there is no table at all (a
+ * table that cannot grow takes longer chains). */
+static int mapping_reserve(struct odpd_segtable *t)
+{
+	size_t n = t->n_buckets ? t->n_buckets * 2 : 64;
+	struct odpd_mapping **b;
+
+	if (t->n_listed < t->n_buckets)
+		return 0;
+	b = calloc(n, sizeof(*b));
+	if (!b)
+		return t->n_buckets ? 0 : -ENOMEM;
+	for (size_t i = 0; i < t->n_buckets; i++)
+		while (t->buckets[i]) {
+			struct odpd_mapping *m = t->buckets[i];
+			size_t k = mapping_bucket(n, m->dev, m->ino);
+
+			t->buckets[i] = m->next;
+			m->next = b[k];
+			b[k] = m;
+		}
+	free(t->buckets);
+	t->buckets = b;
+	t->n_buckets = n;
+	return 0;
+}
+
+static void mapping_unlist(struct odpd_segtable *t, struct odpd_mapping *m)
+{
+	for (struct odpd_mapping **pm = &t->buckets[mapping_bucket(t->n_buckets, m->dev, m->ino)]; *pm;
+	     pm = &(*pm)->next)
+		if (*pm == m) {
+			*pm = m->next;
+			break;
+		}
+	if (--t->n_listed == 0) {
+		free(t->buckets);
+		t->buckets = NULL;
+		t->n_buckets = 0;
+	}
 }
 
 /* Map the file at @want (MAP_FIXED_NOREPLACE), or in the window. */
@@ -185,7 +236,7 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 		*ret = m;
 		return 0;
 	}
-	m = calloc(1, sizeof(*m));
+	m = mapping_reserve(t) == 0 ? calloc(1, sizeof(*m)) : NULL;
 	if (!m) {
 		close(fd);
 		return err_set(err, ENOMEM, "out of memory");
@@ -200,6 +251,11 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	if (r < 0) {
 		close(fd);
 		free(m);
+		if (!t->n_listed) {              /* (the table mapping_reserve made) */
+			free(t->buckets);
+			t->buckets = NULL;
+			t->n_buckets = 0;
+		}
 		return r;
 	}
 	mapping_dontdump(m);
@@ -216,8 +272,13 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 		log_errno(LOG_WARNING, errno, "madvise(MADV_DONTDUMP) on a witness view");
 	}
 	m->refs = 1;
-	m->next = t->list;
-	t->list = m;
+	{
+		size_t k = mapping_bucket(t->n_buckets, m->dev, m->ino);
+
+		m->next = t->buckets[k];
+		t->buckets[k] = m;
+		t->n_listed++;
+	}
 	t->count++;
 	t->bytes += m->size;
 	*ret = m;
@@ -266,11 +327,7 @@ void odpd_mapping_put(struct odpd_segtable *t, struct odpd_mapping *m)
 {
 	if (--m->refs > 0)
 		return;
-	for (struct odpd_mapping **pm = &t->list; *pm; pm = &(*pm)->next)
-		if (*pm == m) {
-			*pm = m->next;
-			break;
-		}
+	mapping_unlist(t, m);
 	m->table = t;
 	m->unmap.run = unmap_run;
 	m->unmap.done = unmap_done;

@@ -96,7 +96,12 @@ struct odpd_mapping {
 struct odpd_segtable {
 	struct odpd_window *window;
 	struct odpd_pool *pool;         /* unmapping runs on a worker */
-	struct odpd_mapping *list;      /* mapped, and findable */
+	/* Mapped, and findable: a hash table of chains by inode (a power of
+	 * two of buckets, grown to hold one mapping per bucket on average;
+	 * freed when the last mapping leaves it). */
+	struct odpd_mapping **buckets;
+	size_t n_buckets;
+	size_t n_listed;
 	unsigned count;                 /* mapped, including those being unmapped */
 	uint64_t bytes;
 	unsigned unmapping;             /* unmap jobs in flight */

@@ -844,7 +844,8 @@ static void test_mapping_dedup(void **state)
 	odpd_mapping_put(t, m2);
 	assert_int_equal(t->count, 0);
 	assert_int_equal(t->bytes, 0);
-	assert_null(t->list);
+	assert_int_equal(t->n_listed, 0);
+	assert_null(t->buckets);
 	assert_false(fd_is_open(kept_fd));
 	assert_false(mapped_from(addr, info.ino));
 
@@ -1013,6 +1014,43 @@ static void test_mapping_dontdump(void **state)
 	}
 }
 
+/* 300 inodes (each at 2 MiB alignment: a window of its own): the table
+ * grows past its first 64 buckets, each inode is found again (a second
+ * reference), and the table is gone with the last mapping. */
+static void test_mapping_many(void **state)
+{
+	struct odpd_segtable tt = { 0 }, *t = &tt;
+	enum { N = 300 };
+	struct odpd_mapping *m[N], *again;
+	struct odpd_seginfo info[N];
+	struct odpd_err err = { 0 };
+
+	(void)state;
+	assert_int_equal(odpd_window_new(N * 2 * MIB, &t->window), 0);
+	for (int i = 0; i < N; i++) {
+		int fd = good_memfd(64 * 1024);
+
+		validate_ok(fd, &info[i]);
+		assert_int_equal(odpd_mapping_get(t, fd, &info[i], 0, &m[i], &err), 0);
+	}
+	assert_int_equal(t->n_listed, N);
+	assert_true(t->n_buckets >= N / 2);
+	for (int i = 0; i < N; i++) {
+		int fd = dup(m[i]->fd);
+
+		assert_int_equal(odpd_mapping_get(t, fd, &info[i], 0, &again, &err), 0);
+		assert_ptr_equal(again, m[i]);
+		assert_int_equal(m[i]->refs, 2);
+	}
+	for (int i = 0; i < N; i++) {
+		odpd_mapping_put(t, m[i]);
+		odpd_mapping_put(t, m[i]);
+	}
+	assert_int_equal(t->n_listed, 0);
+	assert_null(t->buckets);
+	odpd_window_free(t->window);
+}
+
 static void test_mapping_window_full(void **state)
 {
 	(void)state;
@@ -1029,7 +1067,8 @@ static void test_mapping_window_full(void **state)
 	assert_false(fd_is_open(fd));      /* consumed on error too */
 	assert_int_equal(t.count, 0);
 	assert_int_equal(t.bytes, 0);
-	assert_null(t.list);
+	assert_int_equal(t.n_listed, 0);
+	assert_null(t.buckets);
 	odpd_window_free(t.window);
 }
 
@@ -1071,6 +1110,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_mapping_read_only_then_writable, seg_setup, seg_teardown),
 		cmocka_unit_test_setup_teardown(test_mapping_dontdump, seg_setup, seg_teardown),
 		cmocka_unit_test(test_mapping_window_full),
+		cmocka_unit_test(test_mapping_many),
 	};
 
 	return cmocka_run_group_tests_name("segment", tests, NULL, NULL);
