@@ -26,6 +26,7 @@
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg);
 static void client_teardown(struct odpd_client *c);
+static void client_reap_later(struct odpd_client *c);
 static void client_on_write(evutil_socket_t fd, short what, void *arg);
 static void outq_push(struct odpd_client *c, struct outq_item *it, Odpd__Reply *reply);
 
@@ -427,7 +428,7 @@ static bool client_read_one(struct odpd_client *c)
 	c->handling = false;
 	if (c->dead) {
 		if (!c->busy)
-			client_teardown(c);
+			client_reap_later(c);
 		return false;
 	}
 	if (c->refused) {                    /* Hello was answered with the refusal */
@@ -484,6 +485,35 @@ static void client_teardown(struct odpd_client *c)
 	odpd_manager_client_released(m);
 }
 
+/*
+ * A disconnected client is torn down on the loop's next turn, never inside
+ * the call that found it gone: a reply that cannot be sent (out of memory, a
+ * slow reader) disconnects its client in odpd_client_send, and the caller
+ * (a walk over a device's holders, a batch's waiters) still holds pointers
+ * to it and to what it holds.
+ */
+static void client_reap_later(struct odpd_client *c)
+{
+	struct odpd_manager *m = c->m;
+
+	LIST_INSERT_HEAD(&m->reap, c, link);
+	event_active(m->ev_reap, 0, 0);
+}
+
+void odpd_client_on_reap(evutil_socket_t fd, short what, void *arg)
+{
+	struct odpd_manager *m = arg;
+
+	(void)fd;
+	(void)what;
+	while (!LIST_EMPTY(&m->reap)) {
+		struct odpd_client *c = LIST_FIRST(&m->reap);
+
+		LIST_REMOVE(c, link);
+		client_teardown(c);
+	}
+}
+
 void odpd_client_job_done(struct odpd_client *c)
 {
 	c->busy = false;
@@ -492,7 +522,7 @@ void odpd_client_job_done(struct odpd_client *c)
 		return;
 	}
 	if (c->dead) {
-		client_teardown(c);
+		client_reap_later(c);
 		return;
 	}
 	if (c->read_paused) {                /* packets queued meanwhile */
@@ -527,5 +557,5 @@ void odpd_client_disconnect(struct odpd_client *c, const char *why)
 		close(c->pidfd);
 	c->pidfd = -1;
 	if (!c->busy && !c->handling)
-		client_teardown(c);
+		client_reap_later(c);
 }

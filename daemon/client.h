@@ -68,7 +68,9 @@ struct odpd_client {
 /* Accept callback of the listening socket. */
 void odpd_client_accept(evutil_socket_t fd, short what, void *arg);
 
-/* Queue a reply. May disconnect a client whose output queue is full. */
+/* Queue a reply. May disconnect a client whose output queue is full, or
+ * when out of memory; @c stays valid until the loop's next turn either way
+ * (its teardown is deferred: odpd_client_on_reap). */
 void odpd_client_send(struct odpd_client *c, Odpd__Reply *reply);
 /* The same with one fd, which it takes (closed once sent, or on failure). */
 void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd);
@@ -77,9 +79,12 @@ void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const 
 
 /* An answer will come later (a registry callback): stop reading until then. */
 void odpd_client_wait(struct odpd_client *c);
-/* Called when the job or callback is done: resumes reading, or tears a dead
- * client down. */
+/* Called when the job or callback is done: resumes reading, or has a dead
+ * client torn down on the loop's next turn. */
 void odpd_client_job_done(struct odpd_client *c);
 
-/* Drop the connection; the client's objects are released once no job runs. */
+/* Drop the connection; the client's objects are released once no job runs,
+ * on the loop's next turn (never inside this call). */
 void odpd_client_disconnect(struct odpd_client *c, const char *why);
+/* The manager's ev_reap: tear down the clients on m->reap. */
+void odpd_client_on_reap(evutil_socket_t fd, short what, void *arg);

@@ -403,6 +403,7 @@ int odpd_manager_start(struct odpd_manager *m)
 	int r;
 
 	LIST_INIT(&m->clients);
+	LIST_INIT(&m->reap);
 	m->listen_fd = -1;
 	signal(SIGPIPE, SIG_IGN);
 	m->base = event_base_new();
@@ -411,7 +412,8 @@ int odpd_manager_start(struct odpd_manager *m)
 		return log_errno(LOG_ERR, ENOMEM, "start-up");
 	m->ev_stop = evtimer_new(m->base, on_stop_timer, m);
 	m->ev_listen_resume = evtimer_new(m->base, on_listen_resume, m);
-	if (!m->ev_stop || !m->ev_listen_resume)
+	m->ev_reap = event_new(m->base, -1, 0, odpd_client_on_reap, m);
+	if (!m->ev_stop || !m->ev_listen_resume || !m->ev_reap)
 		return log_errno(LOG_ERR, ENOMEM, "start-up");
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
 		m->nofile = nofile.rlim_cur;
@@ -467,6 +469,8 @@ int odpd_manager_start(struct odpd_manager *m)
 
 void odpd_manager_finish(struct odpd_manager *m)
 {
+	if (m->ev_reap)
+		odpd_client_on_reap(-1, 0, m);    /* (a loop that ended with clients to reap) */
 	if (m->ev_watchdog)
 		event_free(m->ev_watchdog);
 	if (m->ev_wedge)
@@ -481,6 +485,8 @@ void odpd_manager_finish(struct odpd_manager *m)
 		event_free(m->ev_stop);
 	if (m->ev_listen_resume)
 		event_free(m->ev_listen_resume);
+	if (m->ev_reap)
+		event_free(m->ev_reap);
 	for (int i = 0; i < 2; i++)
 		if (m->ev_signals[i])
 			event_free(m->ev_signals[i]);

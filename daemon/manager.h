@@ -54,6 +54,8 @@ struct odpd_manager {
 	struct odpd_conf conf;              /* odpd.conf */
 	struct odpd_registry registry;      /* every MR */
 	LIST_HEAD(, odpd_client) clients;   /* connected */
+	LIST_HEAD(, odpd_client) reap;      /* disconnected, torn down by ev_reap */
+	struct event *ev_reap;
 	unsigned n_clients;                 /* connected or still being torn down */
 	unsigned n_refused;                 /* of those, refused (over their user's limit) */
 	uint64_t next_client_id;
