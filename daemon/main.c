@@ -12,6 +12,10 @@
 
 #include "bus.h"
 #include "config.h"
+#ifdef ODPD_FAULT_INJECTION
+#include <event2/event.h>
+#include "fault.h"
+#endif
 #include "log.h"
 #include "manager.h"
 #include "odpd-wire.h"
@@ -196,6 +200,11 @@ int main(int argc, char **argv)
 	};
 	int r;
 
+#ifdef ODPD_FAULT_INJECTION
+	/* a test build: libevent's allocations too go through fault.c's malloc */
+	odpd_fault_init();
+	event_set_mem_functions(malloc, realloc, free);
+#endif
 	m.cfg.devices = calloc((size_t)argc, sizeof(char *));
 	if (!m.cfg.devices || parse_args(argc, argv, &m.cfg) < 0)
 		return EXIT_FAILURE;

@@ -170,6 +170,28 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 	}
 }
 
+/* protobuf-c's allocations for a request, through odpd's own malloc, so that
+ * running out of memory is told apart from a malformed packet. */
+static bool unpack_oom;
+
+static void *pb_alloc(void *data, size_t size)
+{
+	void *p = malloc(size);
+
+	(void)data;
+	if (!p)
+		unpack_oom = true;
+	return p;
+}
+
+static void pb_free(void *data, void *p)
+{
+	(void)data;
+	free(p);
+}
+
+static ProtobufCAllocator pb_allocator = { .alloc = pb_alloc, .free = pb_free };
+
 void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt)
 {
 	Odpd__Request *req;
@@ -179,7 +201,12 @@ void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, 
 		odpd_client_send_error(c, 0, EBADMSG, "empty packet: expected one odpd.Request");
 		goto out;
 	}
-	req = odpd__request__unpack(NULL, len, buf);
+	unpack_oom = false;
+	req = odpd__request__unpack(&pb_allocator, len, buf);
+	if (!req && unpack_oom) {
+		odpd_client_send_error(c, 0, ENOMEM, "odpd is out of memory: the request was not read");
+		goto out;
+	}
 	if (!req) {
 		odpd_client_send_error(c, 0, EBADMSG, "cannot parse the packet as an odpd.Request");
 		goto out;
@@ -203,7 +230,7 @@ void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, 
 						  req->revocations_seen);
 		dispatch(c, req, pkt);
 	}
-	odpd__request__free_unpacked(req, NULL);
+	odpd__request__free_unpacked(req, &pb_allocator);
 out:
 	odpd_packet_close_fds(pkt);
 }

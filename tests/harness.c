@@ -640,3 +640,148 @@ int harness_group_teardown(void **state)
 		unlink(conf_path);
 	return 0;
 }
+
+/* ---------------------------------------------------------------- tools */
+
+static char bus_dir[64];
+char bus_addr[160];
+pid_t bus_pid;
+
+void bus_start(void)
+{
+	const char *policy = getenv("ODPD_TEST_BUS_POLICY");
+	char conf[128], sock[128];
+	FILE *f;
+
+	assert_non_null(policy);
+	snprintf(bus_dir, sizeof(bus_dir), "/tmp/odpd-bus.XXXXXX");
+	assert_non_null(mkdtemp(bus_dir));
+	chmod(bus_dir, 0755);
+	snprintf(conf, sizeof(conf), "%s/bus.conf", bus_dir);
+	snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
+	f = fopen(conf, "w");
+	assert_non_null(f);
+	/* A system bus's usual default policy, in short: nobody owns names or
+	 * calls methods unless a rule says so; replies and the bus driver pass. */
+	fprintf(f,
+		"<busconfig>\n"
+		" <type>system</type>\n"
+		" <listen>unix:path=%s</listen>\n"
+		" <auth>EXTERNAL</auth>\n"
+		" <policy context=\"default\">\n"
+		"  <allow user=\"*\"/>\n"
+		"  <deny own=\"*\"/>\n"
+		"  <deny send_type=\"method_call\"/>\n"
+		"  <allow send_type=\"signal\"/>\n"
+		"  <allow send_requested_reply=\"true\" send_type=\"method_return\"/>\n"
+		"  <allow send_requested_reply=\"true\" send_type=\"error\"/>\n"
+		"  <allow receive_type=\"method_call\"/>\n"
+		"  <allow receive_type=\"method_return\"/>\n"
+		"  <allow receive_type=\"error\"/>\n"
+		"  <allow receive_type=\"signal\"/>\n"
+		"  <allow send_destination=\"org.freedesktop.DBus\"/>\n"
+		" </policy>\n"
+		" <policy user=\"daemon\">\n"
+		"  <allow send_destination=\"org.odpd1\" send_interface=\"org.odpd1.Manager\" send_member=\"Flush\"/>\n"
+		" </policy>\n"
+		" <include>%s</include>\n"
+		"</busconfig>\n", sock, policy);
+	fclose(f);
+	bus_pid = fork();
+	assert_true(bus_pid >= 0);
+	if (bus_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execlp("dbus-daemon", "dbus-daemon", "--nofork", "--nopidfile", "--config-file", conf,
+		       (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 200 && access(sock, F_OK) != 0; i++)
+		usleep(50000);
+	assert_int_equal(access(sock, F_OK), 0);
+	snprintf(bus_addr, sizeof(bus_addr), "unix:path=%s", sock);
+	/* odpd (daemon_start) connects there instead of the system bus */
+	setenv("DBUS_SYSTEM_BUS_ADDRESS", bus_addr, 1);
+}
+
+void bus_stop(void)
+{
+	char path[160];
+
+	unsetenv("DBUS_SYSTEM_BUS_ADDRESS");
+	if (bus_pid > 0) {
+		kill(bus_pid, SIGTERM);
+		waitpid(bus_pid, NULL, 0);
+	}
+	bus_pid = 0;
+	snprintf(path, sizeof(path), "%s/bus.conf", bus_dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/bus", bus_dir);
+	unlink(path);
+	rmdir(bus_dir);
+}
+
+/* Run @argv as @uid (0: as we are); its stdout and stderr in @out. Returns
+ * its exit status. */
+int run_tool(uid_t uid, char *out, size_t cap, const char *const *argv)
+{
+	int pfd[2], st;
+	size_t len = 0;
+	ssize_t k;
+	pid_t pid;
+
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		if (uid && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 ||
+			    setresuid(uid, uid, uid) < 0))
+			_exit(126);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (len + 1 < cap && (k = read(pfd[0], out + len, cap - 1 - len)) > 0)
+		len += (size_t)k;
+	out[len] = 0;
+	close(pfd[0]);
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int run_cmd(const char *cmd, int timeout_s)
+{
+	pid_t pid = fork();
+	int st;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < timeout_s * 10; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		usleep(100000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+/* The first rxe link and its netdev, from `rdma link show`. */
+void rdma_link(char *dev, char *netdev)
+{
+	FILE *p = popen("rdma link show", "r");
+	char line[512];
+	bool found = false;
+
+	assert_non_null(p);
+	while (!found && fgets(line, sizeof(line), p)) {
+		const char *nd = strstr(line, " netdev ");
+		found = sscanf(line, "link %63[^/]/", dev) == 1 && nd && sscanf(nd, " netdev %63s", netdev) == 1;
+	}
+	pclose(p);
+	assert_true(found);
+}

@@ -141,3 +141,22 @@ void wait_idle(int admin_fd);
 
 /* A sealed memfd of @size bytes (F_SEAL_SHRINK | F_SEAL_GROW). */
 int sealed_memfd(size_t size);
+
+/*
+ * A system bus of the test's own: dbus-daemon with a system bus's usual
+ * default policy and odpd's real policy file ($ODPD_TEST_BUS_POLICY);
+ * bus_start() points DBUS_SYSTEM_BUS_ADDRESS there, so daemon_start()'s odpd
+ * connects to it. bus_addr: its address; bus_pid: the dbus-daemon.
+ */
+extern char bus_addr[160];
+extern pid_t bus_pid;
+void bus_start(void);
+void bus_stop(void);
+/* Run @argv as @uid (0: as we are); its stdout and stderr in @out. Returns
+ * its exit status. */
+int run_tool(uid_t uid, char *out, size_t cap, const char *const *argv);
+/* sh -c @cmd, killed after @timeout_s: its exit status, 128 + signal, or -1
+ * on the timeout. */
+int run_cmd(const char *cmd, int timeout_s);
+/* The first rxe link and its netdev, from `rdma link show`. */
+void rdma_link(char *dev, char *netdev);

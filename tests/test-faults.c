@@ -191,42 +191,6 @@ static void test_restart_under_clients(void **state)
 
 /* Run @cmd (sh -c) and wait up to @timeout_s for it: its exit status, or -1
  * if it did not end (then it is killed). */
-static int run_cmd(const char *cmd, int timeout_s)
-{
-	pid_t pid = fork();
-	int st;
-
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < timeout_s * 10; i++) {
-		if (waitpid(pid, &st, WNOHANG) == pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		usleep(100000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
-	return -1;
-}
-
-/* The first rxe link and its netdev, from `rdma link show`. */
-static void rdma_link(char *dev, char *netdev)
-{
-	FILE *p = popen("rdma link show", "r");
-	char line[512];
-	bool found = false;
-
-	assert_non_null(p);
-	while (!found && fgets(line, sizeof(line), p)) {
-		const char *nd = strstr(line, " netdev ");
-		found = sscanf(line, "link %63[^/]/", dev) == 1 && nd && sscanf(nd, " netdev %63s", netdev) == 1;
-	}
-	pclose(p);
-	assert_true(found);
-}
-
 static unsigned status_devices(int admin_fd, uint64_t *pinned, unsigned *mrs)
 {
 	Odpd__Reply *reply = NULL;
