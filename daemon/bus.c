@@ -137,17 +137,33 @@ static int prop_client(sd_bus *bus, const char *path, const char *interface, con
 	return -ENOENT;
 }
 
+/* Is @path the one name of the object @prefix/@label, as the node
+ * enumerators list it? sd_bus_path_decode() also takes the label's bytes
+ * escaped where they need not be ("/org/odpd1/client/1" for ".../_31"). */
+static bool path_is_canonical(const char *path, const char *prefix, const char *label)
+{
+	char *canon = NULL;
+	bool ok = sd_bus_path_encode(prefix, label, &canon) >= 0 && strcmp(canon, path) == 0;
+
+	free(canon);
+	return ok;
+}
+
 static struct odpd_client *client_by_path(struct odpd_manager *m, const char *path)
 {
 	struct odpd_client *c;
-	char *label = NULL, *end;
+	char *label = NULL, *end, canon[24];
 	uint64_t id;
 
 	if (sd_bus_path_decode(path, CLIENT_PREFIX, &label) <= 0 || !label)
 		return NULL;
 	errno = 0;
 	id = strtoull(label, &end, 10);
-	if (errno || *end || end == label) {
+	/* the id as client_enum writes it, nothing else: not " 1", "+1", "01",
+	 * or "-18446744073709551615", which strtoull also reads as 1 */
+	snprintf(canon, sizeof(canon), "%" PRIu64, id);
+	if (errno || *end || end == label || strcmp(canon, label) != 0 ||
+	    !path_is_canonical(path, CLIENT_PREFIX, label)) {
 		free(label);
 		return NULL;
 	}
@@ -295,6 +311,10 @@ static int device_find(sd_bus *bus, const char *path, const char *interface, voi
 	if (!userdata || sd_bus_path_decode(path, DEVICE_PREFIX, &label) <= 0 || !label)
 		return 0;
 	m = manager_of(userdata);
+	if (!path_is_canonical(path, DEVICE_PREFIX, label)) {
+		free(label);
+		return 0;
+	}
 	for (unsigned i = 0; i < m->devices.n && !r; i++)
 		if (!m->devices.dev[i].removed && strcmp(m->devices.dev[i].name, label) == 0) {
 			device_refs[i].b = userdata;

@@ -497,12 +497,177 @@ static void test_odpctl(void **state)
 	bus_stop();
 }
 
+/* busctl ARGS... as root: 0 if it succeeded; its output in @out. */
+#define BUSCTL(out, ...) busctl(0, out, sizeof(out), __VA_ARGS__, NULL)
+
+/* @path answers nothing: busctl says the object is unknown, or refuses the path. */
+static void assert_no_object(const char *path, const char *iface)
+{
+	char out[1024];
+
+	if (BUSCTL(out, "call", "org.odpd1", path, "org.freedesktop.DBus.Properties", "GetAll", "s",
+		   iface) == 0)
+		fail_msg("GetAll on %s answered: %s", path, out);
+	if (!strstr(out, "Unknown object") && !strstr(out, "Invalid object path") &&
+	    !strstr(out, "Invalid argument"))
+		fail_msg("GetAll on %s: %s", path, out);
+}
+
+/*
+ * What a hostile or careless D-Bus caller can send (issue 23, section 4):
+ *  - one object, one name: a client's object answers only at the path the
+ *    node enumerator lists (sd_bus_path_encode of its id), not at the
+ *    other spellings that decode to the same id ("/org/odpd1/client/1" for
+ *    ".../_31", a leading zero or blank, "+1", "-18446744073709551615"),
+ *    which odpd used to answer as well; so for devices;
+ *  - odd object paths: empty, non-numeric, overflowing and very long ids,
+ *    deeper paths;
+ *  - wrong signatures, unknown members and interfaces, Set of a
+ *    read-only property;
+ *  - many callers at once while clients come and go, each looked up as it
+ *    disconnects;
+ * each gets an error (or its answer), and odpd serves on and exits cleanly.
+ */
+static void test_bus_hostile_calls(void **state)
+{
+	static char tree[65536];
+	struct test_daemon d = { 0 };
+	struct odpd_conn *c;
+	char out[4096], path[160], alias[256], longid[400];
+	unsigned long long id;
+	const char *p;
+
+	(void)state;
+	bus_start();
+	daemon_start(&d, NULL);
+	wait_for_name();
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	assert_int_equal(BUSCTL(tree, "tree", "org.odpd1"), 0);
+	p = strstr(tree, "/org/odpd1/client/");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "%159s", path), 1);
+	/* the canonical name: its id's first digit escaped (_3N) */
+	assert_int_equal(sscanf(path, "/org/odpd1/client/_3%1llu", &id), 1);
+	{
+		const char *digits = path + strlen("/org/odpd1/client/_3");
+		char idtext[192];
+
+		snprintf(idtext, sizeof(idtext), "%llu%s", id, digits + 1);
+		assert_int_equal(BUSCTL(out, "get-property", "org.odpd1", path, "org.odpd1.Client", "Pid"), 0);
+		/* the other spellings of the same id */
+		const char *const spellings[] = {       /* before the id */
+			"/org/odpd1/client/", "/org/odpd1/client/_30", "/org/odpd1/client/_20",
+			"/org/odpd1/client/_2b", "/org/odpd1/client/_300",
+		};
+		for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+			snprintf(alias, sizeof(alias), "%s%s", spellings[i], idtext);
+			assert_no_object(alias, "org.odpd1.Client");
+		}
+		if (strcmp(idtext, "1") == 0)           /* strtoull: 1 - 2^64 wraps to 1 */
+			assert_no_object("/org/odpd1/client/_2d18446744073709551615", "org.odpd1.Client");
+	}
+	/* odd paths */
+	memset(longid, '9', sizeof(longid) - 1);
+	longid[sizeof(longid) - 1] = 0;
+	snprintf(alias, sizeof(alias), "/org/odpd1/client/_3%.200s", longid);
+	const char *const odd[] = {
+		"/org/odpd1/client/", "/org/odpd1/client/abc", "/org/odpd1/client/_2d1",
+		"/org/odpd1/client/_318446744073709551616", "/org/odpd1/client/_31/_32", alias,
+		"/org/odpd1/client/_3", "/org/odpd1/device/", "/org/odpd1/device/nosuch",
+		"/org/odpd1/device/_2e_2e", "/org/odpd1/nothing",
+	};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+		assert_no_object(odd[i], strstr(odd[i], "/device") ? "org.odpd1.Device" : "org.odpd1.Client");
+	/* a device by another spelling of its name: the VM's rxe0 as rxe_30 */
+	if (strstr(tree, "/org/odpd1/device/rxe0"))
+		assert_no_object("/org/odpd1/device/rxe_30", "org.odpd1.Device");
+
+	/* wrong signatures, unknown members and interfaces, a read-only property */
+	assert_int_not_equal(BUSCTL(out, "call", "org.odpd1", "/org/odpd1", "org.odpd1.Manager", "Flush",
+				    "s", "now"), 0);
+	assert_int_not_equal(BUSCTL(out, "call", "org.odpd1", "/org/odpd1", "org.odpd1.Manager",
+				    "Frobnicate"), 0);
+	assert_int_not_equal(BUSCTL(out, "call", "org.odpd1", "/org/odpd1", "org.odpd1.Nothing", "Flush"), 0);
+	assert_int_not_equal(BUSCTL(out, "call", "org.odpd1", "/org/odpd1", "org.freedesktop.DBus.Properties",
+				    "Get", "s", "org.odpd1.Manager"), 0);
+	assert_int_not_equal(BUSCTL(out, "call", "org.odpd1", "/org/odpd1", "org.freedesktop.DBus.Properties",
+				    "Get", "ss", "org.odpd1.Manager", "NoSuchCounter"), 0);
+	assert_int_not_equal(BUSCTL(out, "call", "org.odpd1", path, "org.freedesktop.DBus.Properties",
+				    "Get", "ss", "org.odpd1.Client", "NoSuchCounter"), 0);
+	assert_int_not_equal(BUSCTL(out, "set-property", "org.odpd1", "/org/odpd1", "org.odpd1.Manager",
+				    "MRs", "t", "0"), 0);
+	assert_int_not_equal(BUSCTL(out, "call", "org.odpd1", "/org/odpd1", "org.freedesktop.DBus.Properties",
+				    "GetAll", "u", "7"), 0);
+
+	/* many callers at once, while clients connect and go: each one's
+	 * object looked up (GetAll) by several callers as it disconnects */
+	{
+		pid_t callers[16];
+
+		for (unsigned i = 0; i < 16; i++) {
+			callers[i] = fork();
+			assert_true(callers[i] >= 0);
+			if (callers[i] == 0) {
+				char o[8192], t[8192], q[160];
+
+				for (int k = 0; k < 15; k++) {
+					char *x;
+
+					/* (busctl's tree fails when a node it listed is
+					 * gone by the time it introspects it) */
+					if (busctl(0, t, sizeof(t), "tree", "org.odpd1", NULL) != 0 &&
+					    !strstr(t, "Unknown object")) {
+						fprintf(stderr, "busctl tree: %s\n", t);
+						_exit(1);
+					}
+					for (x = strstr(t, "/org/odpd1/client/"); x;
+					     x = strstr(x + 1, "/org/odpd1/client/")) {
+						sscanf(x, "%159[A-Za-z0-9_/]", q);
+						/* answered, or gone meanwhile: never a hang or a crash */
+						if (busctl(0, o, sizeof(o), "call", "org.odpd1", q,
+							   "org.freedesktop.DBus.Properties", "GetAll", "s",
+							   "org.odpd1.Client", NULL) != 0 &&
+						    !strstr(o, "Unknown object")) {
+							fprintf(stderr, "GetAll on %s: %s\n", q, o);
+							_exit(2);
+						}
+					}
+				}
+				_exit(0);
+			}
+		}
+		for (unsigned k = 0; k < 40; k++) {
+			struct odpd_conn *e = odpd_connect(d.sock, NULL);
+
+			assert_non_null(e);
+			assert_non_null(odpd_alloc(e, 64 * KIB, 0));
+			usleep(k % 4 * 5000);
+			odpd_disconnect(e);
+		}
+		for (unsigned i = 0; i < 16; i++) {
+			int st;
+
+			assert_int_equal(waitpid(callers[i], &st, 0), callers[i]);
+			if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+				fail_msg("caller %u: status %#x", i, st);
+		}
+	}
+	/* odpd serves on, on the bus and on its socket */
+	assert_int_equal(BUSCTL(out, "get-property", "org.odpd1", path, "org.odpd1.Client", "Pid"), 0);
+	assert_int_equal(bus_counter("Clients"), 1);
+	odpd_disconnect(c);
+	daemon_stop(&d);                                 /* exit status 0 */
+	bus_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_properties_equal_status),
 		cmocka_unit_test(test_flush_who_may),
 		cmocka_unit_test(test_bus_goes_away),
+		cmocka_unit_test(test_bus_hostile_calls),
 		cmocka_unit_test(test_bus_introspect),
 		cmocka_unit_test(test_odpctl),
 	};
