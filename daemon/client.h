@@ -20,7 +20,8 @@ struct odpd_cseg {
 	uint64_t file_offset;
 	uint64_t length;
 	bool writable;                  /* the client's fd allows writing */
-	unsigned n_mrs;                 /* references of this client over it */
+	unsigned n_mrs;                 /* references of this client over it (at least:
+					 * attach.c, cseg_refs) */
 	uint64_t charged;               /* bytes of its user's mapped limit */
 };
 

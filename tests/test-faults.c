@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -341,12 +342,305 @@ static void test_device_removal(void **state)
 	daemon_stop(&d);
 }
 
+/*
+ * `rdma link delete` while clients keep requests of every kind in flight
+ * (issue 23, section 4): attach/detach, pinned and ODP registration,
+ * verify, prefetch (advise), relaxed release + flush, local cache hits,
+ * import_pd, implicit ODP and client-PD registration (raw protocol, a
+ * context of the client's own). Every call returns (an alarm catches a
+ * hang) with success or an expected errno, then the device comes back,
+ * everyone disconnects and odpd holds nothing: no MR in the kernel, no
+ * pin, its fds back where they were.
+ */
+enum load_kind {
+	L_ATTACH, L_PINNED, L_ODP, L_VERIFY, L_ADVISE, L_FLUSH, L_HITS, L_IMPORT, L_IMPLICIT,
+	L_CLIENT_PD, L_KINDS
+};
+static const char *const load_names[L_KINDS] = {
+	"attach", "pinned", "odp", "verify", "advise", "flush", "hits", "import_pd", "implicit",
+	"client-pd",
+};
+
+#define LOADERS 12
+static struct load_state {
+	int stop;
+	int hung_kind[LOADERS];                 /* -1, or the kind of the call that hung */
+	unsigned long ok[L_KINDS], enodev[L_KINDS], other[L_KINDS];
+	int other_errno[L_KINDS];
+	char other_msg[L_KINDS][160];
+} *load;
+static int load_cur_kind[1];
+static unsigned load_idx;
+
+static void load_alarm(int sig)
+{
+	(void)sig;
+	load->hung_kind[load_idx] = load_cur_kind[0];
+	_exit(3);
+}
+
+/* Count one call's outcome: 0, ENODEV, or anything else (kept for the report). */
+static void load_note(enum load_kind k, int rc)
+{
+	if (rc == 0) {
+		__atomic_fetch_add(&load->ok[k], 1, __ATOMIC_RELAXED);
+	} else if (errno == ENODEV) {
+		__atomic_fetch_add(&load->enodev[k], 1, __ATOMIC_RELAXED);
+	} else {
+		__atomic_fetch_add(&load->other[k], 1, __ATOMIC_RELAXED);
+		load->other_errno[k] = errno;
+		snprintf(load->other_msg[k], sizeof(load->other_msg[k]), "%s", odpd_errmsg());
+	}
+}
+
+/* One client-PD registration with the raw protocol: a context and PD of
+ * our own (closed at once, or `rdma link delete` would wait for them). */
+static void load_client_pd(const char *sock)
+{
+	const size_t len = 64 * KIB;
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = list && list[0] ? ibv_open_device(list[0]) : NULL;
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	int conn = -1, fd = -1;
+
+	if (pd) {
+		Odpd__RegMr m;
+		Odpd__Request req;
+		Odpd__Reply *r;
+
+		conn = raw_connect_hello(sock);
+		fd = sealed_memfd(len);
+		raw_client_pd_req(&req, &m, raw_attach(conn, 2, fd), pd->handle);
+		r = raw_call(conn, 3, &req, &ctx->cmd_fd, 1);
+		errno = r->status;
+		load_note(L_CLIENT_PD, r->status ? -1 : 0);
+		odpd__reply__free_unpacked(r, NULL);
+		close(conn);
+		close(fd);
+	} else {
+		errno = ENODEV;
+		load_note(L_CLIENT_PD, -1);
+	}
+	if (pd)
+		ibv_dealloc_pd(pd);
+	if (ctx)
+		ibv_close_device(ctx);
+	if (list)
+		ibv_free_device_list(list);
+}
+
+static void load_one(struct odpd_conn *c, struct odpd_segment *s, enum load_kind k, const char *sock)
+{
+	char *p = odpd_segment_addr(s);
+	struct odpd_mr *mr = NULL;
+	uint32_t crc;
+	int rc;
+
+	load_cur_kind[0] = (int)k;
+	alarm(30);
+	switch (k) {
+	case L_ATTACH: {
+		struct odpd_segment *t = odpd_alloc(c, 64 * KIB, 0);
+
+		load_note(k, t ? 0 : -1);
+		if (t)
+			odpd_detach(t);
+		break;
+	}
+	case L_PINNED:
+	case L_ODP:
+		mr = odpd_reg(c, p + (rand() % 4) * 64 * KIB, 64 * KIB,
+			      IBV_ACCESS_LOCAL_WRITE | (k == L_ODP ? IBV_ACCESS_ON_DEMAND : 0));
+		load_note(k, mr ? 0 : -1);
+		break;
+	case L_VERIFY:
+		mr = odpd_reg(c, p, 128 * KIB, IBV_ACCESS_LOCAL_WRITE |
+			      (rand() % 2 ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_ON_DEMAND));
+		load_note(k, mr ? odpd_verify(mr, NULL, 0, &crc) : -1);
+		break;
+	case L_ADVISE:
+		mr = odpd_reg(c, p, 256 * KIB, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+		if (mr) {
+			struct ibv_sge sge = { .addr = (uintptr_t)p, .length = 256 * KIB, .lkey = mr->lkey };
+
+			rc = odpd_advise_mr(c, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+					    rand() % 2 ? IBV_ADVISE_MR_FLAG_FLUSH : 0, &sge, 1);
+			load_note(k, rc == 0 || errno == EOPNOTSUPP ? 0 : -1);
+		} else {
+			load_note(k, -1);
+		}
+		break;
+	case L_FLUSH:
+		mr = odpd_reg_attr(c, p + 256 * KIB, 64 * KIB, &(struct odpd_reg_attr){
+			.comp_mask = ODPD_REG_ATTR_ACCESS | ODPD_REG_ATTR_FLAGS,
+			.access = IBV_ACCESS_LOCAL_WRITE, .flags = ODPD_REG_NO_CACHE });
+		if (mr && odpd_dereg_relaxed(mr) == 0)
+			mr = NULL;
+		load_note(k, odpd_flush_relaxed(c));
+		break;
+	case L_HITS:
+		for (int i = 0; i < 8; i++) {
+			mr = odpd_reg(c, p + 384 * KIB, 64 * KIB, IBV_ACCESS_LOCAL_WRITE);
+			load_note(k, mr ? 0 : -1);
+			if (mr && odpd_dereg_relaxed(mr) == 0)
+				mr = NULL;
+			if (mr)
+				break;
+		}
+		break;
+	case L_IMPORT:
+		/* import_pd binds the connection: on a connection of its own */
+		{
+			struct odpd_conn *ic = odpd_connect(sock, NULL);
+			struct ibv_pd *pd = ic ? odpd_import_pd(ic) : NULL;
+
+			load_note(k, pd || errno == EOPNOTSUPP ? 0 : -1);
+			odpd_disconnect(ic);
+		}
+		break;
+	case L_IMPLICIT:
+		mr = odpd_reg(c, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+		load_note(k, mr || errno == EOPNOTSUPP ? 0 : -1);
+		break;
+	case L_CLIENT_PD:
+		load_client_pd(sock);
+		break;
+	case L_KINDS:
+		break;
+	}
+	if (mr && (rand() % 2 ? odpd_dereg(mr) : odpd_dereg_relaxed(mr)) != 0)
+		load_note(k, -1);
+	alarm(0);
+}
+
+static void load_loop(unsigned idx, const char *sock)
+{
+	struct odpd_conn *c;
+	struct odpd_segment *s;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	load_idx = idx;
+	signal(SIGALRM, load_alarm);
+	srand(idx + 1);
+	c = odpd_connect(sock, NULL);
+	s = c ? odpd_alloc(c, 1024 * KIB, 0) : NULL;
+	if (!s)
+		_exit(1);
+	memset(odpd_segment_addr(s), (int)idx, 1024 * KIB);
+	while (!__atomic_load_n(&load->stop, __ATOMIC_ACQUIRE))
+		load_one(c, s, (enum load_kind)(idx < L_KINDS ? (rand() % 3 ? idx : (unsigned)rand() % L_KINDS) :
+						 (unsigned)rand() % L_KINDS), sock);
+	load_cur_kind[0] = -2;
+	alarm(30);
+	odpd_detach(s);
+	odpd_disconnect(c);
+	_exit(0);
+}
+
+/* A raw connection with a pinned MR on the device, that then shuts its
+ * socket for reading: odpd's next send to it fails (EPIPE) and disconnects it. */
+static int deaf_client(const char *sock, int *ret_memfd)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr m = ODPD__REG_MR__INIT;
+	Odpd__Reply *r;
+	int conn = raw_connect_hello(sock);
+
+	*ret_memfd = sealed_memfd(64 * KIB);
+	m.has_addr = m.has_length = m.has_access = 1;
+	m.addr = raw_attach(conn, 2, *ret_memfd);
+	m.length = 64 * KIB;
+	m.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &m;
+	r = raw_call(conn, 3, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_int_equal(shutdown(conn, SHUT_RD), 0);
+	return conn;
+}
+
+static void test_device_removal_under_load(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct snapshot base, now;
+	char dev[64], netdev[64], cmd[256];
+	pid_t pids[LOADERS];
+	int admin, deaf[3], deaf_fd[3];
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	rdma_link(dev, netdev);
+	load = mmap(NULL, sizeof(*load), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(load != MAP_FAILED);
+	memset(load, 0, sizeof(*load));
+	for (unsigned i = 0; i < LOADERS; i++)
+		load->hung_kind[i] = -1;
+	daemon_start(&d, (const char *const[]){ "--verify-idle-ms", "0", NULL });
+	admin = raw_connect_hello(d.sock);
+	snapshot_take(&d, admin, &base);
+	for (unsigned i = 0; i < LOADERS; i++) {
+		pids[i] = fork();
+		assert_true(pids[i] >= 0);
+		if (pids[i] == 0)
+			load_loop(i, d.sock);
+	}
+	/* and clients that odpd's DeviceEvent will find deaf: telling them
+	 * disconnects them in the middle of the device's removal (which used
+	 * to free their state while the registry walked it: ASan saw a
+	 * heap-use-after-free in notify_holder) */
+	for (unsigned i = 0; i < 3; i++)
+		deaf[i] = deaf_client(d.sock, &deaf_fd[i]);
+	usleep(1500000);                                /* every kind under way */
+	snprintf(cmd, sizeof(cmd), "rdma link delete %s", dev);
+	assert_int_equal(run_cmd(cmd, 90), 0);
+	for (unsigned i = 0; i < 3; i++) {
+		close(deaf[i]);
+		close(deaf_fd[i]);
+	}
+	usleep(1000000);                                /* requests meet the gone device */
+	snprintf(cmd, sizeof(cmd), "rdma link add %s type rxe netdev %s", dev, netdev);
+	assert_int_equal(run_cmd(cmd, 60), 0);
+	assert_true(wait_until(one_device, &admin));
+	usleep(1000000);                                /* and the new one */
+	__atomic_store_n(&load->stop, 1, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < LOADERS; i++) {
+		int st;
+
+		assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+		if (load->hung_kind[i] != -1)
+			fail_msg("client %u: a %s call did not return within 30 s", i,
+				 load->hung_kind[i] >= 0 ? load_names[load->hung_kind[i]] : "disconnect");
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			fail_msg("client %u ended with status %#x", i, st);
+	}
+	for (unsigned k = 0; k < L_KINDS; k++) {
+		print_message("%-10s ok %lu, ENODEV %lu, other %lu%s%s%s\n", load_names[k], load->ok[k],
+			      load->enodev[k], load->other[k], load->other[k] ? " (" : "",
+			      load->other[k] ? strerror(load->other_errno[k]) : "", load->other[k] ? ")" : "");
+		if (load->other[k])
+			print_message("  last: %s\n", load->other_msg[k]);
+	}
+	wait_idle(admin);
+	snapshot_settles_to(&d, admin, &base);
+	snapshot_take(&d, admin, &now);
+	assert_int_equal(now.kernel_mrs, 0);
+	assert_int_equal(now.vmpin_kb, base.vmpin_kb);
+	close(admin);
+	daemon_stop(&d);
+	munmap(load, sizeof(*load));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_clients_killed_anywhere, harness_test_setup),
 		cmocka_unit_test(test_restart_under_clients),
 		cmocka_unit_test(test_device_removal),
+		cmocka_unit_test(test_device_removal_under_load),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 
