@@ -320,6 +320,22 @@ static struct odpd_cseg *cseg_find(struct odpd_client *c, uint64_t id, uint64_t 
 	return NULL;
 }
 
+/*
+ * The client's references over @s, counted again: s->n_mrs counts what
+ * it registered and released itself, but the registry also drops
+ * references on its own - a hit-table reference its library kept unused,
+ * revoked by the hit timer or a flush - without telling the client layer.
+ */
+static unsigned cseg_refs(const struct odpd_client *c, const struct odpd_cseg *s)
+{
+	const struct odpd_ref *ref;
+	unsigned n = 0;
+
+	LIST_FOREACH(ref, &c->holder.refs, hlink)
+		n += ref->cookie == s;
+	return n;
+}
+
 void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachSegment *req)
 {
 	Odpd__Reply reply = ODPD__REPLY__INIT;
@@ -327,7 +343,7 @@ void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachS
 
 	if (!s)
 		return;
-	if (s->n_mrs) {
+	if (s->n_mrs && (s->n_mrs = cseg_refs(c, s)) > 0) {
 		odpd_client_send_error(c, id, EBUSY, "MRs over the segment are still registered");
 		return;
 	}

@@ -2094,6 +2094,159 @@ static int group_setup(void **state)
 	return harness_group_setup_conf(config_text);
 }
 
+/*
+ * A client that writes garbage into its use table (its own memfd, issue
+ * 23 section 4): the daemon only ever compares a use word with the
+ * reference's ticket. One reference marked in use for good (its ticket),
+ * one never written (taken for a reference still on its way), others with
+ * another slot's ticket, all ones, the INVALID bit on their own ticket,
+ * and garbage in the header and the unused slots: a flush takes back every
+ * reference but those two, deregisters their MRs,
+ * and writes the count into the header. Acknowledging revocations it never
+ * saw (revocations_seen UINT64_MAX) frees only the slots revoked so far:
+ * new references get every free slot, once each, never a held one. A
+ * segment whose only reference was revoked detaches (it used to get EBUSY).
+ * Then the client dies with its use word still "in use": its MRs go.
+ */
+static void test_hit_table_garbage(void **state)
+{
+	enum { SLOTS = 16, FIRST = 6 };
+	const uint64_t len = 1 << 20;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
+	Odpd__Flush fl = ODPD__FLUSH__INIT;
+	Odpd__RegMr rm = ODPD__REG_MR__INIT;
+	struct raw_mr m[FIRST];
+	struct snapshot base;
+	_Atomic uint64_t *use;
+	const _Atomic uint64_t *gen;
+	bool taken[SLOTS] = { false };
+	int conn, use_fd, gen_fd = -1, seg_fd, seg2_fd;
+	uint64_t addr, id = 10, seg2;
+	struct raw_mr x;
+	Odpd__Reply *r;
+
+	(void)state;
+	snapshot_take(&test_daemon, test_admin_fd, &base);
+	conn = raw_connect_hello(test_daemon.sock);
+	use_fd = sealed_memfd(4096);
+	o.has_slots = 1;
+	o.slots = SLOTS;
+	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
+	req.open_hit_table = &o;
+	r = raw_call_fd(conn, 2, &req, &use_fd, 1, &gen_fd);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	use = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, use_fd, 0);
+	gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, gen_fd, 0);
+	assert_true(use != MAP_FAILED && gen != MAP_FAILED);
+	seg_fd = sealed_memfd(len);
+	addr = raw_attach(conn, 3, seg_fd);
+	for (unsigned i = 0; i < FIRST; i++) {
+		m[i] = raw_reg(conn, ++id, addr + i * 128 * 1024, 64 * 1024, ODPD__ACCESS__ACCESS_LOCAL_WRITE);
+		assert_true(m[i].slot > 0 && m[i].slot < SLOTS && !taken[m[i].slot]);
+		taken[m[i].slot] = true;
+	}
+	/* and one reference over a second segment, revoked below like m[1..4] */
+	{
+		Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+
+		seg2_fd = sealed_memfd(len);
+		req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+		req.attach_segment = &a;
+		r = raw_ok(conn, ++id, &req, &seg2_fd, 1);
+		seg2 = r->segment->segment;
+		x = raw_reg(conn, ++id, r->segment->addr, 64 * 1024, ODPD__ACCESS__ACCESS_LOCAL_WRITE);
+		odpd__reply__free_unpacked(r, NULL);
+		assert_true(x.slot > 0 && !taken[x.slot]);
+		atomic_store(&use[x.slot], x.ticket + 7);
+	}
+	/* the garbage */
+	atomic_store(&use[m[0].slot], m[0].ticket);              /* in use, for good */
+	atomic_store(&use[m[1].slot], m[0].ticket);              /* another slot's ticket */
+	atomic_store(&use[m[2].slot], UINT64_MAX);
+	atomic_store(&use[m[3].slot], m[3].ticket | (UINT64_C(1) << 63));
+	atomic_store(&use[m[4].slot], m[4].ticket + 1);
+	atomic_store(&use[m[5].slot], 0);      /* as handed out: taken for a reference on its way */
+	atomic_store(&use[0], UINT64_MAX);                       /* the header's place */
+	for (unsigned s = 0; s < 4096 / 8; s++)
+		if (s >= SLOTS || (s && !taken[s]))
+			atomic_store(&use[s], (uint64_t)rand() << 32 | (uint64_t)rand());
+	/* a flush takes back every reference but the one in use */
+	fl.has_all = fl.all = 1;
+	req.body_case = ODPD__REQUEST__BODY_FLUSH;
+	req.flush = &fl;
+	odpd__reply__free_unpacked(raw_ok(test_admin_fd, 90, &req, NULL, 0), NULL);
+	assert_int_equal(atomic_load(&gen[0]), FIRST - 2 + 1);
+	assert_int_equal(atomic_load(&gen[x.slot]), 0);
+	assert_int_equal(atomic_load(&gen[m[0].slot]), m[0].ticket);
+	assert_int_equal(atomic_load(&gen[m[5].slot]), m[5].ticket);
+	for (unsigned i = 1; i < FIRST - 1; i++)
+		assert_int_equal(atomic_load(&gen[m[i].slot]), 0);
+	assert_int_equal(kernel_mr_count(test_daemon.pid), base.kernel_mrs + 2);
+	/* the second segment has no reference left: it detaches (odpd used to
+	 * count the revoked one still, and said EBUSY until the client went) */
+	{
+		Odpd__DetachSegment ds = ODPD__DETACH_SEGMENT__INIT;
+		Odpd__Request dq = ODPD__REQUEST__INIT;
+
+		ds.has_segment = 1;
+		ds.segment = seg2;
+		dq.body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
+		dq.detach_segment = &ds;
+		r = raw_call(conn, ++id, &dq, NULL, 0);
+		if (r->status != 0)
+			fail_msg("DetachSegment with only a revoked reference over it: %s: %s",
+				 strerror(r->status), r->message ? r->message : "");
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	/* a revoked reference is no longer the client's to release */
+	{
+		Odpd__DeregMr dm = ODPD__DEREG_MR__INIT;
+		Odpd__Request dq = ODPD__REQUEST__INIT;
+
+		dm.has_handle = 1;
+		dm.handle = m[1].handle;
+		dq.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+		dq.dereg_mr = &dm;
+		raw_expect_error(conn, ++id, &dq, NULL, 0, ENOENT);
+	}
+	/* "seen" far beyond what was revoked, then every free slot taken */
+	memset(taken, 0, sizeof(taken));
+	taken[m[0].slot] = taken[m[5].slot] = true;
+	rm.has_addr = rm.has_length = rm.has_access = 1;
+	rm.length = 64 * 1024;
+	rm.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	for (unsigned k = 0; k < SLOTS; k++) {
+		odpd__request__init(&req);
+		req.body_case = ODPD__REQUEST__BODY_REG_MR;
+		req.reg_mr = &rm;
+		req.has_revocations_seen = 1;
+		req.revocations_seen = UINT64_MAX;
+		rm.addr = addr + (k % 8) * 128 * 1024 + 64 * 1024;
+		r = raw_ok(conn, ++id, &req, NULL, 0);
+		if (k < SLOTS - 3) {                 /* slot 0 is the header, two are held */
+			assert_true(r->mr->has_slot && r->mr->slot > 0 && r->mr->slot < SLOTS);
+			if (taken[r->mr->slot])
+				fail_msg("slot %u handed out twice (in use: %u)", r->mr->slot, m[0].slot);
+			taken[r->mr->slot] = true;
+		} else {
+			assert_true(!r->mr->has_slot || r->mr->slot == 0);   /* none left */
+		}
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	/* the client dies with its use word "in use": nothing stays */
+	close(conn);
+	munmap(use, 4096);
+	munmap((void *)gen, 4096);
+	close(use_fd);
+	close(gen_fd);
+	close(seg_fd);
+	close(seg2_fd);
+	wait_idle(test_admin_fd);                  /* (its MRs: deregistered within a relaxed window) */
+	snapshot_settles_to(&test_daemon, test_admin_fd, &base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2116,6 +2269,7 @@ int main(void)
 		cmocka_unit_test_setup(test_punched_hole_found_by_flush, harness_test_setup),
 		cmocka_unit_test_setup(test_stale_mr_stays_stale_beside_registration, harness_test_setup),
 		cmocka_unit_test_setup(test_many_references, harness_test_setup),
+		cmocka_unit_test_setup(test_hit_table_garbage, harness_test_setup),
 		cmocka_unit_test_setup(test_stale_mr_stays_stale_beside_populate, harness_test_setup),
 		cmocka_unit_test_setup(test_shared_pd_same_keys, harness_test_setup),
 		cmocka_unit_test_setup(test_own_pds_keep_own_mrs, harness_test_setup),

@@ -653,6 +653,162 @@ static void test_user_mappings(void **state)
 	stop();
 }
 
+/* ---------------------------------------------------------------- reload */
+
+#define RULES_WIDE "[user 65534]\nmax-pinned = 8M\nmax-mrs = 64\n"
+#define RULES_NARROW "[user 65534]\nmax-pinned = 1M\nmax-mrs = 4\n"
+
+static int admin_reload(int admin, const char *text)
+{
+	static uint64_t id = 5000;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reload rl = ODPD__RELOAD__INIT;
+	Odpd__Reply *r;
+	FILE *f = fopen(conf_path, "w");
+	int status;
+
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+	req.body_case = ODPD__REQUEST__BODY_RELOAD;
+	req.reload = &rl;
+	r = raw_call(admin, ++id, &req, NULL, 0);
+	status = (int)r->status;
+	odpd__reply__free_unpacked(r, NULL);
+	return status;
+}
+
+struct reload_sync {
+	int to_parent, from_parent;
+};
+
+/* Child: MRs charged under the wide rules, kept through a reload to the
+ * narrow ones, then registrations racing reloads. */
+static int nobody_reload(void *arg)
+{
+	const struct reload_sync *sy = arg;
+	struct odpd_conn *c[2];
+	struct odpd_segment *s[2];
+	struct odpd_mr *held[2][8] = { { 0 } }, *mr;
+	unsigned ok = 0, refused = 0;
+	uint32_t crc;
+	char b;
+
+	for (int i = 0; i < 2; i++) {
+		CHILD_CHECK((c[i] = odpd_connect(d.sock, NULL)) != NULL);
+		CHILD_CHECK((s[i] = odpd_alloc(c[i], 4 * MIB, 0)) != NULL);
+		memset(odpd_segment_addr(s[i]), i + 1, 4 * MIB);
+	}
+	/* wide: 3 MiB charged on one connection */
+	for (int k = 0; k < 3; k++)
+		CHILD_CHECK((held[0][k] = odpd_reg(c[0], (char *)odpd_segment_addr(s[0]) + k * MIB, MIB,
+						  IBV_ACCESS_LOCAL_WRITE)) != NULL);
+	CHILD_CHECK(write(sy->to_parent, "a", 1) == 1);
+	CHILD_CHECK(read(sy->from_parent, &b, 1) == 1);
+	/* narrow now: what is held stays and works; nothing more fits */
+	CHILD_CHECK(odpd_reg(c[1], odpd_segment_addr(s[1]), 64 * KIB, IBV_ACCESS_LOCAL_WRITE) == NULL);
+	CHILD_CHECK(errno == EDQUOT);
+	CHILD_CHECK(odpd_verify(held[0][1], NULL, 0, &crc) == 0);
+	for (int k = 0; k < 3; k++) {
+		CHILD_CHECK(odpd_dereg(held[0][k]) == 0);
+		held[0][k] = NULL;
+	}
+	/* released: the account is empty, the narrow limit fits again */
+	CHILD_CHECK((mr = odpd_reg(c[1], odpd_segment_addr(s[1]), 512 * KIB, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+	CHILD_CHECK(odpd_dereg(mr) == 0);
+	CHILD_CHECK(write(sy->to_parent, "b", 1) == 1);
+	/* the parent reloads wide and narrow in a loop meanwhile */
+	srand(7);
+	for (int n = 0; n < 400; n++) {
+		int i = rand() % 2, k = rand() % 8;
+
+		if (held[i][k]) {
+			CHILD_CHECK((rand() % 2 ? odpd_dereg(held[i][k]) : odpd_dereg_relaxed(held[i][k])) == 0);
+			held[i][k] = NULL;
+			continue;
+		}
+		held[i][k] = odpd_reg(c[i], (char *)odpd_segment_addr(s[i]) + (size_t)(rand() % 24) * 128 * KIB,
+				      (size_t)(1 + rand() % 8) * 64 * KIB, IBV_ACCESS_LOCAL_WRITE);
+		CHILD_CHECK(held[i][k] || errno == EDQUOT);
+		if (held[i][k])
+			ok++;
+		else
+			refused++;
+	}
+	CHILD_CHECK(ok > 0 && refused > 0);
+	for (int i = 0; i < 2; i++) {
+		for (int k = 0; k < 8; k++)
+			if (held[i][k])
+				CHILD_CHECK(odpd_dereg_relaxed(held[i][k]) == 0);
+		CHILD_CHECK(odpd_flush_relaxed(c[i]) == 0);
+		CHILD_CHECK(odpd_detach(s[i]) == 0);
+		odpd_disconnect(c[i]);
+	}
+	return 0;
+}
+
+/*
+ * Reload while a user holds MRs and registers (issue 23, section 4): MRs
+ * charged under rules that a reload narrows stay valid and charged; the
+ * user's next registration is refused under the new rule (EDQUOT); once
+ * released, the account is empty and the new limit fits. Then 400
+ * registrations and releases (some relaxed) on two connections while the
+ * rules flip between wide and narrow as fast as the admin socket allows:
+ * each is served or refused EDQUOT, and after everything is released the
+ * user's account is gone (no pinned byte, MR or connection left charged),
+ * odpd pins nothing and the kernel holds no MR of it.
+ */
+static void test_reload_under_registrations(void **state)
+{
+	int to_parent[2], from_parent[2], admin, st;
+	struct reload_sync sy;
+	Odpd__StatusReply *sr;
+	Odpd__Reply *r;
+	pid_t child;
+	char b;
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	start(RULES_WIDE);
+	admin = raw_connect_hello(d.sock);
+	assert_int_equal(pipe(to_parent), 0);
+	assert_int_equal(pipe(from_parent), 0);
+	sy = (struct reload_sync){ to_parent[1], from_parent[0] };
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0)
+		_exit(run_as(UID_NOBODY, 64 * KIB, nobody_reload, &sy));
+	assert_int_equal(read(to_parent[0], &b, 1), 1);
+	assert_int_equal(admin_reload(admin, RULES_NARROW), 0);
+	assert_int_equal(write(from_parent[1], "n", 1), 1);
+	assert_int_equal(read(to_parent[0], &b, 1), 1);
+	/* flip the rules until the child is done */
+	for (unsigned n = 0; waitpid(child, &st, WNOHANG) == 0; n++)
+		assert_int_equal(admin_reload(admin, n % 2 ? RULES_WIDE : RULES_NARROW), 0);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	wait_idle(admin);
+	sr = status_get(admin, &r);
+	for (size_t i = 0; i < sr->n_quotas; i++)
+		if (sr->quotas[i]->uid == UID_NOBODY)
+			fail_msg("uid 65534's account outlives its clients: %llu bytes pinned, %u MRs, "
+				 "%u connections", (unsigned long long)sr->quotas[i]->pinned_bytes,
+				 sr->quotas[i]->mrs, sr->quotas[i]->connections);
+	assert_int_equal(sr->pinned_bytes, 0);
+	assert_int_equal(sr->mrs, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_int_equal(kernel_mr_count(d.pid), 0);
+	close(admin);
+	for (int i = 0; i < 2; i++) {
+		close(to_parent[i]);
+		close(from_parent[i]);
+	}
+	stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -665,6 +821,7 @@ int main(void)
 		cmocka_unit_test(test_connection_flood_few_fds),
 		cmocka_unit_test(test_user_fair_share_of_fds),
 		cmocka_unit_test(test_user_mappings),
+		cmocka_unit_test(test_reload_under_registrations),
 	};
 
 	if (getenv("ODPD_TEST_FILTER"))
