@@ -146,6 +146,7 @@ static int client_identify(struct odpd_manager *m, struct odpd_client *c)
 		return r;
 	c->pidfd = peer_pidfd(c->fd, c->cred.pid);
 	c->admin = peer_is_admin(m, c);
+	odpd_manager_resolve_names(m);
 	r = odpd_limit_for_client(&m->conf, c->cred.pid, c->pidfd, c->cred.uid, c->cred.gid,
 				  c->groups, c->n_groups, &m->budget, &limit);
 	if (r < 0)

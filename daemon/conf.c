@@ -336,7 +336,7 @@ static const struct odpd_rule *rule_find_same(const struct odpd_conf *c, const s
 	for (unsigned i = 0; i < c->n_rules; i++) {
 		const struct odpd_rule *o = &c->rules[i];
 
-		if (o->kind != r->kind)
+		if (o->kind != r->kind || o->unresolved || o == r)
 			continue;
 		if ((r->kind == ODPD_RULE_USER && o->uid == r->uid) ||
 		    (r->kind == ODPD_RULE_GROUP && o->gid == r->gid) ||
@@ -344,6 +344,32 @@ static const struct odpd_rule *rule_find_same(const struct odpd_conf *c, const s
 			return o;
 	}
 	return NULL;
+}
+
+/* Remember @name (of rule or [pd] @index) for odpd_conf_resolve(). */
+static int add_unresolved(struct parse *p, enum odpd_unresolved_kind kind, unsigned index,
+			  const char *name, int error)
+{
+	struct odpd_unresolved *u = grow(p, p->c->unresolved, p->c->n_unresolved, sizeof(*u));
+	char *n = u ? strdup(name) : NULL;
+
+	if (u)
+		p->c->unresolved = u;
+	if (!n) {
+		fail(p, "out of memory");
+		return -ENOMEM;
+	}
+	u[p->c->n_unresolved++] = (struct odpd_unresolved){ .kind = kind, .index = index, .name = n,
+							     .line = p->line, .error = -error };
+	return 0;
+}
+
+/* A name, not an id: an id that is no uid (4294967295, -1) stays an error. */
+static bool may_resolve_later(const char *name)
+{
+	uint32_t id;
+
+	return !parse_id(name, &id) && name[0] != '-' && (name[0] < '0' || name[0] > '9');
 }
 
 /* Fill @r's subject from @subject (modified: a cgroup path is normalized). */
@@ -369,6 +395,12 @@ static int rule_subject(struct parse *p, struct odpd_rule *r, const char *kind, 
 		e = r->cgroup ? 0 : -ENOMEM;
 		break;
 	}
+	if (e < 0 && e != -ENOMEM && r->kind != ODPD_RULE_CGROUP && may_resolve_later(subject)) {
+		r->unresolved = true;
+		r->uid = (uid_t)-1;
+		r->gid = (gid_t)-1;
+		return add_unresolved(p, ODPD_UNRES_RULE, p->c->n_rules, subject, e);
+	}
 	if (e < 0)
 		fail_lookup(p, e, kind, subject, "");
 	return e;
@@ -383,7 +415,7 @@ static int open_rule(struct parse *p, enum odpd_rule_kind kind, const char *knam
 
 	if (rule_subject(p, &r, kname, subject, label) < 0)
 		return -EINVAL;
-	dup = rule_find_same(p->c, &r);
+	dup = r.unresolved ? NULL : rule_find_same(p->c, &r);
 	if (dup) {
 		fail(p, "duplicate section %s: %s on line %u is the same %s", label, dup->label,
 		     dup->line, kname);
@@ -779,7 +811,9 @@ static void pd_list(struct parse *p, bool users, char *v)
 		gid_t gid;
 		int e = users ? lookup_user(t, &uid) : lookup_group(t, &gid);
 
-		if (e < 0) {
+		if (e < 0 && e != -ENOMEM && may_resolve_later(t)) {
+			add_unresolved(p, users ? ODPD_UNRES_PD_USER : ODPD_UNRES_PD_GROUP, p->sec_index, t, e);
+		} else if (e < 0) {
 			fail_lookup(p, e, users ? "user" : "group", t, where);
 		} else if (users) {
 			uid_t *a = grow(p, pd->uids, pd->n_uids, sizeof(*a));
@@ -1008,10 +1042,129 @@ void odpd_conf_free(struct odpd_conf *c)
 		free(c->pds[i].uids);
 		free(c->pds[i].gids);
 	}
+	for (unsigned i = 0; i < c->n_unresolved; i++)
+		free(c->unresolved[i].name);
+	free(c->unresolved);
 	free(c->rules);
 	free(c->pds);
 	free(c->path);
 	*c = (struct odpd_conf){ 0 };
+}
+
+/* ------------------------------------------------------------ names resolved later */
+
+unsigned odpd_conf_n_unresolved(const struct odpd_conf *c)
+{
+	return c->n_unresolved;
+}
+
+/* "[user alice]" or "users of [pd training]". */
+static void unresolved_where(const struct odpd_conf *c, const struct odpd_unresolved *u, char *buf,
+			     size_t len)
+{
+	if (u->kind == ODPD_UNRES_RULE)
+		snprintf(buf, len, "%s", c->rules[u->index].label);
+	else
+		snprintf(buf, len, "%s of %s", u->kind == ODPD_UNRES_PD_USER ? "users" : "groups",
+			 c->pds[u->index].label);
+}
+
+void odpd_conf_unresolved_text(const struct odpd_conf *c, unsigned i, char *buf, size_t len)
+{
+	const struct odpd_unresolved *u = &c->unresolved[i];
+	bool user = u->kind == ODPD_UNRES_PD_USER ||
+		    (u->kind == ODPD_UNRES_RULE && c->rules[u->index].kind == ODPD_RULE_USER);
+	char where[600];
+
+	unresolved_where(c, u, where, sizeof(where));
+	if (u->error == ENOENT)
+		snprintf(buf, len, "%s:%u: unknown %s \"%s\" in %s: not in force until the name resolves "
+			 "(looked up again when a client connects and on reload)", c->path ? c->path : "?",
+			 u->line, user ? "user" : "group", u->name, where);
+	else
+		snprintf(buf, len, "%s:%u: looking up %s \"%s\" in %s: %s: not in force until the name "
+			 "resolves (looked up again when a client connects and on reload)",
+			 c->path ? c->path : "?", u->line, user ? "user" : "group", u->name, where,
+			 strerror(u->error));
+}
+
+/* Try @u once more: 1 settled (in force, or dropped as a duplicate), 0 not yet. */
+static int resolve_one(struct odpd_conf *c, struct odpd_unresolved *u,
+		       void (*report)(void *arg, int level, const char *msg), void *arg)
+{
+	char msg[1024], where[600];
+	uint32_t id;
+	int e;
+
+	unresolved_where(c, u, where, sizeof(where));
+	if (u->kind == ODPD_UNRES_RULE) {
+		struct odpd_rule *r = &c->rules[u->index];
+		const struct odpd_rule *dup;
+
+		if (r->kind == ODPD_RULE_USER)
+			e = lookup_user(u->name, &r->uid);
+		else
+			e = lookup_group(u->name, &r->gid);
+		if (e < 0) {
+			u->error = -e;
+			return 0;
+		}
+		id = r->kind == ODPD_RULE_USER ? r->uid : r->gid;
+		dup = rule_find_same(c, r);
+		if (dup) {
+			snprintf(msg, sizeof(msg), "%s:%u: %s now resolves to %s %u, which %s on line %u "
+				 "already has: ignored", c->path ? c->path : "?", u->line, where,
+				 r->kind == ODPD_RULE_USER ? "uid" : "gid", id, dup->label, dup->line);
+			report(arg, 4 /* LOG_WARNING */, msg);
+			return 1;           /* stays unresolved: never in force */
+		}
+		r->unresolved = false;
+	} else {
+		struct odpd_pd_policy *pd = &c->pds[u->index];
+		bool user = u->kind == ODPD_UNRES_PD_USER;
+		uint32_t *a;
+
+		e = user ? lookup_user(u->name, &id) : lookup_group(u->name, &id);
+		if (e < 0) {
+			u->error = -e;
+			return 0;
+		}
+		a = reallocarray(user ? pd->uids : pd->gids, (user ? pd->n_uids : pd->n_gids) + 1, sizeof(*a));
+		if (!a)
+			return 0;
+		if (user) {
+			pd->uids = a;
+			a[pd->n_uids++] = id;
+		} else {
+			pd->gids = a;
+			a[pd->n_gids++] = id;
+		}
+	}
+	snprintf(msg, sizeof(msg), "%s:%u: \"%s\" in %s resolves now (%s %u): in force",
+		 c->path ? c->path : "?", u->line, u->name, where,
+		 u->kind == ODPD_UNRES_PD_USER ||
+		 (u->kind == ODPD_UNRES_RULE && c->rules[u->index].kind == ODPD_RULE_USER) ? "uid" : "gid", id);
+	report(arg, 5 /* LOG_NOTICE */, msg);
+	return 1;
+}
+
+unsigned odpd_conf_resolve(struct odpd_conf *c, void (*report)(void *arg, int level, const char *msg),
+			   void *arg)
+{
+	unsigned settled = 0, n = 0;
+
+	for (unsigned i = 0; i < c->n_unresolved; i++) {
+		struct odpd_unresolved *u = &c->unresolved[i];
+
+		if (resolve_one(c, u, report, arg)) {
+			free(u->name);
+			settled++;
+		} else {
+			c->unresolved[n++] = *u;
+		}
+	}
+	c->n_unresolved = n;
+	return settled;
 }
 
 /* ------------------------------------------------------------ queries */
@@ -1051,6 +1204,8 @@ const struct odpd_rule *odpd_conf_match_rule_for(const struct odpd_conf *c, int 
 	for (unsigned i = 0; i < c->n_rules; i++) {
 		const struct odpd_rule *r = &c->rules[i];
 
+		if (r->unresolved)
+			continue;
 		if (key == ODPD_RULE_KEY_PINNED ? !r->has_max_pinned :
 		    key == ODPD_RULE_KEY_REMOTE ? !r->has_remote_access : !r->has[key])
 			continue;

@@ -78,6 +78,9 @@ struct odpd_rule {
 	bool has_remote_access;
 	bool remote_access;         /* remote-access: client-PD MRs may have remote access */
 	unsigned line;              /* of the section header */
+	/* [user NAME] / [group NAME] whose NAME did not resolve (yet): the rule
+	 * is in force only once it does (odpd_conf_resolve); uid/gid unset. */
+	bool unresolved;
 };
 
 /* [pd PATTERN]: who may create or join the named shared PDs it matches. */
@@ -89,6 +92,21 @@ struct odpd_pd_policy {
 	gid_t *gids;
 	unsigned n_gids;
 	unsigned line;
+};
+
+/*
+ * A user or group name of the file that did not resolve when it was read
+ * (LDAP or sssd not up yet at boot): a [user NAME] or [group NAME] rule,
+ * or one name of a [pd] section's users or groups. What it names is not
+ * in force until odpd_conf_resolve() finds it.
+ */
+enum odpd_unresolved_kind { ODPD_UNRES_RULE, ODPD_UNRES_PD_USER, ODPD_UNRES_PD_GROUP };
+struct odpd_unresolved {
+	enum odpd_unresolved_kind kind;
+	unsigned index;             /* in rules or pds */
+	char *name;
+	unsigned line;
+	int error;                  /* of the last lookup: ENOENT (no such name) or another errno */
 };
 
 struct odpd_conf {
@@ -109,6 +127,8 @@ struct odpd_conf {
 	unsigned n_rules;
 	struct odpd_pd_policy *pds;
 	unsigned n_pds;
+	struct odpd_unresolved *unresolved;
+	unsigned n_unresolved;
 };
 
 /* The defaults: max-pinned 50% of @mem_total, max-mrs 1000000, default-pinned
@@ -120,14 +140,29 @@ void odpd_conf_defaults(struct odpd_conf *c, uint64_t mem_total);
 /*
  * Read @path into @c (which holds the defaults). @must_exist: a missing file
  * is an error (--config given); otherwise a missing file leaves the defaults.
- * Unknown sections or keys, bad values, unknown users or groups, duplicate
- * sections are errors: returns -EINVAL (or the errno of opening the file)
+ * Unknown sections or keys, bad values, duplicate sections are errors; user
+ * and group names that do not resolve are not (c->unresolved lists them): returns -EINVAL (or the errno of opening the file)
  * and writes "PATH:LINE: what is wrong" into @errbuf. On error @c is left
  * with whatever was parsed; the caller frees it.
  */
 int odpd_conf_load(struct odpd_conf *c, const char *path, bool must_exist, uint64_t mem_total,
 		   char *errbuf, size_t errlen);
 void odpd_conf_free(struct odpd_conf *c);
+
+/* The unresolved names of @c (odpd_conf_load keeps them, and warns of
+ * none: the caller does): how many, and the warning for the @i-th,
+ * "PATH:LINE: unknown user \"alice\" in [user alice]: not in force until
+ * the name resolves". */
+unsigned odpd_conf_n_unresolved(const struct odpd_conf *c);
+void odpd_conf_unresolved_text(const struct odpd_conf *c, unsigned i, char *buf, size_t len);
+
+/*
+ * Look the unresolved names of @c up again; each that resolves now is put in
+ * force (a rule that turns out to duplicate another is dropped instead) and
+ * @report(@arg, message) is told. Returns how many were settled.
+ */
+unsigned odpd_conf_resolve(struct odpd_conf *c, void (*report)(void *arg, int level, const char *msg),
+			   void *arg);
 
 /*
  * A size: decimal bytes with an optional binary K/M/G/T suffix ("64G"), a

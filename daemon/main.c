@@ -11,6 +11,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "bus.h"
+#include "conf.h"
 #include "config.h"
 #ifdef ODPD_FAULT_INJECTION
 #include <event2/event.h>
@@ -34,12 +35,15 @@ static void usage(FILE *f)
 		"  --window-size BYTES       address window for segments (default 4T)\n"
 		"  --verify-buffer BYTES     largest verify bounce buffer of a client (default 1M)\n"
 		"  --verify-idle-ms MS       free a client's idle verifier after MS (default 1000; 0: after each verify)\n"
-		"  --max-clients N           (default 1024)\n"
+		"  --max-clients N           most client connections at a time (default 1024)\n"
 		"  --admin-group GROUP       group allowed admin requests besides root\n"
 		"  --log-level LEVEL         err, warning, notice, info, debug (default info)\n"
 		"  --no-bus                  no D-Bus (org.odpd1), even where there is a system bus\n"
 		"  --bus-introspect          print the D-Bus introspection XML and exit\n"
-		"  --help, --version\n",
+		"  --check-config            read the configuration file, report what is wrong\n"
+		"                            (FILE:LINE) and exit: 0 valid, 1 not\n"
+		"  -h, --help                print this help and exit\n"
+		"  -V, --version             print the version and exit\n",
 		ODPD_SOCKET_DEFAULT, ODPD_CONF_DEFAULT);
 }
 
@@ -82,7 +86,16 @@ static int parse_uint(const char *s, unsigned min, unsigned *ret)
 
 enum { OPT_SOCKET = 256, OPT_FOREGROUND, OPT_DEVICE, OPT_WORKERS, OPT_MAX_SEGMENT,
        OPT_WINDOW, OPT_VERIFY_BUFFER, OPT_VERIFY_IDLE, OPT_MAX_CLIENTS, OPT_ADMIN_GROUP, OPT_LOG_LEVEL,
-       OPT_HELP, OPT_VERSION, OPT_CONFIG, OPT_NO_BUS, OPT_BUS_INTROSPECT };
+       OPT_HELP, OPT_VERSION, OPT_CONFIG, OPT_NO_BUS, OPT_BUS_INTROSPECT, OPT_CHECK_CONFIG };
+
+/* A bad command line: odpd exits with this, after one line that says what
+ * is wrong and one that says where to look. */
+#define EXIT_USAGE 2
+
+static void usage_hint(void)
+{
+	fputs("Try 'odpd --help' for more information.\n", stderr);
+}
 
 static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 {
@@ -103,16 +116,23 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		{ "config", required_argument, NULL, OPT_CONFIG },
 		{ "no-bus", no_argument, NULL, OPT_NO_BUS },
 		{ "bus-introspect", no_argument, NULL, OPT_BUS_INTROSPECT },
+		{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
 		{ 0 }
 	};
 	int c, r = 0;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h': c = OPT_HELP; break;
+		case 'V': c = OPT_VERSION; break;
+		default: break;
+		}
 		switch (c) {
 		case OPT_SOCKET: cfg->socket_path = optarg; break;
 		case OPT_CONFIG: cfg->config_path = optarg; cfg->config_given = true; break;
 		case OPT_FOREGROUND: cfg->foreground = true; break;
 		case OPT_NO_BUS: cfg->no_bus = true; break;
+		case OPT_CHECK_CONFIG: cfg->check_config = true; break;
 		case OPT_BUS_INTROSPECT:
 			r = odpd_bus_introspect(stdout);
 			if (r < 0)
@@ -128,7 +148,8 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		case OPT_ADMIN_GROUP: {
 			struct group *g = getgrnam(optarg);
 			if (!g) {
-				fprintf(stderr, "odpd: no group named %s\n", optarg);
+				fprintf(stderr, "odpd: --admin-group: no group named %s\n", optarg);
+				usage_hint();
 				return -EINVAL;
 			}
 			cfg->has_admin_gid = true;
@@ -140,20 +161,23 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 			break;
 		case OPT_HELP: usage(stdout); exit(EXIT_SUCCESS);
 		case OPT_VERSION: printf("odpd %s\n", ODPD_VERSION); exit(EXIT_SUCCESS);
-		default: usage(stderr); return -EINVAL;
+		default: usage_hint(); return -EINVAL;     /* getopt said what */
 		}
 		if (r < 0) {
 			fprintf(stderr, "odpd: invalid value for --%s: %s\n", opts[c - OPT_SOCKET].name, optarg);
+			usage_hint();
 			return r;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "odpd: unexpected argument %s\n", argv[optind]);
+		usage_hint();
 		return -EINVAL;
 	}
 	if (cfg->verify_buffer < 4096 || cfg->verify_buffer > (1u << 30) ||
 	    cfg->max_segment_size > cfg->window_size) {
 		fprintf(stderr, "odpd: need 4K <= --verify-buffer <= 1G and --max-segment-size <= --window-size\n");
+		usage_hint();
 		return -EINVAL;
 	}
 	return 0;
@@ -181,6 +205,37 @@ static void raise_nofile(void)
 			 (unsigned long long)rl.rlim_max);
 }
 
+/*
+ * --check-config: read the configuration file as start-up and reload do,
+ * say what is wrong (PATH:LINE: ...) or that it is valid, and exit 0 or 1.
+ * Names that do not resolve yet are warnings (odpd.conf(5), USERS AND
+ * GROUPS): odpd would start with them.
+ */
+static int check_config(const struct odpd_config *cfg)
+{
+	uint64_t mem = odpd_meminfo_total();
+	struct odpd_conf c;
+	char msg[512];
+	int r;
+
+	odpd_conf_defaults(&c, mem);
+	r = odpd_conf_load(&c, cfg->config_path, cfg->config_given, mem, msg, sizeof(msg));
+	if (r < 0) {
+		fprintf(stderr, "odpd: %s\n", msg);
+	} else {
+		for (unsigned i = 0; i < odpd_conf_n_unresolved(&c); i++) {
+			odpd_conf_unresolved_text(&c, i, msg, sizeof(msg));
+			fprintf(stderr, "odpd: warning: %s\n", msg);
+		}
+		if (c.path)
+			printf("%s: valid\n", c.path);
+		else
+			printf("%s: no such file; odpd would use the built-in defaults\n", cfg->config_path);
+	}
+	odpd_conf_free(&c);
+	return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 int main(int argc, char **argv)
 {
 	struct odpd_manager m = {
@@ -206,8 +261,17 @@ int main(int argc, char **argv)
 	event_set_mem_functions(malloc, realloc, free);
 #endif
 	m.cfg.devices = calloc((size_t)argc, sizeof(char *));
-	if (!m.cfg.devices || parse_args(argc, argv, &m.cfg) < 0)
+	if (!m.cfg.devices)
 		return EXIT_FAILURE;
+	if (parse_args(argc, argv, &m.cfg) < 0) {
+		free(m.cfg.devices);
+		return EXIT_USAGE;
+	}
+	if (m.cfg.check_config) {
+		r = check_config(&m.cfg);
+		free(m.cfg.devices);
+		return r;
+	}
 	log_setup(m.cfg.log_level);
 	raise_nofile();
 	r = odpd_manager_start(&m);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
 
@@ -285,6 +286,40 @@ static void budget_log(struct odpd_manager *m)
 	odpd_budget_warn(&m->conf, &m->budget);
 }
 
+static void log_resolved(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	log_msg(level, "configuration: %s", msg);
+}
+
+/* Warn of each name of the file that does not resolve (yet). */
+static void log_unresolved(const struct odpd_conf *c)
+{
+	char msg[1024];
+
+	for (unsigned i = 0; i < odpd_conf_n_unresolved(c); i++) {
+		odpd_conf_unresolved_text(c, i, msg, sizeof(msg));
+		log_warning("configuration: %s", msg);
+	}
+}
+
+void odpd_manager_resolve_names(struct odpd_manager *m)
+{
+	struct timespec now;
+	long long ms;
+
+	if (!odpd_conf_n_unresolved(&m->conf))
+		return;
+	/* A directory service that is down may make each lookup slow: at most
+	 * one round a second, in the event loop. */
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+	if (m->resolve_last_ms && ms - m->resolve_last_ms < 1000)
+		return;
+	m->resolve_last_ms = ms ? ms : 1;
+	odpd_conf_resolve(&m->conf, log_resolved, m);
+}
+
 static int load_config(struct odpd_manager *m)
 {
 	uint64_t mem = odpd_meminfo_total();
@@ -297,6 +332,7 @@ static int load_config(struct odpd_manager *m)
 		log_error("configuration: %s", msg);
 		return r;
 	}
+	log_unresolved(&m->conf);
 	log_info("configuration: %s; max-pinned %llu bytes, max-mrs %llu, %u rule(s), %u [pd] section(s)",
 		 m->conf.path ? m->conf.path : "none (defaults)", (unsigned long long)m->conf.max_pinned,
 		 (unsigned long long)m->conf.max_mrs, m->conf.n_rules, m->conf.n_pds);
@@ -322,6 +358,7 @@ int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len)
 	}
 	odpd_conf_free(&m->conf);
 	m->conf = c;
+	log_unresolved(&m->conf);
 	budget_log(m);                      /* vm.max_map_count may have changed too */
 	/* What each connected client may hold, worked out again from the new
 	 * rules: refusals from its next request on; nothing is taken away. */

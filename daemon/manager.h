@@ -36,6 +36,7 @@ struct odpd_config {
 	const char *config_path;        /* --config, or ODPD_CONF_DEFAULT */
 	bool config_given;              /* --config: the file must exist */
 	bool no_bus;                    /* --no-bus: no D-Bus even where there is a system bus */
+	bool check_config;              /* --check-config: read the configuration file and exit */
 };
 
 struct odpd_stats {
@@ -82,6 +83,7 @@ struct odpd_manager {
 	unsigned long wd_completed;         /* the pool's count at the last tick */
 	struct event *ev_wedge;             /* ODPD_TEST_WEDGE=1: SIGUSR1 blocks every worker */
 	struct event *ev_hup;               /* SIGHUP: reload the configuration */
+	long long resolve_last_ms;          /* CLOCK_MONOTONIC of the last odpd_manager_resolve_names round */
 };
 
 int odpd_manager_start(struct odpd_manager *m);
@@ -96,5 +98,8 @@ void odpd_manager_finish(struct odpd_manager *m);
  * every connection. On an error the configuration in use stays and @msg
  * (and the log) says why. 0 or -errno. */
 int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len);
+/* Look the configuration's unresolved user and group names up again (at
+ * most once a second), before a new client's limits are worked out. */
+void odpd_manager_resolve_names(struct odpd_manager *m);
 /* A client is gone for good: stop the loop if we are shutting down and it was the last. */
 void odpd_manager_client_released(struct odpd_manager *m);

@@ -1670,6 +1670,86 @@ static void test_bad_config_refused(void **state)
 	rmdir(dir);
 }
 
+/* Run "odpd @args 2>&1" (no daemon: options that exit at once); its
+ * output in @out, its exit status returned. */
+static int odpd_run(const char *args, char *out, size_t cap)
+{
+	char cmd[1024];
+	FILE *p;
+	size_t n;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "timeout -s KILL 10 %s %s 2>&1", getenv("ODPD_TEST_DAEMON"), args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * odpd as a command-line tool: -h and -V; a bad option exits 2 with a hint;
+ * --check-config exits 0 for a valid file, 1 for a broken or missing one
+ * (PATH:LINE), 0 with a warning for a user name that does not resolve; and
+ * odpd serves with such a rule (the name may resolve later).
+ */
+static void test_command_line(void **state)
+{
+	char dir[] = "/tmp/odpd-cli.XXXXXX", path[64], args[256], out[4096], conf[128];
+	struct test_daemon d = { 0 };
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/odpd.conf", dir);
+
+	assert_int_equal(odpd_run("-h", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "--check-config"));
+	assert_non_null(strstr(out, "--max-clients N           most client connections"));
+	assert_int_equal(odpd_run("-V", out, sizeof(out)), 0);
+	assert_int_equal(strncmp(out, "odpd ", 5), 0);
+	assert_int_equal(odpd_run("--frobnicate", out, sizeof(out)), 2);
+	if (!strstr(out, "--frobnicate") || !strstr(out, "Try 'odpd --help'"))
+		fail_msg("bad option: %s", out);
+	assert_int_equal(odpd_run("--workers lots", out, sizeof(out)), 2);
+	assert_non_null(strstr(out, "Try 'odpd --help'"));
+	assert_int_equal(odpd_run("extra", out, sizeof(out)), 2);
+
+	write_text(path, "[limits]\nmax-pinned = 1G\n");
+	snprintf(args, sizeof(args), "--check-config --config %s", path);
+	assert_int_equal(odpd_run(args, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "valid"));
+	write_text(path, "[limits]\nmax-pinned = 1G\nmax-mrs = lots\n");
+	assert_int_equal(odpd_run(args, out, sizeof(out)), 1);
+	snprintf(conf, sizeof(conf), "%s:3:", path);
+	if (!strstr(out, conf))
+		fail_msg("--check-config does not name %s: %s", conf, out);
+	write_text(path, "[user no-such-user-odpd-test]\nmax-pinned = 1G\n");
+	assert_int_equal(odpd_run(args, out, sizeof(out)), 0);
+	snprintf(conf, sizeof(conf), "%s:1: unknown user", path);
+	if (!strstr(out, "warning") || !strstr(out, conf))
+		fail_msg("--check-config of an unknown user: %s", out);
+	unlink(path);
+	assert_int_equal(odpd_run(args, out, sizeof(out)), 1);
+
+	/* a [user] rule whose name does not resolve does not stop odpd */
+	daemon_start_conf(&d, conf, sizeof(conf), "unresolved",
+			  "[user no-such-user-odpd-test]\nmax-pinned = 1G\n", NULL, NULL);
+	close(raw_connect_hello(d.sock));
+	daemon_stop(&d);
+	unlink(conf);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 /* Run "odpd --socket @sock" until it exits or is ready; its output in @out.
  * Returns its exit status, or -1 when it started serving (then it is stopped). */
 static int odpd_on(const char *sock, char *out, size_t cap)
@@ -1767,6 +1847,7 @@ int main(void)
 		cmocka_unit_test_setup(test_cache_admin_requests_need_admin, harness_test_setup),
 		cmocka_unit_test_setup(test_cache_bad_requests, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_config_refused, harness_test_setup),
+		cmocka_unit_test_setup(test_command_line, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_input_matrix, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};

@@ -2,6 +2,8 @@
 /* Unit tests of daemon/conf.c: odpd.conf parsing, sizes, rule matching and
  * the shared-PD policy. */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,6 +29,52 @@
 #define MEM (16 * GIB)          /* the mem_total the tests pretend */
 #define NOUSER "no-such-user-odpd-test"
 #define NOGROUP "no-such-group-odpd-test"
+/* Names that resolve only once late_names is set (the directory service
+ * came up): getpwnam_r and getgrnam_r are wrapped (-Wl,--wrap, meson.build). */
+#define LATEUSER "late-user-odpd-test"
+#define LATEGROUP "late-group-odpd-test"
+#define LATE_ID 4711
+
+static bool late_names;
+
+int __real_getpwnam_r(const char *name, struct passwd *pw, char *buf, size_t len,
+		      struct passwd **res);
+int __wrap_getpwnam_r(const char *name, struct passwd *pw, char *buf, size_t len,
+		      struct passwd **res);
+int __real_getgrnam_r(const char *name, struct group *gr, char *buf, size_t len,
+		      struct group **res);
+int __wrap_getgrnam_r(const char *name, struct group *gr, char *buf, size_t len,
+		      struct group **res);
+
+int __wrap_getpwnam_r(const char *name, struct passwd *pw, char *buf, size_t len,
+		      struct passwd **res)
+{
+	if (strcmp(name, LATEUSER) != 0)
+		return __real_getpwnam_r(name, pw, buf, len, res);
+	*res = NULL;
+	if (!late_names)
+		return 0;
+	*pw = (struct passwd){ .pw_name = (char *)LATEUSER, .pw_uid = LATE_ID, .pw_gid = LATE_ID };
+	*res = pw;
+	(void)buf;
+	(void)len;
+	return 0;
+}
+
+int __wrap_getgrnam_r(const char *name, struct group *gr, char *buf, size_t len,
+		      struct group **res)
+{
+	if (strcmp(name, LATEGROUP) != 0)
+		return __real_getgrnam_r(name, gr, buf, len, res);
+	*res = NULL;
+	if (!late_names)
+		return EIO;             /* as when the directory service is not reachable */
+	*gr = (struct group){ .gr_name = (char *)LATEGROUP, .gr_gid = LATE_ID };
+	*res = gr;
+	(void)buf;
+	(void)len;
+	return 0;
+}
 
 static char dir[] = "/tmp/test-conf.XXXXXX";
 static char path[PATH_MAX];     /* dir/odpd.conf */
@@ -442,8 +490,6 @@ static void test_errors_sections(void **state)
 	load_fails("[pd a b]\n", 1, "bad PD name pattern in [pd a b]");
 	load_fails("[pd a/b]\n", 1, "bad PD name pattern in [pd a/b]");
 	load_fails("[pd gpu[0-9]]\n", 1, "text after the section header");
-	load_fails("[user " NOUSER "]\nmax-pinned = 1G\n", 1, "unknown user \"" NOUSER "\"");
-	load_fails("[group " NOGROUP "]\n", 1, "unknown group \"" NOGROUP "\"");
 	load_fails("[user 4294967295]\n", 1, "unknown user \"4294967295\"");
 	load_fails("[user -1]\n", 1, "unknown user \"-1\"");
 }
@@ -463,15 +509,85 @@ static void test_errors_rules_and_pds(void **state)
 	load_fails("[cgroup /]\nmax-pinned = 5X\n", 2, "bad size \"5X\" for max-pinned");
 	load_fails("[group 0]\nmax-pinned = 1G\nmax-pinned = 1G\n", 3,
 		   "duplicate key \"max-pinned\" in [group 0]");
-	load_fails("[pd t]\nusers = root " NOUSER " 1\n", 2,
-		   "unknown user \"" NOUSER "\" in users of [pd t]");
-	load_fails("[pd t]\nusers = root\n  " NOUSER "\n", 3,
-		   "unknown user \"" NOUSER "\" in users of [pd t]");
-	load_fails("[pd t]\ngroups = root," NOGROUP "\n", 2,
-		   "unknown group \"" NOGROUP "\" in groups of [pd t]");
 	load_fails("[pd t]\nusers = 1\nusers = 2\n", 3, "duplicate key \"users\" in [pd t] (first on line 2)");
 	load_fails("[pd t]\nusers = 1\n  groups = 2\n", 3, "indented line continues the value of users");
 	load_fails("[pd t]\nmembers = 1\n", 2, "unknown key \"members\" in [pd t]");
+}
+
+/* odpd_conf_resolve's reports, for the test below. */
+static char reported[4][1024];
+static int n_reported;
+
+static void report(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	if (n_reported < 4)
+		snprintf(reported[n_reported], sizeof(reported[0]), "%s", msg);
+	n_reported++;
+}
+
+/*
+ * A user or group name that does not resolve when the file is read (LDAP
+ * or sssd not up yet) is not an error: what names it is not in force, with
+ * a warning naming file:line, until odpd_conf_resolve() finds it; a name
+ * that later resolves to the subject of another rule is dropped.
+ */
+static void test_names_resolved_later(void **state)
+{
+	struct odpd_conf c;
+	char text[1024];
+	gid_t none[1] = { 0 };
+
+	(void)state;
+	late_names = false;
+	load_ok(&c, "[user " LATEUSER "]\nmax-pinned = 1G\n"          /* 1 */
+		    "[group " LATEGROUP "]\nmax-pinned = 2G\n"         /* 3 */
+		    "[user " NOUSER "]\nmax-pinned = 3G\n"             /* 5 */
+		    "[pd t]\nusers = root " LATEUSER "\n"               /* 7 */
+		    "groups = " LATEGROUP "\n"                          /* 9 */
+		    "[user 4712]\nmax-mrs = 5\n");                      /* 10 */
+	assert_int_equal(c.n_rules, 4);
+	assert_int_equal(odpd_conf_n_unresolved(&c), 5);
+	odpd_conf_unresolved_text(&c, 0, text, sizeof(text));
+	check_error(text, 1, "unknown user \"" LATEUSER "\" in [user " LATEUSER "]: not in force");
+	odpd_conf_unresolved_text(&c, 1, text, sizeof(text));
+	check_error(text, 3, "looking up group \"" LATEGROUP "\" in [group " LATEGROUP "]: ");
+	odpd_conf_unresolved_text(&c, 3, text, sizeof(text));
+	check_error(text, 8, "unknown user \"" LATEUSER "\" in users of [pd t]");
+	/* not in force: uid 4711 matches neither rule nor [pd t] */
+	assert_null(odpd_conf_match_rule(&c, LATE_ID, LATE_ID, NULL, 0, NULL));
+	assert_false(odpd_conf_pd_allowed(&c, "t", LATE_ID, 1, none, 0, 0, NULL, 0));
+	assert_false(odpd_conf_pd_allowed(&c, "t", 1, LATE_ID, none, 0, 0, NULL, 0));
+	assert_true(odpd_conf_pd_allowed(&c, "t", 0, 0, none, 0, 1, NULL, 0));
+	/* nothing resolves yet: nothing changes */
+	n_reported = 0;
+	assert_int_equal(odpd_conf_resolve(&c, report, NULL), 0);
+	assert_int_equal(n_reported, 0);
+	assert_int_equal(odpd_conf_n_unresolved(&c), 5);
+	/* the directory comes up */
+	late_names = true;
+	assert_int_equal(odpd_conf_resolve(&c, report, NULL), 4);
+	assert_int_equal(n_reported, 4);
+	assert_int_equal(odpd_conf_n_unresolved(&c), 1);          /* NOUSER */
+	check_error(reported[0], 1, "\"" LATEUSER "\" in [user " LATEUSER "] resolves now (uid 4711)");
+	assert_ptr_equal(odpd_conf_match_rule(&c, LATE_ID, 1, NULL, 0, NULL), &c.rules[0]);
+	assert_ptr_equal(odpd_conf_match_rule(&c, 1, LATE_ID, NULL, 0, NULL), &c.rules[1]);
+	assert_true(odpd_conf_pd_allowed(&c, "t", LATE_ID, 1, none, 0, 0, NULL, 0));
+	assert_true(odpd_conf_pd_allowed(&c, "t", 1, LATE_ID, none, 0, 0, NULL, 0));
+	odpd_conf_free(&c);
+
+	/* resolving to the subject of another rule: dropped, with a warning */
+	late_names = false;
+	load_ok(&c, "[user 4711]\nmax-pinned = 1G\n[user " LATEUSER "]\nmax-pinned = 2G\n");
+	late_names = true;
+	n_reported = 0;
+	assert_int_equal(odpd_conf_resolve(&c, report, NULL), 1);
+	check_error(reported[0], 3, "now resolves to uid 4711, which [user 4711] on line 1 already has");
+	assert_ptr_equal(odpd_conf_match_rule(&c, LATE_ID, 1, NULL, 0, NULL), &c.rules[0]);
+	assert_int_equal(odpd_conf_n_unresolved(&c), 0);
+	odpd_conf_free(&c);
+	late_names = false;
 }
 
 static void test_errors_syntax(void **state)
@@ -887,6 +1003,7 @@ int main(void)
 		cmocka_unit_test(test_errors_sections),
 		cmocka_unit_test(test_errors_rules_and_pds),
 		cmocka_unit_test(test_errors_syntax),
+		cmocka_unit_test(test_names_resolved_later),
 		cmocka_unit_test(test_error_buffer),
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_meminfo_total),
