@@ -72,7 +72,7 @@ static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 		"CacheMisses", "Evictions", "RelaxedPending", "RelaxedBytes", "Flushes",
 		"Invalidated", "OdpMRs", "OdpBytes", "OdpRegistrations", "Prefetches",
 		"PrefetchBytes", "PrefetchErrors", "ImplicitMRs", "Registrars", "DeviceRemovals",
-		"LocalHits", "Revoked",
+		"LocalHits", "Revoked", "InvalidationBatches",
 	};
 	const uint64_t values[] = {
 		m->devices.n_live, n_clients(m), m->segs.count, m->segs.bytes, r->n_mrs, r->pinned,
@@ -81,6 +81,7 @@ static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 		r->stats.flushes, r->stats.invalidated, r->odp.mrs, r->odp.bytes, r->odp.registrations,
 		r->odp.prefetches, r->odp.prefetch_bytes, r->odp.prefetch_errors, r->odp.implicit_mrs,
 		r->odp.registrars, r->stats.device_removals, r->stats.local_hits, r->stats.revoked,
+		r->stats.flushes,           /* InvalidationBatches: Flushes under its name */
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -516,7 +517,7 @@ static const sd_bus_vtable manager_vtable[] = {
 	COUNTER("Invalidated"), COUNTER("OdpMRs"), COUNTER("OdpBytes"), COUNTER("OdpRegistrations"),
 	COUNTER("Prefetches"), COUNTER("PrefetchBytes"), COUNTER("PrefetchErrors"),
 	COUNTER("ImplicitMRs"), COUNTER("Registrars"), COUNTER("DeviceRemovals"),
-	COUNTER("LocalHits"), COUNTER("Revoked"),
+	COUNTER("LocalHits"), COUNTER("Revoked"), COUNTER("InvalidationBatches"),
 	SD_BUS_METHOD_WITH_ARGS("Flush", SD_BUS_NO_ARGS, SD_BUS_RESULT("u", mrs, "t", bytes),
 				method_flush, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_VTABLE_END

@@ -260,6 +260,7 @@ int main(int argc, char **argv)
 	odpd_fault_init();
 	event_set_mem_functions(malloc, realloc, free);
 #endif
+	argv[0] = program_invocation_short_name;        /* getopt's complaints: "odpd: ..." */
 	m.cfg.devices = calloc((size_t)argc, sizeof(char *));
 	if (!m.cfg.devices)
 		return EXIT_FAILURE;

@@ -1593,7 +1593,9 @@ static void test_shared_pd_same_keys(void **state)
 	assert_true(json_object_object_get_ex(root, "mrs", &mrs));
 	for (size_t i = 0; i < json_object_array_length(mrs); i++) {
 		json_object *o = json_object_array_get_idx(mrs, i);
-		if (json_object_get_int(json_object_object_get(o, "lkey")) == (int32_t)sr.keys[0][0])
+		/* keys are hex strings, as the table shows them: "0x1a2b" */
+		if (strtoul(json_object_get_string(json_object_object_get(o, "lkey")), NULL, 16) ==
+		    sr.keys[0][0])
 			mr = o;
 	}
 	assert_non_null(mr);

@@ -602,7 +602,9 @@ static void test_odp_pins_nothing(void **state)
 	assert_true(json_object_object_get_ex(root, "mrs", &mrs));
 	for (size_t i = 0; i < json_object_array_length(mrs); i++) {
 		json_object *o = json_object_array_get_idx(mrs, i);
-		if (json_object_get_int64(json_object_object_get(o, "lkey")) == mr->lkey) {
+		const char *lkey = json_object_get_string(json_object_object_get(o, "lkey"));
+
+		if (strncmp(lkey, "0x", 2) == 0 && strtoul(lkey, NULL, 16) == mr->lkey) {
 			assert_string_equal(json_object_get_string(json_object_object_get(o, "kind")), "odp");
 			listed = true;
 		}

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <json.h>
 
 #include "harness.h"
 
@@ -1750,6 +1751,98 @@ static void test_command_line(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* Run "odpctl @args 2>&1" against the test daemon (@args may name
+ * another socket first); output in @out, exit status returned. */
+static int odpctl_run(const char *args, char *out, size_t cap)
+{
+	char cmd[1024];
+	FILE *p;
+	size_t n;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "timeout -s KILL 20 %s %s 2>&1", getenv("ODPD_TEST_ODPCTL"), args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/*
+ * odpctl as a command-line tool: complaints name "odpctl", not its path;
+ * -s "" is a usage error; each command's --help is its own; clients are
+ * listed by id (odpd keeps them newest first); JSON names a private PD as
+ * the table does and writes a limit of none as "unlimited".
+ */
+static void test_odpctl_cli(void **state)
+{
+	static char out[65536];
+	char args[256];
+	int conns[3];
+	json_object *root, *quotas;
+	uint64_t last = 0;
+	bool root_quota = false;
+
+	(void)state;
+	if (!getenv("ODPD_TEST_ODPCTL"))
+		skip();
+	assert_int_equal(odpctl_run("--frobnicate", out, sizeof(out)), 2);
+	if (strncmp(out, "odpctl: ", 8) != 0 || !strstr(out, "Try 'odpctl --help'"))
+		fail_msg("odpctl --frobnicate: %s", out);
+	assert_int_equal(odpctl_run("-s '' status", out, sizeof(out)), 2);
+	assert_non_null(strstr(out, "odpctl: --socket: empty path"));
+	assert_int_equal(odpctl_run("verify --help", out, sizeof(out)), 0);
+	assert_int_equal(strncmp(out, "Usage: odpctl [-s PATH] verify", 30), 0);
+	assert_non_null(strstr(out, "every live MR of every client"));
+	assert_int_equal(odpctl_run("--help flush", out, sizeof(out)), 0);
+	assert_int_equal(strncmp(out, "Usage: odpctl [-s PATH] flush", 29), 0);
+	assert_int_equal(odpctl_run("--help", out, sizeof(out)), 0);
+	assert_int_equal(strncmp(out, "Usage: odpctl [OPTIONS] COMMAND", 31), 0);
+
+	for (int i = 0; i < 3; i++)
+		conns[i] = raw_connect_hello(test_daemon.sock);
+	snprintf(args, sizeof(args), "-s %s clients --json", test_daemon.sock);
+	assert_int_equal(odpctl_run(args, out, sizeof(out)), 0);
+	root = json_tokener_parse(out);
+	assert_non_null(root);
+	assert_int_equal(json_object_array_length(root), 4);      /* and test_admin_fd */
+	for (size_t i = 0; i < 4; i++) {
+		json_object *c = json_object_array_get_idx(root, i);
+		uint64_t id = strtoull(json_object_get_string(json_object_object_get(c, "id")), NULL, 10);
+
+		if (id <= last)
+			fail_msg("odpctl clients not sorted by id:\n%s", out);
+		last = id;
+		assert_string_equal(json_object_get_string(json_object_object_get(c, "pd")), "(private)");
+	}
+	json_object_put(root);
+	snprintf(args, sizeof(args), "-s %s clients", test_daemon.sock);
+	assert_int_equal(odpctl_run(args, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "(private)"));
+	snprintf(args, sizeof(args), "-s %s status --json", test_daemon.sock);
+	assert_int_equal(odpctl_run(args, out, sizeof(out)), 0);
+	root = json_tokener_parse(out);
+	assert_non_null(root);
+	assert_true(json_object_object_get_ex(root, "quotas", &quotas));
+	for (size_t i = 0; i < json_object_array_length(quotas); i++) {
+		json_object *q = json_object_array_get_idx(quotas, i);
+		const char *limit = json_object_get_string(json_object_object_get(q, "limit"));
+
+		if (json_object_get_int(json_object_object_get(q, "uid")) != 0)
+			continue;
+		root_quota = true;
+		/* root has CAP_IPC_LOCK: no limit (was "18446744073709551615") */
+		assert_string_equal(limit, "unlimited");
+	}
+	assert_true(root_quota);
+	assert_non_null(json_object_object_get(json_object_object_get(root, "cache"), "invalidation_batches"));
+	json_object_put(root);
+	for (int i = 0; i < 3; i++)
+		close(conns[i]);
+	wait_idle(test_admin_fd);
+}
+
 /* Run "odpd --socket @sock" until it exits or is ready; its output in @out.
  * Returns its exit status, or -1 when it started serving (then it is stopped). */
 static int odpd_on(const char *sock, char *out, size_t cap)
@@ -1848,6 +1941,7 @@ int main(void)
 		cmocka_unit_test_setup(test_cache_bad_requests, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_config_refused, harness_test_setup),
 		cmocka_unit_test_setup(test_command_line, harness_test_setup),
+		cmocka_unit_test_setup(test_odpctl_cli, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_input_matrix, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};

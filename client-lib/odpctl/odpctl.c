@@ -213,10 +213,12 @@ static const char *mr_kind_name(Odpd__MrKind k)
 	}
 }
 
-/* A shared PD's name, or "private" for the empty name of a private PD. */
+/* A shared PD's name, or "(private)" for the empty name of a private PD:
+ * parentheses never occur in a PD name. Tables and JSON alike. */
+#define PRIVATE_PD "(private)"
 static const char *pd_text(const char *name)
 {
-	return name && *name ? name : "private";
+	return name && *name ? name : PRIVATE_PD;
 }
 
 /* 850 -> "850ms", 12345 -> "12.3s", 245000 -> "4m05s", then "2h03m", "3d04h". */
@@ -466,7 +468,7 @@ static void print_cache(const Odpd__StatusReply *st)
 	table_add(&t, "%" PRIu64, c->deregistrations);
 	table_add(&t, "Relaxed pending:");
 	table_add(&t, "%" PRIu32 " MRs, %s", c->relaxed_pending, human_bytes(c->relaxed_bytes, b));
-	table_add(&t, "Flushes:");
+	table_add(&t, "Invalidation batches:");
 	table_add(&t, "%" PRIu64, c->flushes);
 	table_add(&t, "Invalidated:");
 	table_add(&t, "%" PRIu64, c->invalidated);
@@ -664,6 +666,24 @@ static void put_u64_str(json_object *o, const char *key, uint64_t v)
 	json_object_object_add(o, key, json_object_new_string(buf));
 }
 
+/* An address or key as the tables show it: a hex string, "0x7f3a5c000000". */
+static void put_hex(json_object *o, const char *key, uint64_t v)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
+	json_object_object_add(o, key, json_object_new_string(buf));
+}
+
+/* A limit: "unlimited" for none (2^64 - 1), else as put_u64_str. */
+static void put_limit_str(json_object *o, const char *key, uint64_t v)
+{
+	if (v == UINT64_MAX)
+		json_object_object_add(o, key, json_object_new_string("unlimited"));
+	else
+		put_u64_str(o, key, v);
+}
+
 /* A GUID as ibv_devinfo prints it: xxxx:xxxx:xxxx:xxxx. */
 static void put_guid(json_object *o, const char *key, uint64_t g)
 {
@@ -725,7 +745,7 @@ static json_object *json_client(const Odpd__ClientInfo *c)
 	put_u64_str(o, "segment_bytes", c->segment_bytes);
 	put_u64(o, "mrs", c->mrs);
 	put_u64_str(o, "pinned_bytes", c->pinned_bytes);
-	put_str(o, "pd", c->pd);
+	put_str(o, "pd", pd_text(c->pd));
 	put_u64(o, "relaxed", c->relaxed);
 	put_u64_str(o, "local_hits", c->local_hits);
 	put_u64(o, "hit_slots", c->hit_slots);
@@ -747,7 +767,8 @@ static json_object *json_cache(const Odpd__CacheStats *c)
 	put_u64_str(o, "deregistrations", c->deregistrations);
 	put_u64(o, "relaxed_pending", c->relaxed_pending);
 	put_u64_str(o, "relaxed_bytes", c->relaxed_bytes);
-	put_u64_str(o, "flushes", c->flushes);
+	put_u64_str(o, "flushes", c->flushes);             /* the older name */
+	put_u64_str(o, "invalidation_batches", c->flushes);
 	put_u64_str(o, "invalidated", c->invalidated);
 	put_u64_str(o, "replaced", c->replaced);
 	put_u64_str(o, "local_hits", c->local_hits);
@@ -781,7 +802,7 @@ static json_object *json_quota(const Odpd__QuotaInfo *q)
 	put_u64(o, "uid", q->uid);
 	put_str(o, "user", user_name(q->uid));
 	put_u64_str(o, "pinned_bytes", q->pinned_bytes);
-	put_u64_str(o, "limit", q->limit);
+	put_limit_str(o, "limit", q->limit);
 	put_str(o, "rule", q->rule);
 	put_u64(o, "mrs", q->mrs);
 	put_u64(o, "connections", q->connections);
@@ -812,15 +833,15 @@ static json_object *json_mr(const Odpd__MrInfo *m)
 	for (size_t i = 0; i < m->n_holder_pids; i++)
 		json_object_array_add(pids, json_object_new_int64(m->holder_pids[i]));
 	put_u64_str(o, "id", m->id);
-	put_str(o, "pd", m->pd);
+	put_str(o, "pd", pd_text(m->pd));
 	put_u64_str(o, "client_id", m->client_id);
 	put_str(o, "device", m->device);
-	put_u64_str(o, "iova", m->iova);
+	put_hex(o, "iova", m->iova);
 	put_u64_str(o, "length", m->length);
 	put_u64(o, "access", m->access);
 	put_str(o, "kind", mr_kind_name(m->kind));
-	put_u64(o, "lkey", m->lkey);
-	put_u64(o, "rkey", m->rkey);
+	put_hex(o, "lkey", m->lkey);
+	put_hex(o, "rkey", m->rkey);
 	put_u64(o, "holders", m->holders);
 	json_object_object_add(o, "holder_pids", pids);
 	put_str(o, "state", mr_state_name(m->state));
@@ -872,9 +893,12 @@ static void print_json(const Odpd__StatusReply *st)
 	put_u64_str(totals, "errors", st->errors);
 	put_u64(totals, "monitors", st->monitors);
 	put_u64(totals, "releasing", st->releasing);
-	put_u64_str(totals, "max_pinned", st->max_pinned);
+	put_limit_str(totals, "max_pinned", st->max_pinned);
 	put_u64(totals, "max_mrs", st->max_mrs);
-	put_u64_str(totals, "fd_limit", st->fd_limit);
+	if (st->has_fd_limit && st->fd_limit == 0)
+		json_object_object_add(totals, "fd_limit", json_object_new_string("unlimited"));
+	else
+		put_u64_str(totals, "fd_limit", st->fd_limit);
 	put_u64_str(totals, "max_map_count", st->max_map_count);
 	json_object_object_add(root, "daemon", daemon);
 	json_object_object_add(root, "devices", devices);
@@ -1056,17 +1080,29 @@ static int hello(int sock)
 	return 0;
 }
 
-/* Status, for the commands that show a part of it. */
+static int client_cmp(const void *a, const void *b)
+{
+	const Odpd__ClientInfo *x = *(Odpd__ClientInfo *const *)a, *y = *(Odpd__ClientInfo *const *)b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Status, for the commands that show a part of it; its clients sorted by id. */
 static Odpd__Reply *status_call(int sock)
 {
 	Odpd__Status body = ODPD__STATUS__INIT;
 	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reply *rep;
 
 	req.has_id = true;
 	req.id = 2;
 	req.body_case = ODPD__REQUEST__BODY_STATUS;
 	req.status = &body;
-	return call(sock, &req, "status", ODPD__REPLY__BODY_STATUS_REPLY);
+	rep = call(sock, &req, "status", ODPD__REPLY__BODY_STATUS_REPLY);
+	if (rep && rep->status_reply->n_clients > 1)
+		qsort(rep->status_reply->clients, rep->status_reply->n_clients,
+		      sizeof(rep->status_reply->clients[0]), client_cmp);
+	return rep;
 }
 
 static int cmd_status(int sock, const struct options *o)
@@ -1209,8 +1245,7 @@ static int cmd_flush(int sock, const struct options *o)
 		put_u64_str(root, "bytes", rep->flush->bytes);
 		json_print(root);
 	} else {
-		printf("flushed %" PRIu32 " MRs, %" PRIu64 " bytes (%s)\n", rep->flush->mrs,
-		       rep->flush->bytes, human_bytes(rep->flush->bytes, b));
+		printf("flushed %" PRIu32 " MRs, %s\n", rep->flush->mrs, human_bytes(rep->flush->bytes, b));
 	}
 	odpd__reply__free_unpacked(rep, NULL);
 	return EXIT_SUCCESS;
@@ -1280,7 +1315,7 @@ static int cmd_verify(int sock, const struct options *o)
 				json_object *e = json_obj();
 
 				put_u64_str(e, "id", m->id);
-				put_u64_str(e, "iova", m->iova);
+				put_hex(e, "iova", m->iova);
 				put_u64_str(e, "length", m->length);
 				put_str(e, "kind", mr_kind_name(m->kind));
 				put_str(e, "crc32", rep ? crc : "");
@@ -1288,9 +1323,11 @@ static int cmd_verify(int sock, const struct options *o)
 				put_bool(e, "ok", rep != NULL);
 				json_object_array_add(list, e);
 			} else {
+				char b1[48], b2[HUMAN_LEN];
+
 				table_add(&t, "%" PRIu64, m->id);
-				table_add(&t, "%#" PRIx64, m->iova);
-				table_add(&t, "%" PRIu64, m->length);
+				table_add(&t, "%s", iova_range(m->iova, m->length, b1));
+				table_add(&t, "%s", human_bytes(m->length, b2));
 				table_add(&t, "%s", mr_kind_name(m->kind));
 				table_add(&t, "%s", crc);
 				table_add(&t, "%s", how);
@@ -1392,7 +1429,7 @@ static const struct stat_def stat_defs[] = {
 	{ "evictions", "relaxed MRs invalidated to make room", true },
 	{ "relaxed_pending", "relaxed MRs waiting for invalidation", false },
 	{ "relaxed_bytes", "bytes of the relaxed MRs waiting", false },
-	{ "flushes", "invalidation batches", true },
+	{ "flushes", "invalidation batches (the older name of invalidation_batches)", true },
 	{ "invalidated", "MRs deregistered by invalidation batches", true },
 	{ "odp_mrs", "on-demand-paging MRs", false },
 	{ "odp_bytes", "bytes of explicit ODP MRs", false },
@@ -1404,6 +1441,7 @@ static const struct stat_def stat_defs[] = {
 	{ "registrars", "implicit-ODP registrar processes", false },
 	{ "local_hits", "registrations client libraries answered in-process (as they report)", true },
 	{ "revoked", "unused MR references taken back from client libraries' caches", true },
+	{ "invalidation_batches", "batches of relaxed MRs invalidated", true },
 };
 #define N_STATS (sizeof(stat_defs) / sizeof(stat_defs[0]))
 
@@ -1421,6 +1459,7 @@ static void stat_values(const Odpd__StatusReply *st, uint64_t *v)
 		d ? d->prefetch_bytes : 0, d ? d->prefetch_errors : 0, d ? d->implicit_mrs : 0,
 		d ? d->registrars : 0,
 		c ? c->local_hits : 0, c ? c->revoked : 0,
+		c ? c->flushes : 0,
 	};
 
 	memcpy(v, vals, sizeof(vals));
@@ -1462,8 +1501,16 @@ static int cmd_stats(int sock, const struct options *o)
 		table_add(&t, "COUNTER");
 		table_add(&t, "VALUE");
 		for (size_t i = 0; i < N_STATS; i++) {
-			table_add(&t, "%s", stat_defs[i].key);
-			table_add(&t, "%" PRIu64, v[i]);
+			const char *k = stat_defs[i].key;
+			size_t n = strlen(k);
+			char b[HUMAN_LEN];
+
+			table_add(&t, "%s", k);
+			/* sizes in the units of every other table */
+			if (n > 6 && strcmp(k + n - 6, "_bytes") == 0)
+				table_add(&t, "%s", human_bytes(v[i], b));
+			else
+				table_add(&t, "%" PRIu64, v[i]);
 		}
 		table_print(&t, "Statistics");
 	}
@@ -1477,17 +1524,53 @@ struct command {
 	const char *name;
 	int (*run)(int sock, const struct options *o);
 	bool filters;                /* takes --pid and --pd */
+	const char *args;            /* its options, for its --help */
+	const char *help;            /* what it does, for its --help */
 };
 
 static const struct command commands[] = {
-	{ "status", cmd_status, false },
-	{ "mrs", cmd_mrs, true },
-	{ "flush", cmd_flush, true },
-	{ "clients", cmd_clients, false },
-	{ "verify", cmd_verify, true },
-	{ "stats", cmd_stats, false },
-	{ "reload", cmd_reload, false },
+	{ "status", cmd_status, false, "[-j]",
+	  "Show odpd's devices, connected clients (by id), shared PDs, pinning quotas,\n"
+	  "registration cache and on-demand paging counters, and totals.\n" },
+	{ "mrs", cmd_mrs, true, "[-j] [--pid PID] [--pd NAME]",
+	  "List the MRs of odpd's registration cache: range, length, access, kind,\n"
+	  "keys, holders, state, generation. --pid: those process PID holds or last\n"
+	  "released; --pd: those of the shared PD NAME.\n" },
+	{ "flush", cmd_flush, true, "[-j] [--pid PID] [--pd NAME]",
+	  "Deregister relaxed MRs (released, kept registered for reuse) now and wait\n"
+	  "until they are (up to 120 s); prints the MRs and bytes released. MRs that\n"
+	  "clients hold are not touched. --pid, --pd: only the relaxed MRs of that\n"
+	  "process or shared PD.\n" },
+	{ "clients", cmd_clients, false, "[-j]",
+	  "List the connected clients, by id: pid, uid, name, PD, segments, MRs,\n"
+	  "relaxed MRs, pinned bytes (ODP MRs pin nothing and count in no PINNED).\n" },
+	{ "verify", cmd_verify, true, "[-j] [--pid PID] [--pd NAME]",
+	  "Read every live MR of every client (or those --pid and --pd select) back\n"
+	  "through the HCA (RDMA READ, or WRITE from the lkey for local-only MRs) and\n"
+	  "print its CRC-32. This reads all of the registered memory over the device:\n"
+	  "on a busy production node it takes bandwidth and time. Exit status 1 if\n"
+	  "any MR could not be read.\n" },
+	{ "stats", cmd_stats, false, "[-j | --prometheus]",
+	  "Print odpd's counters as one flat set (the same numbers as its D-Bus\n"
+	  "properties); --prometheus: the Prometheus text format, for node_exporter's\n"
+	  "textfile collector.\n" },
+	{ "reload", cmd_reload, false, "[-j]",
+	  "Make odpd read its configuration file again (as SIGHUP does). On an error\n"
+	  "in the file odpd keeps the configuration in use; odpctl prints FILE:LINE\n"
+	  "and exits 1.\n" },
 };
+
+/* "odpctl CMD --help". */
+static void command_usage(const struct command *c)
+{
+	printf("Usage: odpctl [-s PATH] %s %s\n\n%s\n"
+	       "  -s, --socket PATH odpd's socket (default: $%s, else %s)\n"
+	       "  -j, --json        print JSON instead of tables\n%s%s"
+	       "\nSee odpctl(8).\n", c->name, c->args, c->help, ODPD_SOCKET_ENV, ODPD_SOCKET_DEFAULT,
+	       c->filters ? "      --pid PID     only the MRs of process PID\n"
+			    "      --pd NAME     only the MRs of the shared PD NAME\n" : "",
+	       c->run == cmd_stats ? "      --prometheus  the Prometheus text format\n" : "");
+}
 
 static void usage(FILE *f)
 {
@@ -1504,7 +1587,8 @@ static void usage(FILE *f)
 		"                    prints the MRs and bytes released\n"
 		"  clients           the connected clients\n"
 		"  stats             the daemon's counters (also on D-Bus: org.odpd1)\n"
-		"  verify            read every live MR back through the HCA (CRC-32)\n"
+		"  verify            read every live MR of every client back through the\n"
+		"                    HCA (CRC-32): reads all registered memory\n"
 		"  reload            re-read odpd's configuration file (as SIGHUP does)\n"
 		"\n"
 		"Options:\n"
@@ -1514,7 +1598,7 @@ static void usage(FILE *f)
 		"      --pd NAME     mrs, flush, verify: only the MRs of the shared PD NAME\n"
 		"      --prometheus  stats: the Prometheus text format (node_exporter's\n"
 		"                    textfile collector)\n"
-		"  -h, --help        show this help\n"
+		"  -h, --help        show this help; COMMAND --help: that command's\n"
 		"  -V, --version     show the version\n"
 		"\n"
 		"Exit status: 0 done, 1 refused by odpd (or another failure), 2 usage,\n"
@@ -1565,11 +1649,16 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
+	bool help = false;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "s:jhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
+			if (!*optarg) {
+				fputs("odpctl: --socket: empty path\n", stderr);
+				return -1;
+			}
 			o->socket = optarg;
 			break;
 		case 'j':
@@ -1589,14 +1678,18 @@ static int parse_args(int argc, char **argv, struct options *o)
 			o->prometheus = true;
 			break;
 		case 'h':
-			usage(stdout);
-			return 1;
+			help = true;
+			break;
 		case 'V':
 			printf("odpctl %s (protocol %u)\n", ODPD_VERSION, ODPD_PROTOCOL_VERSION);
 			return 1;
 		default:
 			return -1;
 		}
+	}
+	if (help && optind >= argc) {
+		usage(stdout);
+		return 1;
 	}
 	if (optind >= argc) {
 		fputs("odpctl: no command given\n", stderr);
@@ -1608,6 +1701,10 @@ static int parse_args(int argc, char **argv, struct options *o)
 	if (!o->cmd) {
 		fprintf(stderr, "odpctl: unknown command '%s'\n", argv[optind]);
 		return -1;
+	}
+	if (help) {
+		command_usage(o->cmd);
+		return 1;
 	}
 	if (optind + 1 < argc) {
 		fprintf(stderr, "odpctl: %s: unexpected argument '%s'\n", o->cmd->name,
@@ -1632,6 +1729,8 @@ int main(int argc, char **argv)
 	struct options o = { 0 };
 	int r, sock;
 
+	/* getopt's complaints name argv[0]: the program, not its path */
+	argv[0] = program_invocation_short_name;
 	r = parse_args(argc, argv, &o);
 	if (r < 0) {
 		fputs("Try 'odpctl --help'.\n", stderr);
@@ -1642,7 +1741,7 @@ int main(int argc, char **argv)
 	if (!o.socket) {
 		o.socket = getenv(ODPD_SOCKET_ENV);
 		if (!o.socket || !*o.socket)
-			o.socket = ODPD_SOCKET_DEFAULT;
+			o.socket = ODPD_SOCKET_DEFAULT;     /* unset or empty: the default */
 	}
 
 	sock = connect_daemon(o.socket);
