@@ -289,8 +289,8 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	s->handle = ++c->next_handle;
 	LIST_INSERT_HEAD(&c->segs, s, link);
 	c->n_segs++;
-	log_debug("client %llu: segment %" PRIu64 " at %#" PRIx64 " (+%" PRIu64 "), odpd %p",
-		  (unsigned long long)c->id, s->handle, s->client_addr, s->length,
+	log_debug(CLIENT_FMT ": segment %" PRIu64 " at %#" PRIx64 " (+%" PRIu64 "), odpd %p",
+		  CLIENT_ARGS(c), s->handle, s->client_addr, s->length,
 		  (void *)(s->map->addr + s->file_offset));
 	switch (attach_registrars(c, id, s)) {
 	case 0:

@@ -2,10 +2,13 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -43,6 +46,80 @@ static int peer_pidfd(int fd, pid_t pid)
 		log_ratelimited(LOG_WARNING, "no pidfd in this kernel: a connection whose process "
 				"exited is ended only when its socket closes (a forked child may keep it)");
 	return pidfd;
+}
+
+/* What /proc/PID/stat says of a process (proc(5)): 0, or -errno. */
+struct peer_stat {
+	char state;                     /* R, S, D, Z, X, ... */
+	unsigned long flags;            /* PF_*: PF_EXITING 0x4 */
+	unsigned long long starttime;
+	int exit_code;                  /* as waitpid(2) reports it; 0 unless odpd may ptrace it */
+};
+#define PF_EXITING 0x00000004UL
+
+static int peer_stat_read(pid_t pid, struct peer_stat *ret)
+{
+	char path[32], buf[1024], *p;
+	unsigned field = 3;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -errno : -ESRCH;
+	buf[n] = 0;
+	p = strrchr(buf, ')');           /* comm may hold spaces and parentheses */
+	if (!p || p[1] != ' ')
+		return -EINVAL;
+	*ret = (struct peer_stat){ .state = p[2] };
+	for (p += 2; (p = strchr(p, ' ')); field++) {
+		p++;
+		if (field + 1 == 9)
+			ret->flags = strtoul(p, NULL, 10);
+		else if (field + 1 == 22)
+			ret->starttime = strtoull(p, NULL, 10);
+		else if (field + 1 == 52)
+			ret->exit_code = (int)strtol(p, NULL, 10);
+	}
+	return 0;
+}
+
+/*
+ * Has the client's process exited (or is it exiting: its fds, the socket
+ * among them, close before it is a zombie)? Then true, and @buf says how,
+ * with the signal or exit status where odpd may read it: "its process was
+ * killed by SIGKILL", "its process exited with status 3", "its process
+ * exited".
+ */
+static bool peer_exit_text(const struct odpd_client *c, char *buf, size_t len)
+{
+	struct pollfd pfd = { .fd = c->pidfd, .events = POLLIN };
+	bool gone = c->pidfd >= 0 && poll(&pfd, 1, 0) == 1;
+	struct peer_stat st;
+	int r = peer_stat_read(c->cred.pid, &st);
+
+	if (r == 0 && c->starttime && st.starttime != c->starttime)
+		r = -ESRCH;                     /* its pid is another process's now */
+	if (r == -ENOENT || r == -ESRCH)
+		gone = true;
+	else if (r == 0 && (st.state == 'Z' || st.state == 'X' || (st.flags & PF_EXITING)))
+		gone = true;
+	if (!gone)
+		return false;
+	if (r == 0 && st.exit_code && WIFSIGNALED(st.exit_code))
+		snprintf(buf, len, "its process was killed by SIG%s%s", sigabbrev_np(WTERMSIG(st.exit_code)) ?
+			 sigabbrev_np(WTERMSIG(st.exit_code)) : "?",
+			 WCOREDUMP(st.exit_code) ? " (core dumped)" : "");
+	else if (r == 0 && st.exit_code && WIFEXITED(st.exit_code))
+		snprintf(buf, len, "its process exited with status %d", WEXITSTATUS(st.exit_code));
+	else
+		snprintf(buf, len, "its process exited");
+	return true;
 }
 
 /* The peer's supplementary groups (SO_PEERGROUPS), sized by the kernel. */
@@ -145,6 +222,12 @@ static int client_identify(struct odpd_manager *m, struct odpd_client *c)
 	if (r < 0)
 		return r;
 	c->pidfd = peer_pidfd(c->fd, c->cred.pid);
+	{
+		struct peer_stat st;
+
+		if (peer_stat_read(c->cred.pid, &st) == 0)
+			c->starttime = st.starttime;
+	}
 	c->admin = peer_is_admin(m, c);
 	odpd_manager_resolve_names(m);
 	r = odpd_limit_for_client(&m->conf, c->cred.pid, c->pidfd, c->cred.uid, c->cred.gid,
@@ -159,7 +242,8 @@ static int client_identify(struct odpd_manager *m, struct odpd_client *c)
 		/* Answered at Hello, with the reason, then closed; a user with
 		 * REFUSING_MAX such answers pending gets none: closed at once.
 		 * Refused connections take no max-clients slot of anyone's. */
-		log_ratelimited(LOG_WARNING, "refusing a connection of pid %d: %s", (int)c->cred.pid, err.msg);
+		log_ratelimited(LOG_WARNING, "refusing a connection of pid %d (uid %u): %s", (int)c->cred.pid,
+				(unsigned)c->cred.uid, err.msg);
 		if (c->holder.acct->refusing >= REFUSING_MAX)
 			return -EUSERS;
 		c->refused = err.code;
@@ -190,9 +274,15 @@ static void client_on_refused_timeout(evutil_socket_t fd, short what, void *arg)
  * with everything it held. */
 static void client_on_peer_exit(evutil_socket_t fd, short what, void *arg)
 {
+	struct odpd_client *c = arg;
+	char why[160], how[96];
+
 	(void)fd;
 	(void)what;
-	odpd_client_disconnect(arg, "the client process exited");
+	if (!peer_exit_text(c, how, sizeof(how)))
+		snprintf(how, sizeof(how), "its process exited");
+	snprintf(why, sizeof(why), "%s (pidfd); another process still held the socket", how);
+	odpd_client_disconnect(c, why);
 }
 
 static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
@@ -275,9 +365,29 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 	}
 	if (c->refused)                      /* said once, rate-limited, in client_identify */
 		return;
-	log_info("client %llu connected: pid %d uid %u (%s), may pin %llu bytes (%s)",
-		 (unsigned long long)c->id, (int)c->cred.pid, c->cred.uid, c->name,
-		 (unsigned long long)c->holder.limit.max_pinned, c->holder.limit.rule);
+	/* said at Hello, which says whether it is a monitor */
+	log_debug(CLIENT_FMT " accepted: uid %u (%s)", CLIENT_ARGS(c), (unsigned)c->cred.uid, c->name);
+}
+
+/* Monitors (odpctl, one connection per call) at debug: a textfile cron job
+ * must not fill the journal. */
+static int client_level(const struct odpd_client *c)
+{
+	return c->refused || c->monitor || !c->hello ? LOG_DEBUG : LOG_INFO;
+}
+
+void odpd_client_log_hello(const struct odpd_client *c)
+{
+	char b[LOG_BYTES_LEN];
+
+	if (c->holder.limit.max_pinned == ODPD_UNLIMITED)
+		log_msg(client_level(c), CLIENT_FMT " connected: uid %u (%s)%s, may pin without limit (%s)",
+			CLIENT_ARGS(c), (unsigned)c->cred.uid, c->name, c->monitor ? ", a monitor" : "",
+			c->holder.limit.rule);
+	else
+		log_msg(client_level(c), CLIENT_FMT " connected: uid %u (%s)%s, may pin %s (%s)",
+			CLIENT_ARGS(c), (unsigned)c->cred.uid, c->name, c->monitor ? ", a monitor" : "",
+			log_bytes(c->holder.limit.max_pinned, b), c->holder.limit.rule);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -339,7 +449,7 @@ void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd)
 	if (reply->status != 0)
 		c->m->stats.errors++;
 	if (len > ODPD_MAX_PACKET) {
-		log_error("client %llu: reply of %zu bytes is too large", (unsigned long long)c->id, len);
+		log_error(CLIENT_FMT ": reply of %zu bytes is too large", CLIENT_ARGS(c), len);
 		odpd_client_disconnect(c, "reply too large");
 	} else if (c->outq_len >= OUTQ_MAX) {
 		odpd_client_disconnect(c, "slow reader: output queue full");
@@ -381,7 +491,7 @@ void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const 
 	reply.has_status = 1;
 	reply.status = code;
 	reply.message = (char *)msg;
-	log_debug("client %llu: request %llu: %s: %s", (unsigned long long)c->id,
+	log_debug(CLIENT_FMT ": request %llu: %s: %s", CLIENT_ARGS(c),
 		  (unsigned long long)id, strerror(code), msg);
 	odpd_client_send(c, &reply);
 }
@@ -411,7 +521,11 @@ static bool client_read_one(struct odpd_client *c)
 		return false;
 	}
 	if (pkt.eof) {
-		odpd_client_disconnect(c, "end of stream");
+		char how[96];
+
+		/* it closed the connection, or its process died (and the kernel closed it) */
+		odpd_client_disconnect(c, peer_exit_text(c, how, sizeof(how)) ? how :
+					  "it closed the connection");
 		return false;
 	}
 	if (pkt.truncated) {
@@ -477,11 +591,25 @@ void odpd_client_wait(struct odpd_client *c)
 static void client_teardown(struct odpd_client *c)
 {
 	struct odpd_manager *m = c->m;
+	const struct odpd_ref *ref;
+	const struct odpd_cseg *s;
+	uint64_t mr_bytes = 0, seg_bytes = 0;
+	unsigned n_mrs = c->has_holder ? c->holder.n_refs : 0, n_segs = c->n_segs;
+	char b1[LOG_BYTES_LEN], b2[LOG_BYTES_LEN];
 
+	if (c->has_holder)
+		LIST_FOREACH(ref, &c->holder.refs, hlink)
+			mr_bytes += ref->length;
+	LIST_FOREACH(s, &c->segs, link)
+		seg_bytes += s->length;
 	while (!LIST_EMPTY(&c->segs))
 		odpd_cseg_drop(c, LIST_FIRST(&c->segs));
 	client_release_holder(c);
-	log_msg(c->refused ? LOG_DEBUG : LOG_INFO, "client %llu released", (unsigned long long)c->id);
+	/* References: an MR another client holds stays, one nobody holds goes
+	 * relaxed or is deregistered (registry.h). */
+	log_msg(client_level(c), CLIENT_FMT " released: %u MR reference%s (%s), %u segment%s (%s)",
+		CLIENT_ARGS(c), n_mrs, n_mrs == 1 ? "" : "s", log_bytes(mr_bytes, b1), n_segs,
+		n_segs == 1 ? "" : "s", log_bytes(seg_bytes, b2));
 	client_free(c);
 	odpd_manager_client_released(m);
 }
@@ -537,7 +665,7 @@ void odpd_client_disconnect(struct odpd_client *c, const char *why)
 {
 	if (c->dead)
 		return;
-	log_msg(c->refused ? LOG_DEBUG : LOG_INFO, "client %llu disconnected: %s", (unsigned long long)c->id, why);
+	log_msg(client_level(c), CLIENT_FMT " disconnected: %s", CLIENT_ARGS(c), why);
 	c->dead = true;
 	LIST_REMOVE(c, link);
 	event_free(c->ev_read);

@@ -64,7 +64,12 @@ struct odpd_client {
 	gid_t *groups;                  /* supplementary groups (SO_PEERGROUPS) */
 	unsigned n_groups;
 	uint64_t next_handle;
+	unsigned long long starttime;   /* of its process (/proc/PID/stat), to know it again; 0 unknown */
 };
+
+/* How every log line about a client names it: "client 7 (pid 1234)". */
+#define CLIENT_FMT "client %llu (pid %d)"
+#define CLIENT_ARGS(c) (unsigned long long)(c)->id, (int)(c)->cred.pid
 
 /* Accept callback of the listening socket. */
 void odpd_client_accept(evutil_socket_t fd, short what, void *arg);
@@ -89,3 +94,5 @@ void odpd_client_job_done(struct odpd_client *c);
 void odpd_client_disconnect(struct odpd_client *c, const char *why);
 /* The manager's ev_reap: tear down the clients on m->reap. */
 void odpd_client_on_reap(evutil_socket_t fd, short what, void *arg);
+/* Hello answered: log the connection (at debug for a monitor, such as odpctl). */
+void odpd_client_log_hello(const struct odpd_client *c);

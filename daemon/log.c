@@ -106,3 +106,28 @@ bool log_ratelimit_ok(struct log_ratelimit *rl, unsigned *ret_suppressed)
 	rl->n++;
 	return true;
 }
+
+const char *log_bytes(unsigned long long v, char buf[static LOG_BYTES_LEN])
+{
+	static const char units[] = "KMGTPE";
+	double d = (double)v;
+	unsigned i = 0;
+
+	if (v == ~0ull)
+		return strcpy(buf, "unlimited");
+	if (v < 1024) {
+		snprintf(buf, LOG_BYTES_LEN, "%llu byte%s", v, v == 1 ? "" : "s");
+		return buf;
+	}
+	while (i < 6 && d >= 1023.95) {
+		d /= 1024;
+		i++;
+	}
+	if (v % (1ull << (10 * i)) == 0)
+		snprintf(buf, LOG_BYTES_LEN, "%llu %ciB", v >> (10 * i), units[i - 1]);
+	else if (d < 9.95)
+		snprintf(buf, LOG_BYTES_LEN, "%.1f %ciB", d, units[i - 1]);
+	else
+		snprintf(buf, LOG_BYTES_LEN, "%.0f %ciB", d, units[i - 1]);
+	return buf;
+}

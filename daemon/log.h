@@ -36,6 +36,11 @@ bool log_ratelimit_ok(struct log_ratelimit *rl, unsigned *ret_suppressed);
 		}                                                                \
 	} while (0)
 
+/* A size for a log line, in IEC units: "512 bytes", "64 GiB", "983 MiB"
+ * (whole units from 10 up, one decimal below), "unlimited" for UINT64_MAX. */
+#define LOG_BYTES_LEN 32
+const char *log_bytes(unsigned long long v, char buf[static LOG_BYTES_LEN]);
+
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_notice(...) log_msg(LOG_NOTICE, __VA_ARGS__)

@@ -149,8 +149,10 @@ static void on_stop_timer(evutil_socket_t fd, short what, void *arg)
 
 static void stop_flushed(void *arg, unsigned mrs, uint64_t bytes)
 {
+	char b[LOG_BYTES_LEN];
+
 	(void)arg;
-	log_info("stopping: %u relaxed MR(s), %llu bytes, invalidated", mrs, (unsigned long long)bytes);
+	log_info("stopping: %u relaxed MR(s), %s, invalidated", mrs, log_bytes(bytes, b));
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -278,11 +280,13 @@ static void budget_log(struct odpd_manager *m)
 	m->budget.max_map_count = odpd_max_map_count();
 	m->budget.window_size = m->cfg.window_size;
 	odpd_budget_user_defaults(&m->conf, &m->budget, def);
+	char b[LOG_BYTES_LEN];
+
 	log_info("per user by default: %llu connections and %llu segments of %llu fds, %llu mappings of "
-		 "vm.max_map_count %llu, %llu bytes of the window", (unsigned long long)def[ODPD_UL_CONNECTIONS],
+		 "vm.max_map_count %llu, %s of the window", (unsigned long long)def[ODPD_UL_CONNECTIONS],
 		 (unsigned long long)def[ODPD_UL_SEGMENTS], (unsigned long long)m->budget.nofile,
 		 (unsigned long long)def[ODPD_UL_MAPPINGS], (unsigned long long)m->budget.max_map_count,
-		 (unsigned long long)def[ODPD_UL_MAPPED]);
+		 log_bytes(def[ODPD_UL_MAPPED], b));
 	odpd_budget_warn(&m->conf, &m->budget);
 }
 
@@ -323,7 +327,7 @@ void odpd_manager_resolve_names(struct odpd_manager *m)
 static int load_config(struct odpd_manager *m)
 {
 	uint64_t mem = odpd_meminfo_total();
-	char msg[512];
+	char msg[512], b[LOG_BYTES_LEN];
 	int r;
 
 	odpd_conf_defaults(&m->conf, mem);
@@ -333,8 +337,8 @@ static int load_config(struct odpd_manager *m)
 		return r;
 	}
 	log_unresolved(&m->conf);
-	log_info("configuration: %s; max-pinned %llu bytes, max-mrs %llu, %u rule(s), %u [pd] section(s)",
-		 m->conf.path ? m->conf.path : "none (defaults)", (unsigned long long)m->conf.max_pinned,
+	log_info("configuration: %s; max-pinned %s, max-mrs %llu, %u rule(s), %u [pd] section(s)",
+		 m->conf.path ? m->conf.path : "none (defaults)", log_bytes(m->conf.max_pinned, b),
 		 (unsigned long long)m->conf.max_mrs, m->conf.n_rules, m->conf.n_pds);
 	budget_log(m);
 	return 0;
@@ -345,7 +349,7 @@ int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len)
 	uint64_t mem = odpd_meminfo_total();
 	struct odpd_conf c;
 	struct odpd_client *k;
-	char err[512];
+	char err[512], b[LOG_BYTES_LEN];
 	int r;
 
 	odpd_conf_defaults(&c, mem);
@@ -370,8 +374,8 @@ int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len)
 							    &m->budget, &limit) == 0)
 			k->holder.limit = limit;
 	}
-	snprintf(msg, len, "%s: max-pinned %llu bytes, max-mrs %llu, %u rule(s), %u [pd] section(s)",
-		 m->conf.path ? m->conf.path : "no file (defaults)", (unsigned long long)m->conf.max_pinned,
+	snprintf(msg, len, "%s: max-pinned %s, max-mrs %llu, %u rule(s), %u [pd] section(s)",
+		 m->conf.path ? m->conf.path : "no file (defaults)", log_bytes(m->conf.max_pinned, b),
 		 (unsigned long long)m->conf.max_mrs, m->conf.n_rules, m->conf.n_pds);
 	log_notice("reload: %s", msg);
 	return 0;

@@ -135,7 +135,7 @@ static void reg_accepted(struct odpd_client *c, uint64_t id, struct odpd_ref *re
 
 	if (s)                              /* NULL: implicit ODP, in no segment */
 		s->n_mrs++;
-	log_debug("client %llu: MR handle %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") %s", (unsigned long long)c->id,
+	log_debug(CLIENT_FMT ": MR handle %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") %s", CLIENT_ARGS(c),
 		  ref->handle, ref->iova, ref->length, hit ? "cache hit" : "registered");
 	reply_mr(c, id, ref, hit);
 }
@@ -714,7 +714,7 @@ void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req)
 		odpd_reply_err(c, id, &err);
 		return;
 	}
-	log_info("client %llu (uid %u) joined shared PD \"%s\"%s", (unsigned long long)c->id,
+	log_info(CLIENT_FMT " (uid %u) joined shared PD \"%s\"%s", CLIENT_ARGS(c),
 		 c->cred.uid, name, created ? " (created)" : "");
 	jr.has_created = jr.has_members = 1;
 	jr.created = created;
@@ -748,8 +748,9 @@ static void flush_cb(void *arg, unsigned mrs, uint64_t bytes)
 	struct pending *p = arg;
 	struct odpd_client *c = p->c;
 
-	log_info("client %llu: flush: %u MR(s), %llu bytes invalidated", (unsigned long long)c->id, mrs,
-		 (unsigned long long)bytes);
+	char b[LOG_BYTES_LEN];
+
+	log_info(CLIENT_FMT ": flush: %u MR(s), %s invalidated", CLIENT_ARGS(c), mrs, log_bytes(bytes, b));
 	reply_flush(c, p->id, mrs, bytes);
 	free(p);
 	odpd_client_job_done(c);
@@ -836,7 +837,7 @@ static void export_cb(void *arg, int rc, const struct odpd_err *err, int fd, uin
 		reply.id = p->id;
 		reply.body_case = ODPD__REPLY__BODY_IMPORT_PD;
 		reply.import_pd = &ir;
-		log_info("client %llu: handed over %s PD %u of %s%s%s", (unsigned long long)c->id,
+		log_info(CLIENT_FMT ": handed over %s PD %u of %s%s%s", CLIENT_ARGS(c),
 			 ir.pd ? "shared" : "its", pd_handle, dev->name, ir.pd ? " " : "",
 			 ir.pd ? ir.pd : "");
 		odpd_client_send_fd(c, &reply, fd);

@@ -91,6 +91,7 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 		if (req->client_name && *req->client_name)
 			snprintf(c->name, sizeof(c->name), "%s", req->client_name);
 		c->monitor = req->has_monitor && req->monitor;
+		odpd_client_log_hello(c);
 	}
 	odpd_client_send(c, &reply);
 	free(devs);
@@ -211,7 +212,7 @@ void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, 
 		odpd_client_send_error(c, 0, EBADMSG, "cannot parse the packet as an odpd.Request");
 		goto out;
 	}
-	log_debug("client %llu: request %llu: %s", (unsigned long long)c->id,
+	log_debug(CLIENT_FMT ": request %llu: %s", CLIENT_ARGS(c),
 		  (unsigned long long)req->id, odpd_request_name(req->body_case));
 	if (!req->has_id || req->id == 0)
 		odpd_client_send_error(c, 0, EINVAL, "request id 0 is reserved for events");

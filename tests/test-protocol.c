@@ -1843,6 +1843,103 @@ static void test_odpctl_cli(void **state)
 	wait_idle(test_admin_fd);
 }
 
+static int hello_and_wait(void *arg)
+{
+	int fd = raw_connect_hello(arg);
+
+	(void)fd;
+	pause();                        /* until SIGKILL */
+	return 0;
+}
+
+/*
+ * What odpd logs about clients, at its default level (info): odpctl's
+ * connections (monitors) not at all (they are at debug: a cron job running
+ * odpctl must not fill the journal); a client's lines carry its pid; the
+ * disconnect says how it left (closed, or its process was killed by
+ * SIGKILL), the release what it freed; sizes in IEC units, "may pin
+ * without limit (CAP_IPC_LOCK)" for root.
+ */
+static void test_client_log_lines(void **state)
+{
+	static char log[1 << 16], out[4096];
+	char path[] = "/tmp/odpd-log.XXXXXX", args[256], want[128];
+	const char *const dargs[] = { "--log-level", "info", NULL };
+	struct test_daemon d = { 0 };
+	int logfd, saved, admin, fd, n_disc = 0;
+	pid_t child;
+	ssize_t n;
+
+	(void)state;
+	if (!getenv("ODPD_TEST_ODPCTL") || getenv("ODPD_TEST_WRAPPER"))
+		skip();
+	logfd = mkstemp(path);
+	assert_true(logfd >= 0);
+	saved = dup(STDERR_FILENO);
+	dup2(logfd, STDERR_FILENO);             /* odpd's stderr, inherited */
+	daemon_start(&d, dargs);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	admin = raw_connect_hello(d.sock);
+	/* odpctl, three times */
+	for (int i = 0; i < 3; i++) {
+		snprintf(args, sizeof(args), "-s %s stats", d.sock);
+		assert_int_equal(odpctl_run(args, out, sizeof(out)), 0);
+	}
+	/* a client that closes its connection */
+	fd = raw_connect_hello(d.sock);
+	close(fd);
+	wait_idle(admin);
+	/* a client whose process is killed */
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0)
+		_exit(hello_and_wait(d.sock));
+	for (int i = 0; i < 200; i++) {         /* until it has said Hello */
+		Odpd__StatusReply *st;
+		Odpd__Reply *r;
+		size_t k;
+
+		st = status_get(admin, &r);
+		k = st->n_clients;
+		odpd__reply__free_unpacked(r, NULL);
+		if (k == 2)
+			break;
+		usleep(20000);
+	}
+	kill(child, SIGKILL);
+	wait_idle(admin);                       /* before it is reaped: odpd reads its status */
+	waitpid(child, NULL, 0);
+	close(admin);
+	daemon_stop(&d);
+
+	lseek(logfd, 0, SEEK_SET);
+	n = read(logfd, log, sizeof(log) - 1);
+	assert_true(n > 0);
+	log[n] = 0;
+	close(logfd);
+	unlink(path);
+	if (strstr(log, "odpctl") || strstr(log, "monitor"))
+		fail_msg("odpctl's connections are logged at info:\n%s", log);
+	for (const char *p = log; (p = strstr(p, "disconnected")); p++)
+		n_disc++;
+	snprintf(want, sizeof(want), "(pid %d) disconnected: it closed the connection", (int)getpid());
+	if (!strstr(log, want))
+		fail_msg("no \"%s\" in:\n%s", want, log);
+	snprintf(want, sizeof(want), "(pid %d) disconnected: its process was killed by SIGKILL", (int)child);
+	if (!strstr(log, want))
+		fail_msg("no \"%s\" in:\n%s", want, log);
+	snprintf(want, sizeof(want), "(pid %d) released: 0 MR references (0 bytes), 0 segments", (int)child);
+	if (!strstr(log, want))
+		fail_msg("no \"%s\" in:\n%s", want, log);
+	if (!strstr(log, "may pin without limit (CAP_IPC_LOCK)"))
+		fail_msg("root's limit:\n%s", log);
+	if (strstr(log, "18446744073709551615") || !strstr(log, "iB, max-mrs"))
+		fail_msg("sizes not in IEC units:\n%s", log);
+	/* the admin connection, the one that closed, the killed one */
+	assert_int_equal(n_disc, 3);
+}
+
 /* Run "odpd --socket @sock" until it exits or is ready; its output in @out.
  * Returns its exit status, or -1 when it started serving (then it is stopped). */
 static int odpd_on(const char *sock, char *out, size_t cap)
@@ -1942,6 +2039,7 @@ int main(void)
 		cmocka_unit_test_setup(test_bad_config_refused, harness_test_setup),
 		cmocka_unit_test_setup(test_command_line, harness_test_setup),
 		cmocka_unit_test_setup(test_odpctl_cli, harness_test_setup),
+		cmocka_unit_test_setup(test_client_log_lines, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_input_matrix, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
