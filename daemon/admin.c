@@ -42,8 +42,10 @@ static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
 
 	LIST_FOREACH(s, &c->segs, link)
 		seg_bytes += s->length;
+	/* PINNED: the bytes of its pinned MRs; ODP MRs pin nothing (odpctl(8)) */
 	LIST_FOREACH(ref, &c->holder.refs, hlink)
-		mr_bytes += ref->length;
+		if (ref->mr && ref->mr->pinned)
+			mr_bytes += ref->length;
 	o->has_id = o->has_pid = o->has_uid = o->has_gid = 1;
 	o->id = c->id;
 	o->pid = c->cred.pid;

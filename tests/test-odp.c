@@ -552,6 +552,28 @@ static void test_punched_hole_odp_follows_pinned_replaced(void **state)
 
 /* ---------------------------------------------------------------- 3. no pins */
 
+/* odpctl clients --json: the pinned_bytes of this process's connections
+ * (the test's and the harness's admin connection, which holds no MR). */
+static uint64_t client_pinned_bytes(void)
+{
+	json_object *root = odpctl_json(test_daemon.sock, "clients");
+	uint64_t v = 0;
+	bool seen = false;
+
+	for (size_t i = 0; i < json_object_array_length(root); i++) {
+		json_object *o = json_object_array_get_idx(root, i);
+
+		if (json_object_get_int(json_object_object_get(o, "pid")) != getpid())
+			continue;
+		v += strtoull(json_object_get_string(json_object_object_get(o, "pinned_bytes")), NULL, 10);
+		seen = true;
+	}
+	json_object_put(root);
+	if (!seen)
+		fail_msg("odpctl clients lists no client of pid %d", (int)getpid());
+	return v;
+}
+
 /*
  * A 16 MiB ODP MR pins nothing, even once the HCA has faulted every page
  * in: odpd's VmPin (beyond verify's own bounce buffer), its pinned_bytes
@@ -611,10 +633,13 @@ static void test_odp_pins_nothing(void **state)
 	}
 	json_object_put(root);
 	assert_true(listed);
+	/* odpctl clients: this connection's PINNED counts no ODP MR */
+	assert_int_equal(client_pinned_bytes(), 0);
 	/* the contrast: a pinned MR moves all three */
 	pmr = reg_or_fail(c, p + len, pinned, LW);
 	assert_int_equal(vmpin_kb(test_daemon.pid), pin1 + (long)(pinned / KIB));
 	assert_int_equal(quota_pinned(0), pinned);
+	assert_int_equal(client_pinned_bytes(), pinned);
 	counts_get(&k1);
 	assert_int_equal(k1.pinned_bytes, k0.pinned_bytes + pinned);
 	assert_int_equal(k1.odp_bytes, k0.odp_bytes + len);
