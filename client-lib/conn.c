@@ -615,15 +615,13 @@ _public_ int odpd_query_device(const struct odpd_conn *conn, unsigned index,
 			       struct odpd_device_attr *attr, size_t attr_size)
 {
 	errmsg_clear();
-	if (!conn || !attr || attr_size < sizeof(*attr))
+	if (!conn || !attr || attr_size < ODPD_DEVICE_ATTR_SIZE_1_0)
 		return public_int(errmsg_set(-EINVAL, "odpd_query_device: %s",
 					     !conn ? "no connection" : !attr ? "attr is NULL" :
-					     "attr_size is smaller than struct odpd_device_attr"));
+					     "attr_size is smaller than struct odpd_device_attr's first version"));
 	if (index >= conn->n_devices)
 		return public_int(errmsg_set(-ENODEV, "odpd_query_device: no device %u (the daemon has %u)",
 					     index, conn->n_devices));
-	/* A caller built against a larger struct sees zeros in the fields we lack. */
-	memset((char *)attr + sizeof(*attr), 0, attr_size - sizeof(*attr));
-	memcpy(attr, &conn->devices[index], sizeof(*attr));
+	public_copy_out(attr, attr_size, &conn->devices[index], sizeof(*attr));
 	return 0;
 }

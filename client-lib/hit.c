@@ -585,17 +585,16 @@ _public_ int odpd_stats(const struct odpd_conn *conn, struct odpd_stats *stats, 
 	struct odpd_stats s;
 
 	errmsg_clear();
-	if (!conn || !stats || stats_size < sizeof(s))
+	if (!conn || !stats || stats_size < ODPD_STATS_SIZE_1_3)
 		return public_int(errmsg_set(-EINVAL, "odpd_stats: %s", !conn ? "no connection" :
 					     !stats ? "stats is NULL" :
-					     "stats_size is smaller than struct odpd_stats"));
+					     "stats_size is smaller than struct odpd_stats's first version"));
 	tables_lock(c);
 	s = c->stats;
 	s.cached_mrs = c->n_lazy;
 	s.cached_bytes = c->lazy_bytes;
 	s.hit_table = c->hit_gen != NULL;
 	tables_unlock(c);
-	memset((char *)stats + sizeof(s), 0, stats_size - sizeof(s));
-	memcpy(stats, &s, sizeof(s));
+	public_copy_out(stats, stats_size, &s, sizeof(s));
 	return 0;
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "odpd.h"
 #include "odpd-wire.h"
@@ -102,6 +103,19 @@ static inline void *public_ptr(int r, void *p)
 		return NULL;
 	}
 	return p;
+}
+
+/*
+ * Fill a caller's struct of @size bytes (its sizeof at the caller's compile
+ * time, at least the struct's first version) from ours of @have bytes: an
+ * older caller gets what fits and nothing is written past @size; a newer
+ * one gets zeros past ours (as ibv_query_device_ex does).
+ */
+static inline void public_copy_out(void *dst, size_t size, const void *src, size_t have)
+{
+	memcpy(dst, src, size < have ? size : have);
+	if (size > have)
+		memset((char *)dst + have, 0, size - have);
 }
 
 /* ---------------------------------------------------------------- objects */

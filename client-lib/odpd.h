@@ -37,11 +37,22 @@ extern "C" {
 struct rdma_cm_id;
 
 /*
- * The library interface version: 1.1 added odpd_reg_attr(),
- * odpd_dereg_relaxed(), odpd_flush_relaxed(), odpd_join_pd() and the
- * generation and cache_hit fields of struct odpd_mr (symbol version
- * ODPD_1.1; the 1.0 calls stay at ODPD_1.0); 1.2 added odpd_import_pd(),
- * odpd_advise_mr() and ODPD_REG_PREFETCH (ODPD_1.2).
+ * The library interface version, which the package's version carries
+ * (odpd MAJOR.MINOR.PATCH, pkg-config libodpd, libodpd.so.1.MINOR.PATCH:
+ * libodpd(3), VERSIONS):
+ * 1.0  connections, segments, odpd_reg(), odpd_verify(), odpd_query_device(),
+ *      the rdma_cm mirror (odpd_reg_msgs() ..., odpd_default_conn()) (ODPD_1.0);
+ * 1.1  odpd_reg_attr(), odpd_dereg_relaxed(), odpd_flush_relaxed(),
+ *      odpd_join_pd(), the generation and cache_hit fields of struct
+ *      odpd_mr (ODPD_1.1; the 1.0 calls stay at ODPD_1.0);
+ * 1.2  odpd_import_pd(), odpd_advise_mr(), ODPD_REG_PREFETCH (ODPD_1.2);
+ * 1.3  the process-local cache: odpd_stats() and struct odpd_stats
+ *      (ODPD_1.3);
+ * 1.4  segment pre-fault policies: odpd_populate(), ODPD_ALLOC_POPULATE,
+ *      ODPD_ALLOC_NO_POPULATE, ODPD_REG_NO_POPULATE (ODPD_1.4).
+ * Structs a call fills through a size argument only grow at their end; the
+ * calls accept any size from the struct's first version up
+ * (ODPD_DEVICE_ATTR_SIZE_1_0, ODPD_STATS_SIZE_1_3).
  */
 #define ODPD_VERSION_MAJOR 1
 #define ODPD_VERSION_MINOR 4
@@ -113,13 +124,20 @@ struct odpd_device_attr {
 /* Number of devices the daemon reported in Hello. */
 unsigned odpd_device_count(const struct odpd_conn *conn);
 
+/* The size of struct odpd_device_attr in its first version (1.0): the end
+ * of its last field then, import_errno. */
+#define ODPD_DEVICE_ATTR_SIZE_1_0 \
+	(offsetof(struct odpd_device_attr, import_errno) + sizeof(int))
+
 /*
  * Copy device @index (0 .. odpd_device_count() - 1) into @attr.
  * @attr_size is sizeof(*attr) at the caller's compile time, so that the
- * struct can grow: fields past @attr_size are not written.
+ * struct can grow: any size from ODPD_DEVICE_ATTR_SIZE_1_0 up is accepted
+ * (a program built against an older header keeps working), fields past
+ * @attr_size are not written, and a larger @attr_size (a caller built
+ * against a newer header) gets zeros past this struct.
  * Errors: ENODEV (@index out of range), EINVAL (@attr NULL or @attr_size
- * smaller than the first version of the struct). A larger @attr_size (a
- * caller built against a newer header) gets zeros past this struct.
+ * smaller than ODPD_DEVICE_ATTR_SIZE_1_0).
  */
 int odpd_query_device(const struct odpd_conn *conn, unsigned index,
 		      struct odpd_device_attr *attr, size_t attr_size);
@@ -560,13 +578,20 @@ struct odpd_stats {
 	int hit_table;           /* 1: the daemon shares its hit table (local hits possible) */
 };
 
+/* The size of struct odpd_stats in its first version (1.3): the end of its
+ * last field then, hit_table. */
+#define ODPD_STATS_SIZE_1_3 (offsetof(struct odpd_stats, hit_table) + sizeof(int))
+
 /*
  * Copy the counters of @conn's registration cache into @stats. @stats_size
- * is sizeof(*stats) at the caller's compile time (the struct may grow at
- * its end; a larger size gets zeros past this struct). Needs no daemon.
+ * is sizeof(*stats) at the caller's compile time: the struct may grow at
+ * its end, any size from ODPD_STATS_SIZE_1_3 up is accepted, fields past
+ * @stats_size are not written, and a larger size gets zeros past this
+ * struct. Needs no daemon.
  * The library reports local_hits to the daemon with each request (odpctl
  * stats, local_hits). Since 1.3.
- * Errors: EINVAL (@conn or @stats NULL, @stats_size smaller than this struct).
+ * Errors: EINVAL (@conn or @stats NULL, @stats_size smaller than
+ * ODPD_STATS_SIZE_1_3).
  */
 int odpd_stats(const struct odpd_conn *conn, struct odpd_stats *stats, size_t stats_size);
 

@@ -242,6 +242,14 @@ static void test_layout(void)
 	CHECK(offsetof(struct odpd_reg_attr, access) < offsetof(struct odpd_reg_attr, flags));
 	CHECK(ODPD_REG_ATTR_ACCESS == 1 && ODPD_REG_ATTR_FLAGS == 2);
 	CHECK(ODPD_REG_NO_CACHE == 1 && ODPD_REG_NO_POPULATE == 2 && ODPD_REG_PREFETCH == 4);
+	/* the first versions' sizes, which the size-taking calls accept, stay
+	 * what they were when released (LP64) */
+#if UINTPTR_MAX == UINT64_MAX
+	CHECK(ODPD_DEVICE_ATTR_SIZE_1_0 == 212);
+	CHECK(ODPD_STATS_SIZE_1_3 == 60);
+#endif
+	CHECK(sizeof(struct odpd_device_attr) >= ODPD_DEVICE_ATTR_SIZE_1_0);
+	CHECK(sizeof(struct odpd_stats) >= ODPD_STATS_SIZE_1_3);
 }
 
 int main(int argc, char **argv)

@@ -675,6 +675,77 @@ static size_t mapping_dirty(const void *start)
 
 /* ---------------------------------------------------------------- tests */
 
+/*
+ * A program built against an older odpd.h passes the sizeof of its older
+ * struct: struct odpd_device_attr as in 1.0 and struct odpd_stats as in 1.3
+ * (written out here as they were released). Any size from those up is
+ * accepted, the call writes nothing past the size it was given, and a
+ * smaller size is EINVAL.
+ */
+struct device_attr_1_0 {
+	char name[64], transport[16], fw_ver[64];
+	uint64_t node_guid;
+	uint32_t phys_port_cnt;
+	uint64_t max_mr_size, odp_general_caps;
+	uint32_t odp_rc_caps, odp_uc_caps, odp_ud_caps;
+	int odp, implicit_odp;
+	enum odpd_support advise_mr;
+	int advise_mr_errno;
+	enum odpd_support import;
+	int import_errno;
+};
+struct stats_1_3 {
+	uint64_t local_hits, daemon_hits, misses, local_releases, revoked, cached_mrs, cached_bytes;
+	int hit_table;
+};
+
+static void test_old_struct_sizes(struct odpd_conn *c)
+{
+	union {
+		struct device_attr_1_0 v1;
+		unsigned char bytes[sizeof(struct odpd_device_attr) + 64];
+	} a;
+	union {
+		struct stats_1_3 v1;
+		unsigned char bytes[sizeof(struct odpd_stats) + 64];
+	} st;
+
+	memset(&a, 0xa5, sizeof(a));
+	CHECK(odpd_query_device(c, 1, (struct odpd_device_attr *)&a.v1, sizeof(a.v1)) == 0);
+	CHECK(strcmp(a.v1.name, "mlx5_0") == 0 && a.v1.import == ODPD_SUPPORT_YES);
+	for (size_t i = sizeof(a.v1); i < sizeof(a.bytes); i++)
+		CHECK(a.bytes[i] == 0xa5);
+	/* the end of its last field (no tail padding): still accepted, and
+	 * nothing written past it */
+	memset(&a, 0xa5, sizeof(a));
+	CHECK(odpd_query_device(c, 1, (struct odpd_device_attr *)&a.v1, ODPD_DEVICE_ATTR_SIZE_1_0) == 0);
+	CHECK(a.v1.import_errno == 0);
+	for (size_t i = ODPD_DEVICE_ATTR_SIZE_1_0; i < sizeof(a.bytes); i++)
+		CHECK(a.bytes[i] == 0xa5);
+	CHECK_FAIL(odpd_query_device(c, 1, (struct odpd_device_attr *)&a.v1, ODPD_DEVICE_ATTR_SIZE_1_0 - 1) == 0,
+		   EINVAL, "first version");
+	/* a newer caller's larger struct: zeros past ours */
+	memset(&a, 0xa5, sizeof(a));
+	CHECK(odpd_query_device(c, 1, (struct odpd_device_attr *)&a.v1, sizeof(a.bytes)) == 0);
+	for (size_t i = sizeof(struct odpd_device_attr); i < sizeof(a.bytes); i++)
+		CHECK(a.bytes[i] == 0);
+
+	memset(&st, 0xa5, sizeof(st));
+	CHECK(odpd_stats(c, (struct odpd_stats *)&st.v1, sizeof(st.v1)) == 0);
+	CHECK(st.v1.local_hits == 0 && st.v1.hit_table == 0);
+	for (size_t i = sizeof(st.v1); i < sizeof(st.bytes); i++)
+		CHECK(st.bytes[i] == 0xa5);
+	memset(&st, 0xa5, sizeof(st));
+	CHECK(odpd_stats(c, (struct odpd_stats *)&st.v1, ODPD_STATS_SIZE_1_3) == 0);
+	for (size_t i = ODPD_STATS_SIZE_1_3; i < sizeof(st.bytes); i++)
+		CHECK(st.bytes[i] == 0xa5);
+	CHECK_FAIL(odpd_stats(c, (struct odpd_stats *)&st.v1, ODPD_STATS_SIZE_1_3 - 1) == 0, EINVAL,
+		   "first version");
+	CHECK(odpd_stats(c, (struct odpd_stats *)&st.v1, sizeof(st.bytes)) == 0);
+	for (size_t i = sizeof(struct odpd_stats); i < sizeof(st.bytes); i++)
+		CHECK(st.bytes[i] == 0);
+}
+
 static void test_connect(const char *path)
 {
 	struct odpd_device_attr attr;
@@ -694,6 +765,7 @@ static void test_connect(const char *path)
 	CHECK(attr.advise_mr == ODPD_SUPPORT_UNKNOWN);
 	CHECK_FAIL(odpd_query_device(c, 2, &attr, sizeof(attr)) == 0, ENODEV, "no device 2");
 	CHECK_FAIL(odpd_query_device(c, 0, &attr, 8) == 0, EINVAL, "attr_size");
+	test_old_struct_sizes(c);
 	CHECK_FAIL(odpd_query_device(c, 0, NULL, sizeof(attr)) == 0, EINVAL, "attr");
 	odpd_disconnect(c);
 
