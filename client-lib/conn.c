@@ -4,6 +4,7 @@
  * flight per connection, the process's list of connections (dropped in a
  * child after fork) and the default connection of the librdmacm mirror.
  */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -22,6 +23,10 @@ static int atfork_error;
 /* Lock order: default_lock, then conns_lock, then a connection's tables_lock. */
 static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct odpd_conn *default_conn;
+/* The daemon dropped the default connection and the loss was not reported
+ * yet (the reconnecting call fails with ECONNRESET once): why. */
+static bool default_lost;
+static char default_lost_reason[96];
 
 /* ---------------------------------------------------------------- state */
 
@@ -87,6 +92,7 @@ static void atfork_child(void)
 	}
 	/* The dead default connection stays listed: its objects may still be used. */
 	default_conn = NULL;
+	default_lost = false;               /* the parent's loss, not the child's */
 	pthread_mutex_init(&default_lock, NULL);
 	pthread_mutex_unlock(&conns_lock);
 }
@@ -581,15 +587,64 @@ _public_ void odpd_disconnect(struct odpd_conn *conn)
 	conn_free(conn);
 }
 
+/*
+ * Has the daemon dropped @c (a call saw it close, or the socket hangs up
+ * now: odpd exited or was restarted)? Then it is dead from here on, and
+ * @why says why. Takes c->lock: a call in flight on @c finishes first.
+ */
+static bool conn_dropped(struct odpd_conn *c, char *why, size_t len)
+{
+	bool dropped;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->sock >= 0) {
+		struct pollfd p = { .fd = c->sock, .events = POLLRDHUP };
+
+		/* queued events (POLLIN) are no reason; a hang-up is */
+		if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+			conn_kill(c, "the daemon closed the connection");
+	}
+	dropped = c->sock < 0;
+	if (dropped)
+		snprintf(why, len, "%s", c->dead_reason);
+	pthread_mutex_unlock(&c->lock);
+	return dropped;
+}
+
+/*
+ * The default connection, made on first use, and made again when the
+ * daemon has dropped it (a restart). The call that makes it again fails
+ * once with ECONNRESET, so that the caller learns that what it registered
+ * through the old one is gone; the next call uses the new one. The old
+ * connection stays listed, dead: its objects still answer (ENOTCONN).
+ */
 int conn_default(struct odpd_conn **ret)
 {
 	int r = 0;
 
 	pthread_mutex_lock(&default_lock);
+	if (default_conn && conn_dropped(default_conn, default_lost_reason, sizeof(default_lost_reason))) {
+		default_conn = NULL;
+		default_lost = true;
+	}
 	if (!default_conn)
 		r = conn_connect(NULL, NULL, &default_conn);
-	if (r >= 0)
+	if (r < 0 && default_lost) {
+		/* not reconnected yet: say what was lost too */
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", odpd_errmsg());
+		r = errmsg_set(r, "%s (the default connection was lost before: %s; what was registered "
+			       "through it is gone)", msg, default_lost_reason);
+	} else if (r >= 0 && default_lost) {
+		default_lost = false;
+		r = errmsg_set(-ECONNRESET, "the daemon dropped the default connection (%s); the library "
+			       "connected again, but the MRs and segments registered through the old "
+			       "connection are gone (odpd_dereg_mr() on them fails with ENOTCONN): register "
+			       "again", default_lost_reason);
+	} else if (r >= 0) {
 		*ret = default_conn;
+	}
 	pthread_mutex_unlock(&default_lock);
 	return r;
 }

@@ -600,9 +600,12 @@ int odpd_stats(const struct odpd_conn *conn, struct odpd_stats *stats, size_t st
  * $ODPD_SOCKET or ODPD_SOCKET_DEFAULT with the daemon's first device. A
  * failed attempt is retried by the next call. In a child after fork() the
  * parent's default connection is dead (ENOTCONN) and the next call makes a
- * new one. Once the daemon has dropped it, it stays dead (calls fail with
- * ENOTCONN); it is not reconnected. odpd_disconnect() ignores it.
- * Errors: those of odpd_connect().
+ * new one. Once the daemon has dropped it (a restart), the next call (of
+ * this or of a mirror function) connects again and fails once with
+ * ECONNRESET: what was registered through the old connection is gone (its
+ * MRs' odpd_dereg_mr() fails with ENOTCONN); the call after that gets the
+ * new connection. odpd_disconnect() ignores the current default connection.
+ * Errors: those of odpd_connect(), and ECONNRESET.
  */
 struct odpd_conn *odpd_default_conn(void);
 

@@ -809,6 +809,102 @@ static void test_reload_under_registrations(void **state)
 	stop();
 }
 
+/*
+ * odpd_default_conn() (the connection of the rdma_cm mirror) after odpd
+ * dropped it, here by restarting: the next call connects again and fails
+ * once with ECONNRESET, saying that what was registered through the old
+ * connection is gone; the call after that gets the new connection. While
+ * no odpd is there, the connect error says the loss too, and the
+ * ECONNRESET still comes once odpd is back. The old connection stays dead
+ * (ENOTCONN) and is freed with odpd_disconnect().
+ */
+/* odpd on @sock (not the harness's own socket path): its pid, once it serves. */
+static pid_t odpd_on(const char *sock)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl(getenv("ODPD_TEST_DAEMON"), "odpd", "--socket", sock, "--no-bus", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 1200; i++) {
+		struct odpd_conn *probe = odpd_connect(sock, NULL);
+
+		if (probe) {
+			odpd_disconnect(probe);
+			return pid;
+		}
+		usleep(50000);
+	}
+	fail_msg("odpd did not serve on %s", sock);
+	return -1;
+}
+
+static void odpd_off(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGTERM);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_default_conn_reconnects(void **state)
+{
+	struct test_daemon d1 = { 0 };
+	pid_t d2;
+	struct odpd_conn *c, *c2;
+	struct odpd_segment *seg;
+	char sock[sizeof(d1.sock)], dir[sizeof(d1.dir)];
+
+	(void)state;
+	daemon_start(&d1, NULL);
+	memcpy(sock, d1.sock, sizeof(sock));
+	memcpy(dir, d1.dir, sizeof(dir));
+	assert_int_equal(setenv("ODPD_SOCKET", sock, 1), 0);
+	c = odpd_default_conn();
+	assert_non_null(c);
+	assert_ptr_equal(odpd_default_conn(), c);
+	assert_non_null(seg = odpd_alloc(c, 64 * KIB, 0));
+
+	/* odpd goes: the loss is said with the connect error */
+	daemon_stop(&d1);
+	errno = 0;
+	assert_null(odpd_default_conn());
+	assert_true(errno == ENOENT || errno == ECONNREFUSED);
+	if (!strstr(odpd_errmsg(), "lost before"))
+		fail_msg("no word of the lost connection: %s", odpd_errmsg());
+	/* odpd is back on the same socket: ECONNRESET once, then the new one */
+	d2 = odpd_on(sock);
+	errno = 0;
+	assert_null(odpd_default_conn());
+	assert_int_equal(errno, ECONNRESET);
+	if (!strstr(odpd_errmsg(), "registered through the old connection are gone"))
+		fail_msg("ECONNRESET without its reason: %s", odpd_errmsg());
+	c2 = odpd_default_conn();
+	assert_non_null(c2);
+	assert_ptr_not_equal(c2, c);
+	assert_ptr_equal(odpd_default_conn(), c2);
+	errno = 0;
+	assert_null(odpd_alloc(c, 64 * KIB, 0));            /* the old one: dead */
+	assert_int_equal(errno, ENOTCONN);
+	odpd_disconnect(c);                                  /* no longer the default: freed */
+	assert_non_null(seg = odpd_alloc(c2, 64 * KIB, 0));
+	assert_int_equal(odpd_detach(seg), 0);
+
+	/* a quick restart (down and up between two calls): ECONNRESET at once */
+	odpd_off(d2);
+	d2 = odpd_on(sock);
+	errno = 0;
+	assert_null(odpd_default_conn());
+	assert_int_equal(errno, ECONNRESET);
+	assert_non_null(odpd_default_conn());
+	odpd_off(d2);
+	rmdir(dir);
+	unsetenv("ODPD_SOCKET");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -822,6 +918,7 @@ int main(void)
 		cmocka_unit_test(test_user_fair_share_of_fds),
 		cmocka_unit_test(test_user_mappings),
 		cmocka_unit_test(test_reload_under_registrations),
+		cmocka_unit_test(test_default_conn_reconnects),
 	};
 
 	if (getenv("ODPD_TEST_FILTER"))
