@@ -118,6 +118,11 @@ static inline void public_copy_out(void *dst, size_t size, const void *src, size
 		memset((char *)dst + have, 0, size - have);
 }
 
+/* segment.c: how many parts, each on a thread, a large range may be faulted
+ * in: ODPD_POPULATE_THREADS, else the CPUs of the calling thread's affinity
+ * mask, at most 8. */
+unsigned populate_threads(void);
+
 /* ---------------------------------------------------------------- objects */
 
 struct odpd_conn {

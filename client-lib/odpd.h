@@ -208,8 +208,8 @@ struct odpd_segment *odpd_attach(struct odpd_conn *conn, int fd, void *addr, siz
  * own fault pass then finds every page resident and skips it, see
  * odpd_reg()). madvise(2) MADV_POPULATE_WRITE (MADV_POPULATE_READ where the
  * segment is mapped read-only) - in parallel parts of at least 8 MiB on up
- * to as many threads as the CPUs this process may run on (at most 8;
- * environment ODPD_POPULATE_THREADS=N sets N, 1 never splits), which the
+ * to as many threads as the CPUs in the calling thread's affinity mask (at
+ * most 8; environment ODPD_POPULATE_THREADS=N sets N, 1 never splits), which the
  * call starts and joins, with every signal blocked on them. Pages already
  * resident are not walked again. Then one request (MapSegment) has odpd map
  * its own view of the range on a worker; meanwhile other threads' calls on

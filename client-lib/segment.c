@@ -194,39 +194,55 @@ static int populate_one(void *start, size_t length, int advice)
 /*
  * Faulting pages in is mostly zeroing them, which scales with CPUs: a range
  * of twice POPULATE_CHUNK_MIN or more is split into parts of at least
- * POPULATE_CHUNK_MIN, at most populate_threads() of them (the CPUs this
- * process may run on, at most 8; ODPD_POPULATE_THREADS overrides, 1: never
- * split), each on a thread of its own.
+ * POPULATE_CHUNK_MIN, at most populate_threads() of them, each on a thread
+ * of its own (this one runs the first).
  */
 #define POPULATE_CHUNK_MIN (8ul << 20)
 #define POPULATE_THREADS_MAX 8u
 
-static unsigned populate_nthreads = 1;
-static pthread_once_t populate_once = PTHREAD_ONCE_INIT;
+/* CPUs in the calling thread's affinity mask (sched_getaffinity(2) of tid
+ * 0), for any number of CPUs; 1 if unknown. */
+static unsigned thread_cpus(void)
+{
+	for (size_t ncpu = 1024; ncpu <= (1u << 20); ncpu *= 4) {
+		cpu_set_t *set = CPU_ALLOC(ncpu);
+		size_t size = CPU_ALLOC_SIZE(ncpu);
+		int n = -1;
 
-static void populate_init(void)
+		if (!set)
+			return 1;
+		if (sched_getaffinity(0, size, set) == 0)
+			n = CPU_COUNT_S(size, set);
+		CPU_FREE(set);
+		if (n >= 0)
+			return n > 0 ? (unsigned)n : 1;
+		if (errno != EINVAL)            /* EINVAL: the mask is larger */
+			return 1;
+	}
+	return 1;
+}
+
+/*
+ * How many parts (threads, this one included) a large range may be split
+ * into now: ODPD_POPULATE_THREADS=N if set (1: never split), else the CPUs
+ * the calling thread may run on, at most 8. Asked at each call: an MPI rank
+ * pinned to one core splits nothing, and the helper threads, which inherit
+ * the caller's mask, run on its CPUs only.
+ */
+unsigned populate_threads(void)
 {
 	const char *env = getenv("ODPD_POPULATE_THREADS");
-	cpu_set_t set;
-	unsigned n = 1;
+	unsigned n;
 
 	if (env && *env) {
 		char *end;
 		unsigned long v = strtoul(env, &end, 10);
 
 		if (!*end && v >= 1)
-			n = v < 64 ? (unsigned)v : 64;
-	} else if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-		n = (unsigned)CPU_COUNT(&set);
-		n = n < POPULATE_THREADS_MAX ? n : POPULATE_THREADS_MAX;
+			return v < 64 ? (unsigned)v : 64;
 	}
-	populate_nthreads = n ? n : 1;
-}
-
-static unsigned populate_threads(void)
-{
-	pthread_once(&populate_once, populate_init);
-	return populate_nthreads;
+	n = thread_cpus();
+	return n < POPULATE_THREADS_MAX ? n : POPULATE_THREADS_MAX;
 }
 
 struct populate_part {
