@@ -285,7 +285,9 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	int r;
 
 	if (c->holder.n_refs >= m->cfg.max_mrs)
-		return err_set(err, EDQUOT, "a client may hold at most %u MRs", m->cfg.max_mrs);
+		return err_set(err, EDQUOT, "per-connection MR limit: a connection may hold at most %u "
+			       "MRs at a time (this is not the pinning quota): release some, or register "
+			       "on another connection", m->cfg.max_mrs);
 	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MRS, 1, err) < 0)
 		return -err->code;
 	if (access & ~(uint32_t)ACCESS_KNOWN)

@@ -269,8 +269,8 @@ int odpd_account_may(const struct odpd_account *a, const struct odpd_limit *lim,
 
 	if (max == ODPD_UNLIMITED || (n <= max && held <= max - n))
 		return 0;
-	return err_set(err, code[l], "uid %u would hold %" PRIu64 " %s, over its limit of %" PRIu64
-		       " (%s)", (unsigned)a->uid, held + n, what[l], max, lim->src[l]);
+	return err_set(err, code[l], "per-user limit: uid %u would hold %" PRIu64 " %s, over its limit "
+		       "of %" PRIu64 " (%s)", (unsigned)a->uid, held + n, what[l], max, lim->src[l]);
 }
 
 void odpd_account_hold(struct odpd_account *a, enum odpd_user_limit l, int64_t n)

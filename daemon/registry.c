@@ -2057,9 +2057,12 @@ static int quota_check(struct odpd_registry *r, struct odpd_holder *h, struct od
 		 * they make no room yet) */
 		if (may_evict && collect_relaxed(r, match_account, a, evict) && *evict)
 			return 0;
-		return err_set(err, EDQUOT, "pinning %" PRIu64 " more bytes would pass uid %u's limit of %"
-			       PRIu64 " bytes (%s; %" PRIu64 " pinned): raise it with a rule in odpd.conf",
-			       want, h->uid, h->limit.max_pinned, h->limit.rule, a->pinned);
+		/* EDQUOT also means a connection's or a user's MR count (mr.c,
+		 * quota.c): the message says which limit it is */
+		return err_set(err, EDQUOT, "pinning quota: pinning %" PRIu64 " more bytes would pass uid "
+			       "%u's limit of %" PRIu64 " bytes (%s; %" PRIu64 " pinned): release MRs, or "
+			       "raise it with a rule in odpd.conf", want, h->uid, h->limit.max_pinned,
+			       h->limit.rule, a->pinned);
 	}
 	if (!need_global)
 		return 0;
@@ -2067,11 +2070,16 @@ static int quota_check(struct odpd_registry *r, struct odpd_holder *h, struct od
 	    r->n_mrs >= conf->max_mrs) {
 		if (may_evict && collect_relaxed(r, match_all, NULL, evict) && *evict)
 			return 0;
+		/* ENOMEM also means out of memory (odpd's, or the kernel's pin):
+		 * the message names the daemon-wide limit */
 		if (r->n_mrs >= conf->max_mrs)
-			return err_set(err, ENOMEM, "odpd holds its limit of %" PRIu64 " MRs (max-mrs)",
-				       conf->max_mrs);
-		return err_set(err, ENOMEM, "pinning %" PRIu64 " more bytes would pass odpd's max-pinned "
-			       "of %" PRIu64 " bytes (%" PRIu64 " pinned)", gwant, conf->max_pinned, r->pinned);
+			return err_set(err, ENOMEM, "daemon-wide limit: odpd holds its limit of %" PRIu64
+				       " MRs (max-mrs in odpd.conf), for all users together; not a lack of "
+				       "memory", conf->max_mrs);
+		return err_set(err, ENOMEM, "daemon-wide limit: pinning %" PRIu64 " more bytes would pass "
+			       "odpd's max-pinned of %" PRIu64 " bytes (%" PRIu64 " pinned, all users "
+			       "together; max-pinned in odpd.conf); not a lack of memory", gwant,
+			       conf->max_pinned, r->pinned);
 	}
 	return 0;
 }
@@ -2189,9 +2197,10 @@ static void reg_run(struct odpd_job *job)
 	if (!mr->mr)
 		witness_end(mr);                 /* nothing relies on those pages */
 	if (!mr->mr)
-		op->rc = err_set(&op->err, e, "ibv_reg_mr%s on %s: %s",
+		op->rc = err_set(&op->err, e, "ibv_reg_mr%s on %s: %s%s",
 				 (uintptr_t)op->daemon_addr == mr->iova ? "" : "_iova", op->q.dev->name,
-				 strerror(e));
+				 strerror(e), e == ENOMEM ? " (the kernel could not pin the pages: the host, "
+				 "or odpd's memory cgroup, is short of memory; not an odpd.conf limit)" : "");
 }
 
 static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_ref, struct odpd_err *err);

@@ -1759,6 +1759,8 @@ static int quota_nobody_child(void *arg)
 	p = odpd_segment_addr(seg);
 	x = odpd_reg(c, p, 64 * MIB, IBV_ACCESS_LOCAL_WRITE);
 	CHILD_CHECK(!x && errno == EDQUOT && strstr(odpd_errmsg(), "memlock"), 12);
+	/* EDQUOT is also an MR count: the message says it is the pinning quota */
+	CHILD_CHECK(strstr(odpd_errmsg(), "pinning quota"), 12);
 	/* [0, 6M) and [2M, 8M): 8 MiB of distinct pages, not 12 */
 	a = odpd_reg(c, p, 6 * MIB, IBV_ACCESS_LOCAL_WRITE);
 	CHILD_CHECK(a, 13);
@@ -1851,12 +1853,15 @@ static void test_daemon_limits_evict_relaxed(void **state)
 	assert_null(x);
 	assert_int_equal(errno, ENOMEM);
 	assert_non_null(strstr(odpd_errmsg(), "max-pinned"));
+	/* ENOMEM is also a lack of memory: the message says it is odpd's limit */
+	assert_non_null(strstr(odpd_errmsg(), "daemon-wide limit"));
 	/* max-mrs: pages already pinned, a third MR; a fourth evicts a relaxed one */
 	b = reg_or_fail(c, p, 4096, rr);
 	x = odpd_reg(c, p + 4096, 4096, rr);
 	assert_null(x);
 	assert_int_equal(errno, ENOMEM);
 	assert_non_null(strstr(odpd_errmsg(), "max-mrs"));
+	assert_non_null(strstr(odpd_errmsg(), "daemon-wide limit"));
 	assert_int_equal(odpd_dereg_relaxed(b), 0);
 	b = reg_or_fail(c, p + 4096, 4096, rr);
 	assert_false(b->cache_hit);
