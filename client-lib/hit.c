@@ -258,7 +258,7 @@ static enum claim hit_claim(struct odpd_conn *c, struct hit_ref *h, bool invalid
 
 /* ---------------------------------------------------------------- lookup */
 
-/* Would the daemon serve this request with @h? (registry.c, hit_ok) */
+/* Would the daemon serve this request with @h? (daemon/registry/lookup.c, hit_ok) */
 static bool ref_serves(const struct hit_ref *h, uintptr_t a, size_t length, uint32_t access,
 		       Odpd__MrKind kind)
 {

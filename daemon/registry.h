@@ -15,6 +15,15 @@
  * once, or, released "relaxed", waits on the invalidation queue — still a
  * cache hit — until a batch invalidates it.
  *
+ * Its parts, one concern each, in registry/ (each header says what the part
+ * owns, its invariants and who calls it): lookup (the cache index), charge
+ * (charges and quotas), holder (holders and references), hits (hit-table
+ * slots and revocation), relaxed (the relaxed queue and flushes), batch
+ * (deregistration batches, waiters, deferrals), mrlife (invalidation and
+ * the one free), witness (hole detection), pds (domains, shared PDs,
+ * export), cctx (client-PD contexts), reg (registration jobs), verifyjob
+ * and advise (jobs on live MRs), core (set-up, device removal).
+ *
  * The registry knows holders (who asks: client id, pid, uid, account), not
  * connections or sockets. Work that touches the kernel runs on the worker
  * pool; its completion calls back on the event loop. Everything here runs on
@@ -79,7 +88,7 @@ struct odpd_charge {
 /*
  * An MR: issue 11 wants a cached one to cost odpd at most 256 bytes, and
  * libibverbs' own MR object takes 64 of them, so this stays within 184
- * bytes (a static assertion in registry.c; bench/run-mem measured 249 per
+ * bytes (a static assertion in registry/mrlife.c; bench/run-mem measured 249 per
  * cached MR). Fields of states that never meet share a place. Fields a
  * worker writes (mr, ctime_*, witness*, imp) are members of their own,
  * never bits beside what the loop writes.
@@ -260,7 +269,7 @@ int odpd_registry_init(struct odpd_registry *r, struct event_base *base, struct 
 void odpd_registry_finish(struct odpd_registry *r);
 
 /* Worker: map odpd's view of a range of @map ahead of its registrations
- * (MapSegment); registry.c. 0 or an errno of madvise. */
+ * (MapSegment); registry/witness.c. 0 or an errno of madvise. */
 int odpd_registry_map_ahead(struct odpd_registry *r, struct odpd_mapping *map, uint64_t start,
 			    uint64_t length);
 /* Nothing in flight, nothing to release: shutdown may proceed. */

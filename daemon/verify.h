@@ -14,7 +14,7 @@
  * the context can be exported to the client), made when a verify needs them
  * and as large as it needs, up to @max_buf (odpd --verify-buffer). Runs on a
  * worker; one verify at a time per verifier. The registry keeps an idle
- * verifier for --verify-idle-ms and then frees it (registry.c).
+ * verifier for --verify-idle-ms and then frees it (registry/verifyjob.c).
  */
 struct odpd_verifier;
 
