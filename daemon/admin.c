@@ -306,7 +306,7 @@ static void mr_info(const struct odpd_mr *mr, Odpd__MrInfo *o, int32_t *pids, ui
 		o->rkey = mr->mr ? mr->mr->rkey : 0;
 	}
 	o->holders = mr->refs;
-	o->state = odpd_registry_mr_kept(mr) ? ODPD__MR_STATE__MR_STATE_KEPT : (Odpd__MrState)mr->state;
+	o->state = odpd_registry_mr_kept(mr) ? ODPD__MR_STATE__MR_STATE_KEPT : (Odpd__MrState)odpd_mr_wire_state(mr);
 	o->generation = odpd_mr_generation(mr);
 	o->segment_dev = mr->map ? mr->map->dev : 0;     /* implicit: no segment */
 	o->segment_ino = mr->map ? mr->map->ino : 0;

@@ -48,14 +48,69 @@
 #include "segment.h"
 #include "slab.h"
 
+/*
+ * An MR's life, one state at a time. Every change goes through
+ * mr_set_state() (registry/mrlife.c), which asserts that it is one of the
+ * transitions below; an MR is freed in one place, mr_gc(), once it is DEAD,
+ * no reference is left (mr->refs) and no verify reads through it (mr->busy).
+ *
+ *                         hit
+ *   REGISTERING ---> LIVE <-----> RELAXED
+ *    |    |           |  \ relaxed   |
+ *    |    |           |   \ release  | flush, evict, stale, PD left,
+ *    |    |           |    v         v device gone
+ *    |    |           |   DEFERRED <-+  (while a verify reads through it)
+ *    |    |           |    | last verify ends
+ *    |    +-----------|--->v<--------+  (no verify)
+ *    |                |   INVALIDATING  (in a batch)
+ *    |                |    | batch done
+ *    |    device gone |    v
+ *    +----------------|-> DEAD ---- mr_gc: no reference, no verify ----> freed
+ *                     |    ^
+ *                     v    | batch done
+ *        DEAD_DEFERRED --> DEAD_BATCHED
+ *                 last verify ends
+ *
+ *   from            to              when
+ *   REGISTERING     LIVE            registered, and the reference made
+ *   REGISTERING     INVALIDATING    registered, but the request failed after all
+ *   REGISTERING     DEAD            not registered (then freed)
+ *   LIVE            RELAXED         its last reference released relaxed, cached
+ *   LIVE            INVALIDATING    its last reference released (or not cached)
+ *   LIVE            DEFERRED        the same while a verify reads through it
+ *   LIVE            DEAD_BATCHED    its device went away (held: its holders
+ *                                   keep their references)
+ *   LIVE            DEAD_DEFERRED   the same while a verify reads through it
+ *   RELAXED         LIVE            a hit
+ *   RELAXED         INVALIDATING    flushed, evicted, stale, its PD left, its
+ *                                   device gone
+ *   RELAXED         DEFERRED        the same while a verify reads through it
+ *   DEFERRED        INVALIDATING    its last verify ended
+ *   DEAD_DEFERRED   DEAD_BATCHED    its last verify ended
+ *   INVALIDATING    DEAD            its batch is done (then freed: no reference)
+ *   DEAD_BATCHED    DEAD            its batch is done (freed if no reference)
+ *
+ * DEFERRED and DEAD_DEFERRED hold a batch number reserved at the
+ * transition (registry->deferred), so that a flush waits for them as for
+ * the batches in flight. INVALIDATING and DEAD_BATCHED are in a batch (by
+ * batch_next). DEAD: deregistered and stripped (charges, pins, PD
+ * released); only a removed device's MRs stay there, held by references
+ * their clients have yet to release. Only LIVE MRs and those of a removed
+ * device have references of holders; only REGISTERING, LIVE and RELAXED
+ * ones can be in the cache. The first five values are the wire's MrState
+ * (odpd_mr_wire_state).
+ */
 enum odpd_mr_state {
-	ODPD_MR_REGISTERING,        /* ibv_reg_mr on a worker */
+	ODPD_MR_REGISTERING,        /* ibv_reg_mr on a worker; requests for it join it */
 	ODPD_MR_LIVE,               /* held */
 	ODPD_MR_RELAXED,            /* no holder, on the invalidation queue: a hit */
 	ODPD_MR_INVALIDATING,       /* in a batch: never a hit again */
-	ODPD_MR_DEAD,               /* its device went away: deregistered (or about to be) while
-				     * clients still hold it; their releases only drop references */
+	ODPD_MR_DEAD,               /* deregistered and stripped; freed with its last reference */
+	ODPD_MR_DEFERRED,           /* out of the cache, waits for its verifies, then a batch */
+	ODPD_MR_DEAD_DEFERRED,      /* its device went away, held; waits for its verifies */
+	ODPD_MR_DEAD_BATCHED,       /* its device went away, held; in a batch */
 };
+#define ODPD_MR_N_STATES 8
 
 struct odpd_holder;
 struct odpd_mr;
@@ -141,16 +196,10 @@ struct odpd_mr {
 					     * under map->witness_lock) */
 	bool ctime_ok;                      /* ctime_ns is a valid fast-path baseline */
 	/* Loop only, from here on. */
-	unsigned state : 3;                 /* enum odpd_mr_state */
-	/* DEAD: 1 waits for busy jobs, 2 in a batch, 3 deregistered and
-	 * released (charges, pins, its domain); freed with its last reference.
-	 * INVALIDATING: 1 waits for busy jobs (verify_done batches it under
-	 * the batch number registry->deferred reserved), else 0. */
-	unsigned dead_stage : 2;
+	unsigned state : 3;                 /* enum odpd_mr_state: only mr_set_state() writes it */
 	unsigned in_map : 1;                /* in map->mrs */
 	unsigned cached : 1;                /* a lookup may serve it (not stale, no-cache, client PD) */
 	unsigned counted : 1;               /* its pages count in registry->pinned */
-	unsigned stripped : 1;              /* charges, pins and domain released */
 	unsigned invalidated : 1;           /* its generation moved (odpd_mr_generation) */
 };
 
@@ -428,6 +477,9 @@ int odpd_registry_verify_mr(struct odpd_registry *r, uint64_t mr_id, size_t buf_
 			    void *arg, struct odpd_err *err);
 
 const char *odpd_mr_state_name(enum odpd_mr_state s);
+/* The state as the protocol tells it (Odpd__MrState, without KEPT): the
+ * states in between are shown as the one they lead to. */
+unsigned odpd_mr_wire_state(const struct odpd_mr *mr);
 
 /* Every MR, in no particular order: the first (@mr NULL) or the one after
  * @mr; NULL at the end. A walker may free @mr only after taking its next. */

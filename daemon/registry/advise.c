@@ -78,7 +78,7 @@ static struct odpd_mr *holder_mr_by_lkey(const struct odpd_holder *h, uint32_t l
 	const struct odpd_ref *ref;
 
 	LIST_FOREACH(ref, &h->refs, hlink)
-		if (ref->mr->state != ODPD_MR_DEAD && ref->mr->mr && ref->mr->mr->lkey == lkey)
+		if (ref->mr->state == ODPD_MR_LIVE && ref->mr->mr && ref->mr->mr->lkey == lkey)
 			return ref->mr;
 	return NULL;
 }

@@ -30,7 +30,6 @@ void mr_defer(struct odpd_registry *r, struct odpd_mr *mr)
 {
 	struct odpd_deferred *d = malloc(sizeof(*d));
 
-	mr->dead_stage = 1;
 	if (!d) {
 		log_error("out of memory: a flush may not wait for MR %" PRIu64, mr->node.seq);
 		return;
@@ -133,16 +132,11 @@ static bool waiter_ready(const struct odpd_registry *r, const struct odpd_waiter
 
 void waiters_check(struct odpd_registry *r, bool later);
 
-/* An MR a batch deregistered: freed, or, dead and still held by clients,
- * released (charges, pins, its PD) and freed with its last reference. */
+/* An MR a batch deregistered: DEAD, freed, or, its device gone and still
+ * held by clients, freed with its last reference. */
 static void batch_mr_done(struct odpd_registry *r, struct odpd_mr *mr)
 {
-	if (mr->state == ODPD_MR_DEAD && mr->refs > 0) {
-		mr->dead_stage = 3;
-		mr_strip(r, mr);
-	} else {
-		mr_free(r, mr);
-	}
+	mr_dead(r, mr);
 }
 
 static void batch_done(struct odpd_job *job)

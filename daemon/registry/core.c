@@ -44,11 +44,12 @@ static bool cctx_on(struct odpd_client_ctx *c, const struct odpd_device *dev)
 	return on;
 }
 
-/* Is live, relaxed or registering @mr on @dev? MRs in a batch (invalidating,
- * dead) are not looked at: a worker may be dropping their import now. */
+/* Is live, relaxed or registering @mr on @dev? MRs out of the cache (in a
+ * batch, deferred, dead) are not looked at: a worker may be dropping their
+ * import now. */
 static bool mr_on(const struct odpd_mr *mr, const struct odpd_device *dev)
 {
-	if (mr->state == ODPD_MR_INVALIDATING || mr->state == ODPD_MR_DEAD)
+	if (mr->state != ODPD_MR_LIVE && mr->state != ODPD_MR_RELAXED && mr->state != ODPD_MR_REGISTERING)
 		return false;
 	if (mr->state == ODPD_MR_REGISTERING)
 		return mr->dom && mr->dom->dev == dev;
@@ -71,7 +72,7 @@ void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *d
 		bool uses = h->domains[i] || (h->spd && h->spd->doms[i]);
 
 		LIST_FOREACH(ref, &h->refs, hlink)
-			mrs += ref->mr->state != ODPD_MR_DEAD && mr_on(ref->mr, dev);
+			mrs += mr_on(ref->mr, dev);
 		LIST_FOREACH(c, &h->cctxs, link)
 			uses |= cctx_on(c, dev);
 		if (uses || mrs)
@@ -86,18 +87,8 @@ void odpd_registry_device_removed(struct odpd_registry *r, struct odpd_device *d
 			mr_invalidate(r, mr, &list);
 			killed++;
 		} else if (mr->state == ODPD_MR_LIVE) {
-			mr_unindex(mr);
-			mr->state = ODPD_MR_DEAD;
-			mr->invalidated = true;
-			mr_hits_invalidate(mr);
+			mr_kill(r, mr, &list);
 			killed++;
-			if (mr->busy) {
-				mr_defer(r, mr);         /* verify_done deregisters it */
-				continue;
-			}
-			mr->dead_stage = 2;
-			mr->batch_next = list;
-			list = mr;
 		}
 	}
 	r->stats.killed += killed;

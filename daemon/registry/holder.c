@@ -124,16 +124,15 @@ void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed, struc
 		charge_drop(r, mr, c);
 	if (mr->refs > 0)
 		return;
-	if (mr->state == ODPD_MR_DEAD) {
-		/* deregistered already: free it; in a batch or waiting for a
-		 * verify: that frees it */
-		if (mr->dead_stage == 3)
-			mr_free(r, mr);
+	if (mr->state != ODPD_MR_LIVE) {
+		/* its device went away: deregistered already (DEAD): freed
+		 * now; in a batch or waiting for a verify: that frees it */
+		mr_gc(r, mr);
 		return;
 	}
-	if (relaxed && mr->cached && mr->state == ODPD_MR_LIVE) {
+	if (relaxed && mr->cached) {
 		/* c (refs 0) stays: the relaxed MR is still charged to its last holder */
-		mr->state = ODPD_MR_RELAXED;
+		mr_set_state(mr, ODPD_MR_RELAXED);
 		mr->relaxed_ms = (uint32_t)((now_ns() + 999999) / 1000000);  /* never early */
 		mr->relaxed_pid = h->pid;
 		mr->relaxed_by = h->id;

@@ -88,7 +88,7 @@ static bool hit_ok(struct odpd_inode *n, void *arg)
 
 	if (!mr->cached || mr->dom != l->dom || mr->iova - mr->node.start != l->base)
 		return false;                   /* another PD's, or mapped elsewhere in the client */
-	if (mr->state == ODPD_MR_INVALIDATING)
+	if (mr->state != ODPD_MR_LIVE && mr->state != ODPD_MR_RELAXED && mr->state != ODPD_MR_REGISTERING)
 		return false;
 	if (mr->pinned == l->odp)               /* the kind asked for only */
 		return false;

@@ -218,12 +218,12 @@ static void reg_done(struct odpd_job *job)
 				cctx_drop(r, op->h, cctx);
 			}
 			mr_unindex(mr);
-			mr_free(r, mr);
+			mr_dead(r, mr);          /* freed: nobody holds it */
 		}
 		op->cb(op->arg, op->rc, &op->err, NULL, false);
 		joiners_answer(joiners, NULL);
 	} else {
-		mr->state = ODPD_MR_LIVE;
+		mr_set_state(mr, ODPD_MR_LIVE);
 		charge_find(mr, op->h->acct)->refs++;
 		r->stats.registrations++;
 		if (!mr->pinned)
@@ -313,7 +313,7 @@ static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_
 	c->refs++;
 	if (mr->state == ODPD_MR_RELAXED) {
 		relaxed_remove(r, mr);
-		mr->state = ODPD_MR_LIVE;
+		mr_set_state(mr, ODPD_MR_LIVE);
 		if (relaxed_charge && relaxed_charge->refs == 0)
 			charge_drop(r, mr, relaxed_charge);
 		relaxed_arm(r);
@@ -345,7 +345,7 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 		r->odp.mrs++;
 		r->odp.bytes += odpd_mr_length(mr);
 	}
-	mr->state = ODPD_MR_REGISTERING;
+	mr->state = ODPD_MR_REGISTERING;       /* its birth: the one state not reached by a transition */
 	mr->owner_id = op->h->id;
 	LIST_INIT(&mr->holders);
 	return mr;

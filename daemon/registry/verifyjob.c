@@ -241,16 +241,13 @@ static void verify_done(struct odpd_job *job)
 		verifier_idle(op->r, d);         /* its verifier, or another's, or none */
 	if (op->anon)
 		mr->refs--;
-	if (--mr->busy == 0 && mr->dead_stage == 1) {
+	if (--mr->busy == 0 && (mr->state == ODPD_MR_DEFERRED || mr->state == ODPD_MR_DEAD_DEFERRED)) {
 		/* invalidated or dead meanwhile: left to us (mr_defer) */
-		mr->dead_stage = mr->state == ODPD_MR_DEAD ? 2 : 0;
-		mr->batch_next = NULL;
-		start_batch_seq(op->r, mr, false, NULL, mr_undefer(op->r, mr));
+		mr_undefer_batch(op->r, mr);
 	} else if (op->anon && mr->refs == 0) {
 		/* its holders let go meanwhile: ours was the last reference */
-		if (mr->state == ODPD_MR_DEAD) {
-			if (mr->dead_stage == 3)
-				mr_free(op->r, mr);
+		if (mr->state != ODPD_MR_LIVE) {
+			mr_gc(op->r, mr);
 		} else {
 			struct odpd_mr *list = NULL;
 
@@ -301,7 +298,7 @@ int odpd_registry_verify(struct odpd_registry *r, struct odpd_ref *ref, uint64_t
 			 const uint32_t *probe_rkey, size_t buf_size, odpd_verify_cb cb, void *arg,
 			 struct odpd_err *err)
 {
-	if (ref->mr->state == ODPD_MR_DEAD)
+	if (ref->mr->state != ODPD_MR_LIVE)         /* held, so its device went away */
 		return err_set(err, ENODEV, "the MR's device was removed");
 	if (!ref->mr->dom)
 		return err_set(err, EOPNOTSUPP, "verify reads daemon-PD MRs only; this MR lives in your "
