@@ -171,7 +171,7 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 
 	if (!admin_only(c, id, "status"))
 		goto out;
-	if (!infos || !ptrs || !qi || !qp || !pi || !pp || odpd_devices_to_proto(m, &devs) < 0) {
+	if (!infos || !ptrs || !qi || !qp || !pi || !pp || odpd_devices_to_proto(&m->devices, &devs) < 0) {
 		odpd_client_send_error(c, id, ENOMEM, "out of memory");
 		goto out;
 	}

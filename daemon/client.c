@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -431,9 +432,44 @@ static void client_on_write(evutil_socket_t fd, short what, void *arg)
 		odpd_client_disconnect(c, strerror(-r));
 }
 
+void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *err)
+{
+	odpd_client_send_error(c, id, err->code, err->msg);
+}
+
 void odpd_client_send(struct odpd_client *c, Odpd__Reply *reply)
 {
 	odpd_client_send_fd(c, reply, -1);
+}
+
+/* notify.h: tell @h's client that @device is gone (an event: id 0, a
+ * DeviceEvent body). */
+static void notify_device_gone(void *ctx, struct odpd_holder *h, const char *device, unsigned mrs)
+{
+	struct odpd_client *c = (struct odpd_client *)((char *)h - offsetof(struct odpd_client, holder));
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__DeviceEvent ev = ODPD__DEVICE_EVENT__INIT;
+
+	(void)ctx;
+	if (c->dead)
+		return;
+	ev.has_kind = 1;
+	ev.kind = ODPD__DEVICE_EVENT__KIND__KIND_REMOVED;
+	ev.device = (char *)device;
+	ev.has_mrs = 1;
+	ev.mrs = mrs;
+	reply.has_id = reply.has_status = 1;
+	reply.body_case = ODPD__REPLY__BODY_DEVICE_EVENT;
+	reply.device_event = &ev;
+	odpd_client_send(c, &reply);
+	log_info("client %" PRIu64 " (pid %d): told that %s was removed (%u MR(s))", c->id,
+		 (int)c->cred.pid, device, mrs);
+}
+
+void odpd_client_notify_init(struct odpd_notify *n, struct odpd_manager *m)
+{
+	n->device_gone = notify_device_gone;
+	n->ctx = m;
 }
 
 void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd)

@@ -82,12 +82,18 @@ void odpd_client_send(struct odpd_client *c, Odpd__Reply *reply);
 void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd);
 /* Send an error reply (status = @err code) for request @id. */
 void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const char *msg);
+/* The same from @err. */
+void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *err);
 
 /* An answer will come later (a registry callback): stop reading until then. */
 void odpd_client_wait(struct odpd_client *c);
 /* Called when the job or callback is done: resumes reading, or has a dead
  * client torn down on the loop's next turn. */
 void odpd_client_job_done(struct odpd_client *c);
+
+/* Fill @n with the connection layer's side of notify.h: events to the
+ * clients of @m's connections. */
+void odpd_client_notify_init(struct odpd_notify *n, struct odpd_manager *m);
 
 /* Drop the connection; the client's objects are released once no job runs,
  * on the loop's next turn (never inside this call). */

@@ -318,3 +318,25 @@ void odpd_device_to_proto(const struct odpd_device *d, Odpd__Device *o)
 	SET(import_errno, d->import_errno);
 #undef SET
 }
+
+/* One allocation: the pointer array, then the messages. free() releases both. */
+int odpd_devices_to_proto(const struct odpd_devices *d, Odpd__Device ***ret)
+{
+	unsigned n = d->n_live, k = 0;
+	Odpd__Device **ptrs = calloc(1, (n + 1) * sizeof(*ptrs) + n * sizeof(Odpd__Device));
+	Odpd__Device *devs;
+
+	if (!ptrs)
+		return -ENOMEM;
+	devs = (Odpd__Device *)(ptrs + n + 1);
+	for (unsigned i = 0; i < d->n && k < n; i++) {
+		if (d->dev[i].removed)
+			continue;
+		odpd__device__init(&devs[k]);
+		odpd_device_to_proto(&d->dev[i], &devs[k]);
+		ptrs[k] = &devs[k];
+		k++;
+	}
+	*ret = ptrs;
+	return (int)k;
+}

@@ -68,3 +68,6 @@ struct odpd_device *odpd_devices_find_any(struct odpd_devices *d, const char *na
 
 /* Fill @out (initialized by the caller) from @dev; strings point into @dev. */
 void odpd_device_to_proto(const struct odpd_device *dev, Odpd__Device *out);
+/* The present devices as protobuf messages: one allocation, free() releases
+ * it. Their number, or -ENOMEM. */
+int odpd_devices_to_proto(const struct odpd_devices *d, Odpd__Device ***ret);

@@ -9,34 +9,39 @@
 #include <event2/event.h>
 #include <systemd/sd-daemon.h>
 
-#include "client.h"
 #include "hotplug.h"
 #include "log.h"
-#include "manager.h"
+#include "registry.h"
 
 /* A rescan at most this often: each is a walk of sysfs, and a probe per new device. */
 #define RESCAN_NS 1000000000ull
 /* After a node appears in /dev/infiniband: let the device finish registering. */
 #define SETTLE_MS 200
 
-/* The manager's hotplug state beyond the devices' own. */
+/* The inotify watch on /dev/infiniband. */
 static struct {
 	int ifd;                            /* inotify */
 	int wd_dir;                         /* /dev/infiniband, or -1 */
 	int wd_dev;                         /* /dev, until /dev/infiniband exists */
 	struct event *ev_inotify, *ev_settle;
-} hp = { -1, -1, -1, NULL, NULL };
+} ino = { -1, -1, -1, NULL, NULL };
 
 static void on_async(evutil_socket_t fd, short what, void *arg);
 
-static int watch_start(struct odpd_manager *m, struct odpd_device *dev)
+/* A device's removal, as odpd_registry_device_removed's callback sees it. */
+struct odpd_hotplug_gone {
+	struct odpd_hotplug *hp;
+	const struct odpd_device *dev;
+};
+
+static int watch_start(struct odpd_hotplug *hp, struct odpd_device *dev)
 {
 	struct event *ev;
 	int fl = fcntl(dev->watch->async_fd, F_GETFL);
 
 	if (fl < 0 || fcntl(dev->watch->async_fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return log_errno(LOG_ERR, errno, "%s: async event fd", dev->name);
-	ev = event_new(m->base, dev->watch->async_fd, EV_READ | EV_PERSIST, on_async, m);
+	ev = event_new(hp->base, dev->watch->async_fd, EV_READ | EV_PERSIST, on_async, hp);
 	if (!ev || event_add(ev, NULL) < 0) {
 		if (ev)
 			event_free(ev);
@@ -53,60 +58,48 @@ static void watch_stop(struct odpd_device *dev)
 	dev->ev_watch = NULL;
 }
 
-static void status_notify(struct odpd_manager *m)
+static void status_notify(struct odpd_hotplug *hp)
 {
-	sd_notifyf(0, "STATUS=Serving %u device(s)", m->devices.n_live);
+	sd_notifyf(0, "STATUS=Serving %u device(s)", hp->devices->n_live);
 }
 
-/* Tell a client its device is gone (an event: id 0, a DeviceEvent body). */
+/* The registry found a holder with something on @arg's device: tell its
+ * client, through the connection layer (notify.h). */
 static void notify_holder(struct odpd_holder *h, unsigned mrs, void *arg)
 {
-	struct odpd_client *c = (struct odpd_client *)((char *)h - offsetof(struct odpd_client, holder));
-	Odpd__Reply reply = ODPD__REPLY__INIT;
-	Odpd__DeviceEvent ev = ODPD__DEVICE_EVENT__INIT;
-	struct odpd_device *dev = arg;
+	const struct odpd_hotplug_gone *g = arg;
 
-	if (c->dead)
-		return;
-	ev.has_kind = 1;
-	ev.kind = ODPD__DEVICE_EVENT__KIND__KIND_REMOVED;
-	ev.device = dev->name;
-	ev.has_mrs = 1;
-	ev.mrs = mrs;
-	reply.has_id = reply.has_status = 1;
-	reply.body_case = ODPD__REPLY__BODY_DEVICE_EVENT;
-	reply.device_event = &ev;
-	odpd_client_send(c, &reply);
-	log_info("client %" PRIu64 " (pid %d): told that %s was removed (%u MR(s))", c->id,
-		 (int)c->cred.pid, dev->name, mrs);
+	g->hp->notify->device_gone(g->hp->notify->ctx, h, g->dev->name, mrs);
 }
 
-static void device_gone(struct odpd_manager *m, struct odpd_device *dev, const char *why)
+static void device_gone(struct odpd_hotplug *hp, struct odpd_device *dev, const char *why)
 {
+	struct odpd_hotplug_gone g = { hp, dev };
+
 	if (dev->removed)
 		return;
 	log_warning("device %s went away (%s): its MRs are dead, its contexts closed; clients that "
 		    "used it are told", dev->name, why);
 	dev->removed = true;
-	m->devices.n_live--;
+	hp->devices->n_live--;
 	watch_stop(dev);
 	if (dev->watch)
 		ibv_close_device(dev->watch);
 	dev->watch = NULL;
-	odpd_registry_device_removed(&m->registry, dev, notify_holder, dev);
-	status_notify(m);
+	odpd_registry_device_removed(hp->registry, dev, notify_holder, &g);
+	status_notify(hp);
 }
 
 static void on_async(evutil_socket_t fd, short what, void *arg)
 {
-	struct odpd_manager *m = arg;
+	struct odpd_hotplug *hp = arg;
 	struct odpd_device *dev = NULL;
 	bool fatal = false;
 
 	(void)what;
-	for (unsigned i = 0; i < m->devices.n && !dev; i++)
-		if (m->devices.dev[i].watch && m->devices.dev[i].watch->async_fd == fd)
-			dev = &m->devices.dev[i];
+	for (unsigned i = 0; i < hp->devices->n && !dev; i++)
+		if (hp->devices->dev[i].watch && hp->devices->dev[i].watch->async_fd == fd)
+			dev = &hp->devices->dev[i];
 	if (!dev)
 		return;
 	for (;;) {
@@ -128,36 +121,36 @@ static void on_async(evutil_socket_t fd, short what, void *arg)
 		ibv_ack_async_event(&ev);
 	}
 	if (fatal)
-		device_gone(m, dev, "IBV_EVENT_DEVICE_FATAL");
+		device_gone(hp, dev, "IBV_EVENT_DEVICE_FATAL");
 }
 
-static void rescan(struct odpd_manager *m)
+static void rescan(struct odpd_hotplug *hp)
 {
 	unsigned added[ODPD_MAX_DEVICES], gone[ODPD_MAX_DEVICES], n_gone = 0, n;
 
-	n = odpd_devices_rescan(&m->devices, added, gone, &n_gone);
+	n = odpd_devices_rescan(hp->devices, added, gone, &n_gone);
 	for (unsigned i = 0; i < n_gone; i++)
-		device_gone(m, &m->devices.dev[gone[i]], "no longer listed");
+		device_gone(hp, &hp->devices->dev[gone[i]], "no longer listed");
 	for (unsigned i = 0; i < n; i++) {
-		struct odpd_device *dev = &m->devices.dev[added[i]];
+		struct odpd_device *dev = &hp->devices->dev[added[i]];
 
-		if (watch_start(m, dev) < 0) {
+		if (watch_start(hp, dev) < 0) {
 			/* Unwatched, its removal would hang `rdma link delete`: do not use it. */
 			ibv_close_device(dev->watch);
 			dev->watch = NULL;
 			dev->removed = true;
-			m->devices.n_live--;
+			hp->devices->n_live--;
 			continue;
 		}
 		log_notice("device %s appeared: usable", dev->name);
 	}
 	if (n || n_gone)
-		status_notify(m);
+		status_notify(hp);
 }
 
-struct odpd_device *odpd_manager_device(struct odpd_manager *m, const char *name, struct odpd_err *err)
+struct odpd_device *odpd_hotplug_device(struct odpd_hotplug *hp, const char *name, struct odpd_err *err)
 {
-	struct odpd_device *dev = odpd_devices_find(&m->devices, name);
+	struct odpd_device *dev = odpd_devices_find(hp->devices, name);
 	struct timespec ts;
 	uint64_t now;
 
@@ -165,18 +158,18 @@ struct odpd_device *odpd_manager_device(struct odpd_manager *m, const char *name
 		return dev;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	if (now - m->devices.scanned_ns >= RESCAN_NS) {
-		rescan(m);
-		dev = odpd_devices_find(&m->devices, name);
+	if (now - hp->devices->scanned_ns >= RESCAN_NS) {
+		rescan(hp);
+		dev = odpd_devices_find(hp->devices, name);
 		if (dev)
 			return dev;
 	}
 	if (name && *name) {
-		struct odpd_device *old = odpd_devices_find_any(&m->devices, name);
+		struct odpd_device *old = odpd_devices_find_any(hp->devices, name);
 
 		err_set(err, ENODEV, old ? "device %s was removed" : "no device named %s", name);
 	} else {
-		err_set(err, ENODEV, m->devices.n ? "odpd's devices were all removed" :
+		err_set(err, ENODEV, hp->devices->n ? "odpd's devices were all removed" :
 			"odpd has no RDMA device");
 	}
 	return NULL;
@@ -191,10 +184,10 @@ static void on_settle(evutil_socket_t fd, short what, void *arg)
 
 static void watch_dir(void)
 {
-	hp.wd_dir = inotify_add_watch(hp.ifd, "/dev/infiniband", IN_CREATE | IN_ONLYDIR);
-	if (hp.wd_dir >= 0 && hp.wd_dev >= 0) {
-		inotify_rm_watch(hp.ifd, hp.wd_dev);
-		hp.wd_dev = -1;
+	ino.wd_dir = inotify_add_watch(ino.ifd, "/dev/infiniband", IN_CREATE | IN_ONLYDIR);
+	if (ino.wd_dir >= 0 && ino.wd_dev >= 0) {
+		inotify_rm_watch(ino.ifd, ino.wd_dev);
+		ino.wd_dev = -1;
 	}
 }
 
@@ -214,61 +207,61 @@ static void on_inotify(evutil_socket_t fd, short what, void *arg)
 		     ((struct inotify_event *)p)->len) {
 			const struct inotify_event *e = (const struct inotify_event *)p;
 
-			if (e->wd == hp.wd_dev && e->len && strcmp(e->name, "infiniband") == 0) {
+			if (e->wd == ino.wd_dev && e->len && strcmp(e->name, "infiniband") == 0) {
 				watch_dir();
 				uverbs = true;           /* its nodes may be there already */
 			}
-			if (e->wd == hp.wd_dir && e->len && strncmp(e->name, "uverbs", 6) == 0)
+			if (e->wd == ino.wd_dir && e->len && strncmp(e->name, "uverbs", 6) == 0)
 				uverbs = true;
-			if (e->wd == hp.wd_dir && (e->mask & IN_IGNORED)) {
+			if (e->wd == ino.wd_dir && (e->mask & IN_IGNORED)) {
 				/* /dev/infiniband went (its last device did): wait for it again */
-				hp.wd_dir = -1;
-				hp.wd_dev = inotify_add_watch(hp.ifd, "/dev", IN_CREATE | IN_ONLYDIR);
+				ino.wd_dir = -1;
+				ino.wd_dev = inotify_add_watch(ino.ifd, "/dev", IN_CREATE | IN_ONLYDIR);
 			}
 		}
 	if (uverbs)
-		evtimer_add(hp.ev_settle, &settle);
+		evtimer_add(ino.ev_settle, &settle);
 }
 
 /* Watch /dev/infiniband for new device nodes; where it cannot, requests
- * still find new devices (odpd_manager_device). */
-static void inotify_start(struct odpd_manager *m)
+ * still find new devices (odpd_hotplug_device). */
+static void inotify_start(struct odpd_hotplug *hp)
 {
-	hp.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-	if (hp.ifd < 0) {
+	ino.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (ino.ifd < 0) {
 		log_errno(LOG_INFO, errno, "inotify: devices that appear are found by requests only");
 		return;
 	}
 	watch_dir();
-	if (hp.wd_dir < 0)
-		hp.wd_dev = inotify_add_watch(hp.ifd, "/dev", IN_CREATE | IN_ONLYDIR);
-	if (hp.wd_dir < 0 && hp.wd_dev < 0)
+	if (ino.wd_dir < 0)
+		ino.wd_dev = inotify_add_watch(ino.ifd, "/dev", IN_CREATE | IN_ONLYDIR);
+	if (ino.wd_dir < 0 && ino.wd_dev < 0)
 		log_errno(LOG_INFO, errno, "inotify on /dev: devices that appear are found by requests only");
-	hp.ev_inotify = event_new(m->base, hp.ifd, EV_READ | EV_PERSIST, on_inotify, m);
-	hp.ev_settle = evtimer_new(m->base, on_settle, m);
-	if (!hp.ev_inotify || !hp.ev_settle || event_add(hp.ev_inotify, NULL) < 0)
+	ino.ev_inotify = event_new(hp->base, ino.ifd, EV_READ | EV_PERSIST, on_inotify, hp);
+	ino.ev_settle = evtimer_new(hp->base, on_settle, hp);
+	if (!ino.ev_inotify || !ino.ev_settle || event_add(ino.ev_inotify, NULL) < 0)
 		log_error("out of memory: devices that appear are found by requests only");
 }
 
-int odpd_hotplug_start(struct odpd_manager *m)
+int odpd_hotplug_start(struct odpd_hotplug *hp)
 {
-	for (unsigned i = 0; i < m->devices.n; i++)
-		if (m->devices.dev[i].watch && watch_start(m, &m->devices.dev[i]) < 0)
+	for (unsigned i = 0; i < hp->devices->n; i++)
+		if (hp->devices->dev[i].watch && watch_start(hp, &hp->devices->dev[i]) < 0)
 			return -ENOMEM;
-	inotify_start(m);
+	inotify_start(hp);
 	return 0;
 }
 
-void odpd_hotplug_stop(struct odpd_manager *m)
+void odpd_hotplug_stop(struct odpd_hotplug *hp)
 {
-	for (unsigned i = 0; i < m->devices.n; i++)
-		watch_stop(&m->devices.dev[i]);
-	if (hp.ev_inotify)
-		event_free(hp.ev_inotify);
-	if (hp.ev_settle)
-		event_free(hp.ev_settle);
-	if (hp.ifd >= 0)
-		close(hp.ifd);
-	hp.ev_inotify = hp.ev_settle = NULL;
-	hp.ifd = hp.wd_dir = hp.wd_dev = -1;
+	for (unsigned i = 0; i < hp->devices->n; i++)
+		watch_stop(&hp->devices->dev[i]);
+	if (ino.ev_inotify)
+		event_free(ino.ev_inotify);
+	if (ino.ev_settle)
+		event_free(ino.ev_settle);
+	if (ino.ifd >= 0)
+		close(ino.ifd);
+	ino.ev_inotify = ino.ev_settle = NULL;
+	ino.ifd = ino.wd_dir = ino.wd_dev = -1;
 }

@@ -15,15 +15,27 @@
  * and none is left (at most once a second).
  */
 
-#include "error.h"
+#include <event2/event.h>
 
-struct odpd_manager;
-struct odpd_device;
+#include "device.h"
+#include "error.h"
+#include "notify.h"
+
+struct odpd_registry;
+
+/* What hotplug works on; the manager's, set before odpd_hotplug_start.
+ * Hotplug knows no connection: clients are told through @notify. */
+struct odpd_hotplug {
+	struct event_base *base;
+	struct odpd_devices *devices;
+	struct odpd_registry *registry;
+	const struct odpd_notify *notify;
+};
 
 /* Watch every present device. */
-int odpd_hotplug_start(struct odpd_manager *m);
-void odpd_hotplug_stop(struct odpd_manager *m);
+int odpd_hotplug_start(struct odpd_hotplug *hp);
+void odpd_hotplug_stop(struct odpd_hotplug *hp);
 
 /* The present device @name ("" or NULL: the first present one), rescanning
  * for it if need be; NULL with ENODEV in @err. */
-struct odpd_device *odpd_manager_device(struct odpd_manager *m, const char *name, struct odpd_err *err);
+struct odpd_device *odpd_hotplug_device(struct odpd_hotplug *hp, const char *name, struct odpd_err *err);

@@ -482,7 +482,10 @@ int odpd_manager_start(struct odpd_manager *m)
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "registry");
 	m->registry.verify_idle_ms = m->cfg.verify_idle_ms;
-	r = odpd_hotplug_start(m);
+	odpd_client_notify_init(&m->notify, m);
+	m->hotplug = (struct odpd_hotplug){ .base = m->base, .devices = &m->devices,
+					    .registry = &m->registry, .notify = &m->notify };
+	r = odpd_hotplug_start(&m->hotplug);
 	if (r < 0)
 		return r;
 	r = listen_socket(m);
@@ -537,7 +540,7 @@ void odpd_manager_finish(struct odpd_manager *m)
 		close(m->listen_fd);
 	if (m->unlink_socket)
 		unlink(m->cfg.socket_path);
-	odpd_hotplug_stop(m);
+	odpd_hotplug_stop(&m->hotplug);
 	odpd_devices_close(&m->devices);
 	odpd_window_free(m->segs.window);
 	free(m->rbuf);

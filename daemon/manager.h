@@ -9,6 +9,8 @@
 
 #include "conf.h"
 #include "device.h"
+#include "hotplug.h"
+#include "notify.h"
 #include "pool.h"
 #include "quota.h"
 #include "registry.h"
@@ -76,6 +78,8 @@ struct odpd_manager {
 	struct odpd_budget budget;          /* what users share (quota.h): fds, mappings, window */
 	struct event *ev_listen_resume;     /* accept4 failed: listening paused until then */
 	struct odpd_bus *bus;               /* D-Bus (bus.h), or NULL */
+	struct odpd_notify notify;          /* events to clients: the connection layer's (notify.h) */
+	struct odpd_hotplug hotplug;        /* devices that come and go (hotplug.h) */
 	/* systemd's watchdog: WATCHDOG=1 only while the workers make progress. */
 	struct event *ev_watchdog;
 	struct odpd_job wd_ping;            /* a no-op job per tick: done proves a worker runs */

@@ -238,7 +238,7 @@ static int implicit_check(struct odpd_client *c, const Odpd__RegMr *req, bool cl
 			  struct odpd_reg_req *q, struct odpd_err *err)
 {
 	struct odpd_manager *m = c->m;
-	struct odpd_device *dev = odpd_manager_device(m, req->device, err);
+	struct odpd_device *dev = odpd_hotplug_device(&m->hotplug, req->device, err);
 	uint32_t missing;
 
 	if (!dev)
@@ -322,7 +322,7 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 				       "the admin group and users a rule of odpd.conf gives "
 				       "remote-access = yes");
 	}
-	q->dev = odpd_manager_device(m, req->device, err);
+	q->dev = odpd_hotplug_device(&m->hotplug, req->device, err);
 	if (!q->dev)
 		return -err->code;
 	if (q->odp && (r = odp_check(q->dev, access, s, client_pd, err)) < 0)
@@ -852,7 +852,7 @@ void odpd_import_pd(struct odpd_client *c, uint64_t id, const Odpd__ImportPd *re
 {
 	struct odpd_manager *m = c->m;
 	struct odpd_err err = { 0 };
-	struct odpd_device *dev = odpd_manager_device(m, req->device, &err);
+	struct odpd_device *dev = odpd_hotplug_device(&m->hotplug, req->device, &err);
 	struct pending *p;
 
 	if (!dev) {

@@ -9,33 +9,6 @@
 #include "log.h"
 #include "request.h"
 
-void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *err)
-{
-	odpd_client_send_error(c, id, err->code, err->msg);
-}
-
-/* One allocation: the pointer array, then the messages. free() releases both. */
-int odpd_devices_to_proto(struct odpd_manager *m, Odpd__Device ***ret)
-{
-	unsigned n = m->devices.n_live, k = 0;
-	Odpd__Device **ptrs = calloc(1, (n + 1) * sizeof(*ptrs) + n * sizeof(Odpd__Device));
-	Odpd__Device *devs;
-
-	if (!ptrs)
-		return -ENOMEM;
-	devs = (Odpd__Device *)(ptrs + n + 1);
-	for (unsigned i = 0; i < m->devices.n && k < n; i++) {
-		if (m->devices.dev[i].removed)
-			continue;
-		odpd__device__init(&devs[k]);
-		odpd_device_to_proto(&m->devices.dev[i], &devs[k]);
-		ptrs[k] = &devs[k];
-		k++;
-	}
-	*ret = ptrs;
-	return (int)k;
-}
-
 /*
  * Hello. Its reply's framing (Reply.id/status/message/hello and
  * HelloReply.version/version_min/version_max) is frozen, so a client of any
@@ -75,7 +48,7 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 		reply.status = EPERM;
 		reply.message = (char *)"Hello.monitor is for admin tools (root or odpd's admin group): "
 				       "say Hello without it, as a client";
-	} else if (odpd_devices_to_proto(c->m, &devs) < 0) {
+	} else if (odpd_devices_to_proto(&c->m->devices, &devs) < 0) {
 		reply.status = ENOMEM;
 		reply.message = (char *)"out of memory";
 	} else {

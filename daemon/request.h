@@ -11,11 +11,6 @@
 /* Decode and act on one packet of @c. Consumes @pkt's fds on every path. */
 void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt);
 
-/* The devices as protobuf messages: one allocation, free() releases it. */
-int odpd_devices_to_proto(struct odpd_manager *m, Odpd__Device ***ret);
-
-/* Reply to request @id with @err. */
-void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *err);
 
 /* Segments (attach.c). @fd is consumed. */
 void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachSegment *req, int fd);
