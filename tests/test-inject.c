@@ -460,10 +460,43 @@ static const char *kind_name(unsigned kind)
 	return kind == ODPD_FAULT_ALLOC ? "allocations" : "fd-creating calls";
 }
 
+/* The functions of odpd at @sites (offsets from its load address), through
+ * addr2line where there is one: where failures went unseen by the client. */
+static void print_sites(const char *what, pid_t pid, uint64_t *sites, unsigned n)
+{
+	char cmd[8192], exe[64], path[512] = "", fn[256];
+	size_t len;
+	ssize_t k;
+	FILE *p;
+
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)pid);
+	k = readlink(exe, path, sizeof(path) - 1);
+	if (k <= 0 || n == 0 || system("command -v addr2line >/dev/null 2>&1") != 0)
+		return;
+	path[k] = 0;
+	qsort(sites, n, sizeof(sites[0]), cmp_u64);
+	len = (size_t)snprintf(cmd, sizeof(cmd), "addr2line -f -s -e %s", path);
+	for (unsigned i = 0; i < n && len < sizeof(cmd) - 24; i++)
+		if (i == 0 || sites[i] != sites[i - 1])
+			len += (size_t)snprintf(cmd + len, sizeof(cmd) - len, " %#llx",
+						(unsigned long long)(sites[i] - 1));
+	p = popen(cmd, "r");
+	if (!p)
+		return;
+	printf("inject:   %s:", what);
+	for (int line = 0; fgets(fn, sizeof(fn), p); line++) {
+		fn[strcspn(fn, "\n")] = 0;
+		printf(line % 2 ? " (%s)%s" : " %s", fn, line % 2 ? "," : "");
+	}
+	printf("\n");
+	pclose(p);
+}
+
 /* The loop for one scenario and kind; prints its report line. */
 static void inject(const char *name, void (*fn)(const char *), unsigned kind, const char *const *args)
 {
-	static uint64_t sites[MAX_SITES];
+	static uint64_t sites[MAX_SITES], quiet[MAX_SITES];
+	unsigned n_quiet = 0;
 	struct test_daemon d = { 0 };
 	unsigned n_sites = 0, distinct = 0, refused = 0, disconnected = 0, absorbed = 0;
 	struct held base;
@@ -498,8 +531,11 @@ static void inject(const char *name, void (*fn)(const char *), unsigned kind, co
 			disconnected++;
 		else if (seen->refused)
 			refused++;
-		else if (hit)
+		else if (hit) {
 			absorbed++;
+			if (n_quiet < MAX_SITES)
+				quiet[n_quiet++] = ctl->site;
+		}
 		snprintf(when, sizeof(when), "%s, %s: call %lld failed (%s at odpd+%#llx)", name,
 			 kind_name(kind), (long long)n, hit ? ctl->function : "none",
 			 (unsigned long long)ctl->site);
@@ -523,6 +559,7 @@ static void inject(const char *name, void (*fn)(const char *), unsigned kind, co
 	printf("inject: %-15s %-17s %4lld injection points at %3u call sites: %u refused with an errno, "
 	       "%u disconnected, %u absorbed (the client saw no failure)\n", name, kind_name(kind),
 	       (long long)(n - 1), distinct, refused, disconnected, absorbed);
+	print_sites("absorbed at", d.pid, quiet, n_quiet);
 	fflush(stdout);
 	close(admin);
 	daemon_stop(&d);   /* exit status 0: under LSan, no leak */
