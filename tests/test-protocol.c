@@ -1671,22 +1671,28 @@ static void test_bad_config_refused(void **state)
 	rmdir(dir);
 }
 
-/* Run "odpd @args 2>&1" (no daemon: options that exit at once); its
- * output in @out, its exit status returned. */
-static int odpd_run(const char *args, char *out, size_t cap)
+/* Run "timeout @secs PROGRAM @args 2>&1", PROGRAM from $@env; its output
+ * in @out, its exit status returned. */
+static int tool_run(const char *env, int secs, const char *args, char *out, size_t cap)
 {
 	char cmd[1024];
 	FILE *p;
 	size_t n;
 	int st;
 
-	snprintf(cmd, sizeof(cmd), "timeout -s KILL 10 %s %s 2>&1", getenv("ODPD_TEST_DAEMON"), args);
+	snprintf(cmd, sizeof(cmd), "timeout -s KILL %d %s %s 2>&1", secs, getenv(env), args);
 	p = popen(cmd, "r");
 	assert_non_null(p);
 	n = fread(out, 1, cap - 1, p);
 	out[n] = 0;
 	st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Run "odpd @args 2>&1" (no daemon: options that exit at once). */
+static int odpd_run(const char *args, char *out, size_t cap)
+{
+	return tool_run("ODPD_TEST_DAEMON", 10, args, out, cap);
 }
 
 static void write_text(const char *path, const char *text)
@@ -1755,18 +1761,7 @@ static void test_command_line(void **state)
  * another socket first); output in @out, exit status returned. */
 static int odpctl_run(const char *args, char *out, size_t cap)
 {
-	char cmd[1024];
-	FILE *p;
-	size_t n;
-	int st;
-
-	snprintf(cmd, sizeof(cmd), "timeout -s KILL 20 %s %s 2>&1", getenv("ODPD_TEST_ODPCTL"), args);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	n = fread(out, 1, cap - 1, p);
-	out[n] = 0;
-	st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return tool_run("ODPD_TEST_ODPCTL", 20, args, out, cap);
 }
 
 /*
