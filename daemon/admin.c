@@ -103,6 +103,16 @@ static void cache_stats(const struct odpd_registry *r, Odpd__CacheStats *o)
 	o->has_local_hits = o->has_revoked = 1;
 	o->local_hits = s->local_hits;
 	o->revoked = s->revoked;
+	o->has_gets = o->has_invalidated_flush = o->has_invalidated_eviction = 1;
+	o->has_invalidated_expired = o->has_invalidated_device = o->has_registered_bytes = 1;
+	o->gets = s->gets;
+	o->invalidated_flush = s->inv_flush;
+	o->invalidated_eviction = s->inv_eviction;
+	o->invalidated_expired = s->inv_expired;
+	o->invalidated_device = s->killed;
+	o->registered_bytes = s->registered_bytes;
+	o->n_registration_sizes = ODPD_REG_SIZE_BUCKETS;
+	o->registration_sizes = (uint64_t *)s->reg_sizes;   /* (the reply is packed at once) */
 }
 
 static void quota_info(const struct odpd_account *a, Odpd__QuotaInfo *o)

@@ -62,6 +62,20 @@ static uint64_t n_clients(struct odpd_manager *m)
 	return n;
 }
 
+/* The registration size histogram's properties, bucket by bucket (the
+ * CamelCase of odpctl stats' registrations_4k ... registrations_over_1g). */
+#define SIZE_BUCKETS(X)                                                                         \
+	X("Registrations4K") X("Registrations8K") X("Registrations16K") X("Registrations32K")  \
+	X("Registrations64K") X("Registrations128K") X("Registrations256K")                      \
+	X("Registrations512K") X("Registrations1M") X("Registrations2M") X("Registrations4M")   \
+	X("Registrations8M") X("Registrations16M") X("Registrations32M") X("Registrations64M")  \
+	X("Registrations128M") X("Registrations256M") X("Registrations512M")                     \
+	X("Registrations1G") X("RegistrationsOver1G")
+#define SIZE_NAME(n) n,
+static const char *const size_names[] = { SIZE_BUCKETS(SIZE_NAME) };
+_Static_assert(sizeof(size_names) / sizeof(size_names[0]) == ODPD_REG_SIZE_BUCKETS,
+	       "a property per bucket");
+
 /* The daemon-wide counters: the same sources as the Status reply (admin.c). */
 static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 {
@@ -73,6 +87,8 @@ static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 		"Invalidated", "OdpMRs", "OdpBytes", "OdpRegistrations", "Prefetches",
 		"PrefetchBytes", "PrefetchErrors", "ImplicitMRs", "Registrars", "DeviceRemovals",
 		"LocalHits", "Revoked", "InvalidationBatches",
+		"Gets", "InvalidatedFlush", "InvalidatedEviction", "InvalidatedHole",
+		"InvalidatedDevice", "InvalidatedExpired", "RegisteredBytes",
 	};
 	const uint64_t values[] = {
 		m->devices.n_live, n_clients(m), m->segs.count, m->segs.bytes, r->n_mrs, r->pinned,
@@ -82,11 +98,20 @@ static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 		r->odp.prefetches, r->odp.prefetch_bytes, r->odp.prefetch_errors, r->odp.implicit_mrs,
 		r->odp.registrars, r->stats.device_removals, r->stats.local_hits, r->stats.revoked,
 		r->stats.flushes,           /* InvalidationBatches: Flushes under its name */
+		r->stats.gets, r->stats.inv_flush, r->stats.inv_eviction,
+		r->stats.replaced,          /* InvalidatedHole: MRs a punched hole retired */
+		r->stats.killed,            /* InvalidatedDevice: MRs that went with a device */
+		r->stats.inv_expired, r->stats.registered_bytes,
 	};
+	_Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(values) / sizeof(values[0]),
+		       "a value per name");
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcmp(names[i], name) == 0)
 			return values[i];
+	for (size_t i = 0; i < ODPD_REG_SIZE_BUCKETS; i++)
+		if (strcmp(size_names[i], name) == 0)
+			return r->stats.reg_sizes[i];
 	return 0;
 }
 
@@ -518,6 +543,12 @@ static const sd_bus_vtable manager_vtable[] = {
 	COUNTER("Prefetches"), COUNTER("PrefetchBytes"), COUNTER("PrefetchErrors"),
 	COUNTER("ImplicitMRs"), COUNTER("Registrars"), COUNTER("DeviceRemovals"),
 	COUNTER("LocalHits"), COUNTER("Revoked"), COUNTER("InvalidationBatches"),
+	COUNTER("Gets"), COUNTER("InvalidatedFlush"), COUNTER("InvalidatedEviction"),
+	COUNTER("InvalidatedHole"), COUNTER("InvalidatedDevice"), COUNTER("InvalidatedExpired"),
+	COUNTER("RegisteredBytes"),
+#define SIZE_COUNTER(n) COUNTER(n),
+	SIZE_BUCKETS(SIZE_COUNTER)
+#undef SIZE_COUNTER
 	SD_BUS_METHOD_WITH_ARGS("Flush", SD_BUS_NO_ARGS, SD_BUS_RESULT("u", mrs, "t", bytes),
 				method_flush, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_VTABLE_END

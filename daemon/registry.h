@@ -242,6 +242,29 @@ struct odpd_holder {
 	uint64_t local_hits;                /* as its library last reported */
 };
 
+/* The registration size histogram: bucket 0 counts registrations of at
+ * most 4 KiB, bucket i of at most 4 KiB << i (up to 1 GiB, bucket 18), the
+ * last one those larger (an implicit ODP MR, the whole address space,
+ * among them). Its buckets add up to registrations. */
+#define ODPD_REG_SIZE_BUCKETS 20
+
+/* The bucket of a registration of @length bytes. */
+static inline unsigned odpd_reg_size_bucket(uint64_t length)
+{
+	unsigned b = 0;
+
+	while (b < ODPD_REG_SIZE_BUCKETS - 1 && length > 4096ull << b)
+		b++;
+	return b;
+}
+
+/*
+ * Counters since start. Compared with UCX's rcache statistics (odpctl(8)):
+ * gets, local_hits (hits_fast), hits (hits_slow), misses, registrations
+ * (mem_regs), deregistrations (mem_deregs). Invalidations by cause: a
+ * flush (inv_flush), eviction (inv_eviction), a punched hole (replaced),
+ * a lost device (killed), and the relaxed window passing (inv_expired).
+ */
 struct odpd_cache_stats {
 	uint64_t lookups, hits, misses, evictions;
 	uint64_t registrations, deregistrations;
@@ -250,6 +273,13 @@ struct odpd_cache_stats {
 	uint64_t killed;                    /* MRs that went with them */
 	uint64_t local_hits;                /* answered by client libraries (as reported) */
 	uint64_t revoked;                   /* unused references taken back from hit tables */
+	uint64_t gets;                      /* registrations asked for, local hits included */
+	uint64_t inv_flush;                 /* relaxed MRs a flush invalidated */
+	uint64_t inv_eviction;              /* relaxed MRs invalidated to make room: evictions,
+					     * and relaxed-max-mrs / relaxed-max-bytes passed */
+	uint64_t inv_expired;               /* relaxed MRs invalidated as the window passed */
+	uint64_t registered_bytes;          /* the lengths of the registrations, added up */
+	uint64_t reg_sizes[ODPD_REG_SIZE_BUCKETS];
 };
 
 /* On-demand paging: ODP MRs count here, never as pinned bytes. */

@@ -440,6 +440,20 @@ static void print_quotas(const Odpd__StatusReply *st)
 	table_print(&t, "Pinning quotas");
 }
 
+/* The registration size histogram (CacheStats.registration_sizes): bucket
+ * i counts registrations of at most 4 KiB << i, the last one the larger. */
+#define N_SIZE_BUCKETS 20
+static const char *const size_keys[N_SIZE_BUCKETS] = {
+	"4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k", "1m", "2m", "4m", "8m",
+	"16m", "32m", "64m", "128m", "256m", "512m", "1g", "over_1g",
+};
+
+/* Bucket @i as the daemon sent it (0 when an older daemon sent none). */
+static uint64_t size_bucket(const Odpd__CacheStats *c, size_t i)
+{
+	return c && i < c->n_registration_sizes ? c->registration_sizes[i] : 0;
+}
+
 /* "Registration cache": "(none)" when the daemon sent no CacheStats. */
 static void print_cache(const Odpd__StatusReply *st)
 {
@@ -478,6 +492,26 @@ static void print_cache(const Odpd__StatusReply *st)
 	table_add(&t, "%" PRIu64 " (answered in client processes, as they report)", c->local_hits);
 	table_add(&t, "Revoked:");
 	table_add(&t, "%" PRIu64 " (unused references taken back from client caches)", c->revoked);
+	table_add(&t, "Gets:");
+	table_add(&t, "%" PRIu64 " (registrations asked for, local hits included)", c->gets);
+	table_add(&t, "Invalidated by cause:");
+	table_add(&t, "flush %" PRIu64 ", eviction %" PRIu64 ", hole %" PRIu64 ", device %" PRIu64
+		  ", expired %" PRIu64, c->invalidated_flush, c->invalidated_eviction, c->replaced,
+		  c->invalidated_device, c->invalidated_expired);
+	table_add(&t, "Registered:");
+	table_add(&t, "%s", human_bytes(c->registered_bytes, b));
+	{
+		char sizes[N_SIZE_BUCKETS * 32] = "";
+		size_t len = 0;
+
+		for (size_t i = 0; i < N_SIZE_BUCKETS; i++)
+			if (size_bucket(c, i) && len < sizeof(sizes))
+				len += (size_t)snprintf(sizes + len, sizeof(sizes) - len, "%s%s%s %" PRIu64,
+							len ? ", " : "", i + 1 < N_SIZE_BUCKETS ? "<=" : "",
+							size_keys[i], size_bucket(c, i));
+		table_add(&t, "Registration sizes:");
+		table_add(&t, "%s", len ? sizes : "-");
+	}
 	table_print(&t, "Registration cache");
 }
 
@@ -773,6 +807,26 @@ static json_object *json_cache(const Odpd__CacheStats *c)
 	put_u64_str(o, "replaced", c->replaced);
 	put_u64_str(o, "local_hits", c->local_hits);
 	put_u64_str(o, "revoked", c->revoked);
+	put_u64_str(o, "gets", c->gets);
+	put_u64_str(o, "invalidated_flush", c->invalidated_flush);
+	put_u64_str(o, "invalidated_eviction", c->invalidated_eviction);
+	put_u64_str(o, "invalidated_hole", c->replaced);
+	put_u64_str(o, "invalidated_device", c->invalidated_device);
+	put_u64_str(o, "invalidated_expired", c->invalidated_expired);
+	put_u64_str(o, "registered_bytes", c->registered_bytes);
+	{
+		json_object *a = json_object_new_array();
+
+		if (!a)
+			oom();
+		for (size_t i = 0; i < N_SIZE_BUCKETS; i++) {
+			char buf[24];
+
+			snprintf(buf, sizeof(buf), "%" PRIu64, size_bucket(c, i));
+			json_object_array_add(a, json_object_new_string(buf));
+		}
+		json_object_object_add(o, "registration_sizes", a);
+	}
 	return o;
 }
 
@@ -1442,8 +1496,30 @@ static const struct stat_def stat_defs[] = {
 	{ "local_hits", "registrations client libraries answered in-process (as they report)", true },
 	{ "revoked", "unused MR references taken back from client libraries' caches", true },
 	{ "invalidation_batches", "batches of relaxed MRs invalidated", true },
+	/* comparable with UCX's rcache statistics (odpctl(8)) */
+	{ "gets", "registrations asked for: requests to odpd plus local hits", true },
+	{ "invalidated_flush", "relaxed MRs invalidated by a flush", true },
+	{ "invalidated_eviction", "relaxed MRs invalidated to make room (quotas, relaxed-max-*)", true },
+	{ "invalidated_hole", "pinned MRs retired because a hole was punched under them", true },
+	{ "invalidated_device", "MRs that went with a removed device", true },
+	{ "invalidated_expired", "relaxed MRs invalidated as the relaxed window passed", true },
+	{ "registered_bytes", "lengths of all registrations, added up", true },
+#define SIZE_STAT(k, h) { "registrations_" k, "registrations of " h, true }
+	SIZE_STAT("4k", "at most 4 KiB"), SIZE_STAT("8k", "4 KiB + 1 to 8 KiB"),
+	SIZE_STAT("16k", "8 KiB + 1 to 16 KiB"), SIZE_STAT("32k", "16 KiB + 1 to 32 KiB"),
+	SIZE_STAT("64k", "32 KiB + 1 to 64 KiB"), SIZE_STAT("128k", "64 KiB + 1 to 128 KiB"),
+	SIZE_STAT("256k", "128 KiB + 1 to 256 KiB"), SIZE_STAT("512k", "256 KiB + 1 to 512 KiB"),
+	SIZE_STAT("1m", "512 KiB + 1 to 1 MiB"), SIZE_STAT("2m", "1 MiB + 1 to 2 MiB"),
+	SIZE_STAT("4m", "2 MiB + 1 to 4 MiB"), SIZE_STAT("8m", "4 MiB + 1 to 8 MiB"),
+	SIZE_STAT("16m", "8 MiB + 1 to 16 MiB"), SIZE_STAT("32m", "16 MiB + 1 to 32 MiB"),
+	SIZE_STAT("64m", "32 MiB + 1 to 64 MiB"), SIZE_STAT("128m", "64 MiB + 1 to 128 MiB"),
+	SIZE_STAT("256m", "128 MiB + 1 to 256 MiB"), SIZE_STAT("512m", "256 MiB + 1 to 512 MiB"),
+	SIZE_STAT("1g", "512 MiB + 1 to 1 GiB"), SIZE_STAT("over_1g", "more than 1 GiB"),
+#undef SIZE_STAT
 };
 #define N_STATS (sizeof(stat_defs) / sizeof(stat_defs[0]))
+/* where the size buckets start in stat_defs */
+#define FIRST_SIZE_STAT (N_STATS - N_SIZE_BUCKETS)
 
 static void stat_values(const Odpd__StatusReply *st, uint64_t *v)
 {
@@ -1460,9 +1536,14 @@ static void stat_values(const Odpd__StatusReply *st, uint64_t *v)
 		d ? d->registrars : 0,
 		c ? c->local_hits : 0, c ? c->revoked : 0,
 		c ? c->flushes : 0,
+		c ? c->gets : 0, c ? c->invalidated_flush : 0, c ? c->invalidated_eviction : 0,
+		c ? c->replaced : 0, c ? c->invalidated_device : 0, c ? c->invalidated_expired : 0,
+		c ? c->registered_bytes : 0,
 	};
 
 	memcpy(v, vals, sizeof(vals));
+	for (size_t i = 0; i < N_SIZE_BUCKETS; i++)
+		v[FIRST_SIZE_STAT + i] = size_bucket(c, i);
 }
 
 /* The Prometheus text exposition format (node_exporter's textfile collector
@@ -1477,6 +1558,23 @@ static void print_prometheus(const uint64_t *v)
 		printf("# TYPE odpd_%s%s %s\n", s->key, suffix, s->counter ? "counter" : "gauge");
 		printf("odpd_%s%s %" PRIu64 "\n", s->key, suffix, v[i]);
 	}
+	/* the size buckets once more, as one Prometheus histogram (cumulative) */
+	uint64_t sum = 0;
+
+	printf("# HELP odpd_registration_size_bytes Lengths of the registrations (MRs made).\n");
+	printf("# TYPE odpd_registration_size_bytes histogram\n");
+	for (size_t i = 0; i < N_SIZE_BUCKETS; i++) {
+		sum += v[FIRST_SIZE_STAT + i];
+		if (i + 1 < N_SIZE_BUCKETS)
+			printf("odpd_registration_size_bytes_bucket{le=\"%" PRIu64 "\"} %" PRIu64 "\n",
+			       (uint64_t)4096 << i, sum);
+		else
+			printf("odpd_registration_size_bytes_bucket{le=\"+Inf\"} %" PRIu64 "\n", sum);
+	}
+	for (size_t i = 0; i < N_STATS; i++)
+		if (strcmp(stat_defs[i].key, "registered_bytes") == 0)
+			printf("odpd_registration_size_bytes_sum %" PRIu64 "\n", v[i]);
+	printf("odpd_registration_size_bytes_count %" PRIu64 "\n", sum);
 }
 
 static int cmd_stats(int sock, const struct options *o)

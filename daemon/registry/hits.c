@@ -206,6 +206,7 @@ void odpd_registry_hits_report(struct odpd_registry *r, struct odpd_holder *h, b
 		return;
 	if (has_hits && local_hits > h->local_hits) {
 		r->stats.local_hits += local_hits - h->local_hits;
+		r->stats.gets += local_hits - h->local_hits;   /* answered in-process */
 		h->local_hits = local_hits;
 	}
 	if (has_seen)

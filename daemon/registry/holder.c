@@ -140,7 +140,7 @@ void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed, struc
 		r->n_relaxed++;
 		r->relaxed_bytes += odpd_mr_length(mr);
 		if (r->n_relaxed > r->conf->relaxed_max_mrs || r->relaxed_bytes > r->conf->relaxed_max_bytes)
-			flush_queue(r, "relaxed-max-mrs or relaxed-max-bytes passed");
+			r->stats.inv_eviction += flush_queue(r, "relaxed-max-mrs or relaxed-max-bytes passed");
 		else if (r->n_relaxed == 1)
 			relaxed_arm(r);
 		return;

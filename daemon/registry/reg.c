@@ -226,6 +226,8 @@ static void reg_done(struct odpd_job *job)
 		mr_set_state(mr, ODPD_MR_LIVE);
 		charge_find(mr, op->h->acct)->refs++;
 		r->stats.registrations++;
+		r->stats.registered_bytes += odpd_mr_length(mr);
+		r->stats.reg_sizes[odpd_reg_size_bucket(odpd_mr_length(mr))]++;
 		if (!mr->pinned)
 			r->odp.registrations++;
 		if (op->q.prefetch) {
@@ -267,8 +269,10 @@ static int evict_then_retry(struct reg_op *op, struct odpd_mr *evict, struct odp
 {
 	struct odpd_waiter *w = calloc(1, sizeof(*w));
 
-	for (struct odpd_mr *mr = evict; mr; mr = mr->batch_next)
+	for (struct odpd_mr *mr = evict; mr; mr = mr->batch_next) {
 		op->r->stats.evictions++;          /* MRs invalidated to make room */
+		op->r->stats.inv_eviction++;
+	}
 	if (w) {
 		w->cb = reg_retry;
 		w->arg = op;
@@ -584,6 +588,7 @@ int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const stru
 	struct reg_op *op = calloc(1, sizeof(*op));
 	int rc;
 
+	r->stats.gets++;                     /* once per request (not on a retry) */
 	if (!op) {
 		if (q->cmd_fd >= 0)
 			close(q->cmd_fd);

@@ -85,7 +85,7 @@ bool match_all(const struct odpd_mr *mr, const void *arg)
 	return true;
 }
 
-void flush_queue(struct odpd_registry *r, const char *why)
+unsigned flush_queue(struct odpd_registry *r, const char *why)
 {
 	struct odpd_mr *list = NULL;
 	unsigned n = collect_relaxed(r, match_all, NULL, &list);
@@ -95,13 +95,16 @@ void flush_queue(struct odpd_registry *r, const char *why)
 		start_batch(r, list, true, NULL);
 	}
 	relaxed_arm(r);
+	return n;
 }
 
 void on_relaxed_timer(evutil_socket_t fd, short what, void *arg)
 {
+	struct odpd_registry *r = arg;
+
 	(void)fd;
 	(void)what;
-	flush_queue(arg, "relaxed window passed");
+	r->stats.inv_expired += flush_queue(r, "relaxed window passed");
 }
 
 /* The timer fires when the oldest relaxed MR passes the relaxed window. */
@@ -142,7 +145,7 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 		holes_check(r, h);
 		holder_revoke(r, h, false, &list);
 	}
-	collect_relaxed(r, match_sel, sel, &list);
+	r->stats.inv_flush += collect_relaxed(r, match_sel, sel, &list);
 	relaxed_arm(r);
 	if (!list && LIST_EMPTY(&r->batches) && !r->deferred)
 		return 0;

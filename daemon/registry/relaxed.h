@@ -22,6 +22,7 @@ void relaxed_remove(struct odpd_registry *r, struct odpd_mr *mr);
 unsigned collect_relaxed(struct odpd_registry *r, bool (*match)(const struct odpd_mr *, const void *),
 				const void *arg, struct odpd_mr **list);
 bool match_all(const struct odpd_mr *mr, const void *arg);
-void flush_queue(struct odpd_registry *r, const char *why);
+/* Invalidate the whole relaxed queue (one batch); returns how many MRs. */
+unsigned flush_queue(struct odpd_registry *r, const char *why);
 void on_relaxed_timer(evutil_socket_t fd, short what, void *arg);
 void relaxed_arm(struct odpd_registry *r);
