@@ -138,10 +138,27 @@ static void test_properties_equal_status(void **state)
 	assert_true(bus_counter("Errors") >= (mr ? 0 : 1));
 	assert_int_equal(bus_counter("LocalHits"), st->cache->local_hits);
 	assert_int_equal(bus_counter("Revoked"), st->cache->revoked);
+	/* the counters comparable with UCX's rcache (odpctl(8)) */
+	assert_int_equal(bus_counter("Gets"), st->cache->gets);
+	/* the odpd_reg above; refused before the cache without a device (host) */
+	assert_int_equal(bus_counter("Gets"), mr ? 1 : 0);
+	assert_int_equal(bus_counter("InvalidatedFlush"), st->cache->invalidated_flush);
+	assert_int_equal(bus_counter("InvalidatedEviction"), st->cache->invalidated_eviction);
+	assert_int_equal(bus_counter("InvalidatedHole"), st->cache->replaced);
+	assert_int_equal(bus_counter("InvalidatedDevice"), st->cache->invalidated_device);
+	assert_int_equal(bus_counter("InvalidatedExpired"), st->cache->invalidated_expired);
+	assert_int_equal(bus_counter("RegisteredBytes"), st->cache->registered_bytes);
+	assert_int_equal(st->cache->n_registration_sizes, 20);
+	assert_int_equal(bus_counter("Registrations64K"), st->cache->registration_sizes[4]);
+	assert_int_equal(bus_counter("RegistrationsOver1G"), st->cache->registration_sizes[19]);
 	if (mr) {                                        /* VM: a device */
 		struct odpd_stats ls;
 
 		assert_int_equal(bus_counter("Registrations"), 1);
+		assert_int_equal(bus_counter("Registrations64K"), 1);   /* 64 KiB: its bucket */
+		assert_int_equal(bus_counter("Registrations32K"), 0);
+		assert_int_equal(bus_counter("Registrations128K"), 0);
+		assert_int_equal(bus_counter("RegisteredBytes"), 64 * KIB);
 		/* the library keeps the released MR itself: the daemon's queue is empty */
 		assert_int_equal(odpd_stats(c, &ls, sizeof(ls)), 0);
 		assert_int_equal(ls.cached_mrs, 1);
@@ -297,6 +314,17 @@ static void test_bus_introspect(void **state)
 	assert_non_null(strstr(out, "<interface name=\"org.odpd1.Client\">"));
 	assert_non_null(strstr(out, "<interface name=\"org.odpd1.Device\">"));
 	assert_non_null(strstr(out, "<method name=\"Flush\">"));
+	for (const char *const *q = (const char *const[]){ "Gets", "LocalHits", "CacheHits",
+			"CacheMisses", "Registrations", "Deregistrations", "InvalidatedFlush",
+			"InvalidatedEviction", "InvalidatedHole", "InvalidatedDevice", "InvalidatedExpired",
+			"RegisteredBytes", "Registrations4K", "Registrations1M", "Registrations1G",
+			"RegistrationsOver1G", NULL }; *q; q++) {
+		char prop[96];
+
+		snprintf(prop, sizeof(prop), "<property name=\"%s\" type=\"t\" access=\"read\">", *q);
+		if (!strstr(out, prop))
+			fail_msg("odpd --bus-introspect lists no %s", prop);
+	}
 	/* what the running daemon publishes says the same */
 	bus_start();
 	daemon_start(&d, NULL);
@@ -305,6 +333,7 @@ static void test_bus_introspect(void **state)
 				"/org/odpd1", NULL), 0);
 	assert_non_null(strstr(out, "<interface name=\"org.odpd1.Manager\">"));
 	assert_non_null(strstr(out, "<property name=\"PinnedBytes\" type=\"t\" access=\"read\">"));
+	assert_non_null(strstr(out, "<property name=\"RegistrationsOver1G\" type=\"t\" access=\"read\">"));
 	daemon_stop(&d);
 	bus_stop();
 }
@@ -337,18 +366,21 @@ static void write_file(const char *path, const char *text)
 	assert_int_equal(fclose(f), 0);
 }
 
-/* "cache_hits" -> "CacheHits", "odp_mrs" -> "OdpMRs" (the D-Bus names). */
+/* "cache_hits" -> "CacheHits", "odp_mrs" -> "OdpMRs", "registrations_4k"
+ * -> "Registrations4K" (the D-Bus names: a size's unit in capitals). */
 static void camel(const char *key, char *out)
 {
 	char *start = out, *p;
-	bool up = true;
+	bool up = true, size = false;
 
 	for (; *key; key++) {
 		if (*key == '_') {
 			up = true;
 			continue;
 		}
-		*out++ = up ? (char)(*key - 'a' + 'A') : *key;
+		if (up)
+			size = *key >= '0' && *key <= '9';
+		*out++ = (up || size) && *key >= 'a' && *key <= 'z' ? (char)(*key - 'a' + 'A') : *key;
 		up = false;
 	}
 	*out = 0;
@@ -370,7 +402,7 @@ static void test_odpctl(void **state)
 	struct test_daemon d = { 0 };
 	struct odpd_conn *c;
 	json_object *root, *v;
-	char conf[128], name[64], cmd[512];
+	char conf[128], name[64], cmd[1024];
 	struct odpd_segment *s1, *s2;
 	struct odpd_mr *mr;
 	int n = 0;
@@ -408,6 +440,9 @@ static void test_odpctl(void **state)
 		 "assert m[\"odpd_segments\"] == 1, m\n"
 		 "assert m[\"odpd_segment_bytes\"] == 65536, m\n"
 		 "assert \"odpd_registrations_total\" in m, m\n"
+		 "assert m[\"odpd_gets_total\"] == 0, m\n"
+		 "assert \"odpd_registrations_over_1g_total\" in m, m\n"
+		 "assert m[\"odpd_registration_size_bytes_count\"] == m[\"odpd_registrations_total\"], m\n"
 		 "print(len(m))'", getenv("ODPD_TEST_ODPCTL"), d.sock);
 	{
 		FILE *p = popen(cmd, "r");

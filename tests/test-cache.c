@@ -1972,6 +1972,151 @@ static void test_odpctl_flush(void **state)
 	odpd_disconnect(c);
 }
 
+/* ---------------------------------------------------------------- UCX-comparable counters */
+
+/* Counter @key of odpctl stats --json (a decimal string). */
+static uint64_t jstat(json_object *root, const char *key)
+{
+	json_object *v;
+
+	if (!json_object_object_get_ex(root, key, &v) || !json_object_is_type(v, json_type_string))
+		fail_msg("odpctl stats --json: no \"%s\"", key);
+	return strtoull(json_object_get_string(v), NULL, 10);
+}
+
+/* The value of the sample @name (with its labels, as printed) in odpctl
+ * stats --prometheus output @text. */
+static uint64_t prom_value(const char *text, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+		if (strncmp(l, name, n) == 0 && l[n] == ' ')
+			return strtoull(l + n + 1, NULL, 10);
+	fail_msg("odpctl stats --prometheus: no %s", name);
+	return 0;
+}
+
+static void odpctl_out(const char *args, char *out, size_t cap)
+{
+	char cmd[512];
+	size_t n;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "%s --socket %s %s", getenv("ODPD_TEST_ODPCTL"), test_daemon.sock, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, cap - 1, p);
+	assert_int_equal(pclose(p), 0);
+	out[n] = 0;
+}
+
+/*
+ * The counters users compare with UCX's rcache (odpctl(8)), each moved by
+ * exactly what the test does: on a connection that asks the daemon every
+ * time, a miss (4 KiB) and a daemon hit, released at once; on one with a
+ * hit table, a miss (3 MiB) and a local hit inside it, then a relaxed
+ * release the library keeps and a flush that takes it back: one flush
+ * invalidation. The two registrations land in the 4 KiB and 4 MiB buckets
+ * of the size histogram. odpctl stats --json and --prometheus say the same.
+ */
+static void test_ucx_counters(void **state)
+{
+	static const struct { const char *key; uint64_t delta; } want[] = {
+		{ "gets", 4 },                    /* 3 requests + 1 local hit */
+		{ "local_hits", 1 },              /* UCX hits_fast */
+		{ "cache_hits", 1 },              /* UCX hits_slow */
+		{ "cache_misses", 2 },
+		{ "registrations", 2 },           /* UCX mem_regs */
+		{ "deregistrations", 2 },         /* UCX mem_deregs */
+		{ "invalidated_flush", 1 },
+		{ "invalidated_eviction", 0 },
+		{ "invalidated_hole", 0 },
+		{ "invalidated_device", 0 },
+		{ "invalidated_expired", 0 },
+		{ "registered_bytes", 4096 + 3 * MIB },
+		{ "registrations_4k", 1 },
+		{ "registrations_8k", 0 },
+		{ "registrations_2m", 0 },
+		{ "registrations_4m", 1 },
+		{ "registrations_8m", 0 },
+		{ "registrations_over_1g", 0 },
+	};
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE;
+	struct odpd_conn *c0 = connect_cache(false), *c1 = connect_cache(true);
+	struct odpd_segment *s0 = odpd_alloc(c0, MIB, 0), *s1 = odpd_alloc(c1, 4 * MIB, 0);
+	uint8_t *p0 = odpd_segment_addr(s0), *p1 = odpd_segment_addr(s1);
+	static char prom[65536];
+	json_object *j0, *j1;
+	struct odpd_mr *a, *b, *m, *h;
+	uint64_t buckets = 0, le4m = 0;
+
+	(void)state;
+	assert_int_equal(lstats(c1).hit_table, 1);
+	j0 = odpctl_json("stats");
+	a = reg_or_fail(c0, p0, 4096, lw);                       /* a miss */
+	b = reg_or_fail(c0, p0, 4096, lw);                       /* a daemon hit */
+	assert_true(b->cache_hit);
+	assert_int_equal(odpd_dereg(b), 0);
+	assert_int_equal(odpd_dereg(a), 0);                     /* deregistered */
+	m = reg_or_fail(c1, p1, 3 * MIB, lw);                    /* a miss */
+	assert_false(m->cache_hit);
+	h = reg_or_fail(c1, p1 + 4096, 4096, lw);                /* inside m: a local hit */
+	assert_true(h->cache_hit);
+	assert_int_equal(lstats(c1).local_hits, 1);
+	assert_int_equal(odpd_dereg(h), 0);
+	assert_int_equal(odpd_dereg_relaxed(m), 0);             /* kept by the library */
+	assert_int_equal(lstats(c1).cached_mrs, 1);
+	/* the flush takes it back and invalidates it; its request reports the local hit */
+	assert_int_equal(odpd_flush_relaxed(c1), 0);
+	j1 = odpctl_json("stats");
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		uint64_t d = jstat(j1, want[i].key) - jstat(j0, want[i].key);
+
+		if (d != want[i].delta)
+			fail_msg("odpctl stats: %s moved by %llu, want %llu", want[i].key,
+				 (unsigned long long)d, (unsigned long long)want[i].delta);
+	}
+
+	/* --prometheus: the same numbers, and the buckets as one histogram
+	 * (nothing registers meanwhile: odpctl itself does not) */
+	odpctl_out("stats --prometheus", prom, sizeof(prom));
+	assert_int_equal(prom_value(prom, "odpd_gets_total"), jstat(j1, "gets"));
+	assert_int_equal(prom_value(prom, "odpd_local_hits_total"), jstat(j1, "local_hits"));
+	assert_int_equal(prom_value(prom, "odpd_cache_hits_total"), jstat(j1, "cache_hits"));
+	assert_int_equal(prom_value(prom, "odpd_invalidated_flush_total"), jstat(j1, "invalidated_flush"));
+	assert_int_equal(prom_value(prom, "odpd_registrations_4m_total"), jstat(j1, "registrations_4m"));
+	assert_non_null(strstr(prom, "# TYPE odpd_registration_size_bytes histogram\n"));
+	for (const char *const *k = (const char *const[]){ "4k", "8k", "16k", "32k", "64k", "128k",
+			"256k", "512k", "1m", "2m", "4m", "8m", "16m", "32m", "64m", "128m", "256m", "512m",
+			"1g", "over_1g", NULL }; *k; k++) {
+		char key[48];
+
+		snprintf(key, sizeof(key), "registrations_%s", *k);
+		buckets += jstat(j1, key);
+		if (strcmp(*k, "4m") == 0)
+			le4m = buckets;
+	}
+	assert_int_equal(buckets, jstat(j1, "registrations"));   /* every registration, once */
+	assert_int_equal(prom_value(prom, "odpd_registration_size_bytes_bucket{le=\"4096\"}"),
+			 jstat(j1, "registrations_4k"));
+	assert_int_equal(prom_value(prom, "odpd_registration_size_bytes_bucket{le=\"4194304\"}"), le4m);
+	assert_int_equal(prom_value(prom, "odpd_registration_size_bytes_bucket{le=\"+Inf\"}"), buckets);
+	assert_int_equal(prom_value(prom, "odpd_registration_size_bytes_count"), buckets);
+	assert_int_equal(prom_value(prom, "odpd_registration_size_bytes_sum"), jstat(j1, "registered_bytes"));
+	/* and the plain table lists them */
+	odpctl_out("stats", prom, sizeof(prom));
+	assert_non_null(strstr(prom, "gets "));
+	assert_non_null(strstr(prom, "invalidated_flush "));
+	assert_non_null(strstr(prom, "registrations_over_1g "));
+	json_object_put(j0);
+	json_object_put(j1);
+	odpd_detach(s0);
+	odpd_detach(s1);
+	odpd_disconnect(c0);
+	odpd_disconnect(c1);
+}
+
 /* ---------------------------------------------------------------- memory cgroups */
 
 static long cg_current(const char *cg)
@@ -2286,6 +2431,7 @@ int main(void)
 		cmocka_unit_test_setup(test_daemon_limits_evict_relaxed, harness_test_setup),
 		cmocka_unit_test_setup(test_sigkill_with_live_and_relaxed_mrs, harness_test_setup),
 		cmocka_unit_test_setup(test_odpctl_flush, harness_test_setup),
+		cmocka_unit_test_setup(test_ucx_counters, harness_test_setup),
 		cmocka_unit_test_setup(test_pages_charged_to_client_cgroup, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
