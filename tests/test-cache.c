@@ -114,6 +114,8 @@ static uint32_t verify_or_fail(struct odpd_mr *mr)
 struct cache {
 	uint64_t lookups, hits, misses, evictions, registrations, deregistrations, flushes, replaced;
 	unsigned relaxed;
+	/* invalidations by cause (odpctl(8), CACHE COUNTERS) */
+	uint64_t inv_flush, inv_eviction, inv_expired, inv_device;
 };
 
 static void cache_get_of(int admin_fd, struct cache *k)
@@ -124,7 +126,9 @@ static void cache_get_of(int admin_fd, struct cache *k)
 
 	assert_non_null(s);
 	*k = (struct cache){ s->lookups, s->hits, s->misses, s->evictions, s->registrations,
-			     s->deregistrations, s->flushes, s->replaced, s->relaxed_pending };
+			     s->deregistrations, s->flushes, s->replaced, s->relaxed_pending,
+			     s->invalidated_flush, s->invalidated_eviction, s->invalidated_expired,
+			     s->invalidated_device };
 	odpd__reply__free_unpacked(r, NULL);
 }
 
@@ -671,10 +675,11 @@ static void test_relaxed_queue_limits(void **state)
 	struct odpd_segment *seg = odpd_alloc(c, 16 * 4096, 0);
 	uint8_t *p = odpd_segment_addr(seg);
 	struct odpd_mr *m[9];
-	struct cache k;
+	struct cache k, k0;
 	int kernel0 = kmrs();
 
 	(void)state;
+	cache_get(&k0);
 	for (int i = 0; i < 9; i++)
 		m[i] = reg_or_fail(c, p + i * 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
 	for (int i = 0; i < 8; i++)
@@ -688,6 +693,10 @@ static void test_relaxed_queue_limits(void **state)
 		usleep(50000);
 	assert_int_equal(k.relaxed, 0);
 	assert_int_equal(kmrs(), kernel0);
+	/* the whole queue went as one batch, for room: evictions of the cache */
+	assert_int_equal(k.inv_eviction - k0.inv_eviction, 9);
+	assert_int_equal(k.evictions, k0.evictions);            /* (that counts quotas only) */
+	assert_int_equal(k.inv_flush + k.inv_expired, k0.inv_flush + k0.inv_expired);
 	odpd_detach(seg);
 
 	/* relaxed-max-bytes = 32M: 2 x 16 MiB stay queued, 4 KiB more pass it */
@@ -703,6 +712,8 @@ static void test_relaxed_queue_limits(void **state)
 	assert_int_equal(odpd_dereg_relaxed(m[2]), 0);
 	if (!wait_until(holds, &(struct held){ kernel0, 0 }))
 		fail_msg("relaxed-max-bytes passed, but %d MRs stay (want %d)", kmrs(), kernel0);
+	cache_get(&k);
+	assert_int_equal(k.inv_eviction - k0.inv_eviction, 9 + 3);
 	odpd_detach(seg);
 	odpd_disconnect(c);
 }
@@ -718,12 +729,14 @@ static void test_relaxed_window_expires(void **state)
 	struct odpd_conn *c;
 	struct odpd_segment *seg;
 	struct odpd_mr *mr, *held, *hit;
+	struct cache k;
 	uint8_t *p;
-	int kernel0;
+	int kernel0, admin;
 
 	(void)state;
 	daemon_start_conf(&d, path, sizeof(path), "window", "[limits]\nrelaxed-window-ms = 3000\n",
 			  NULL, NULL);
+	admin = raw_connect_hello(d.sock);
 	c = odpd_connect(d.sock, NULL);
 	assert_non_null(c);
 	seg = odpd_alloc(c, 2 * MIB, 0);
@@ -738,6 +751,9 @@ static void test_relaxed_window_expires(void **state)
 	for (int i = 0; i < 400 && kernel_mr_count(d.pid) == kernel0; i++)
 		usleep(50000);
 	assert_int_equal(kernel_mr_count(d.pid), kernel0 - 1);   /* invalidated without a flush */
+	cache_get_of(admin, &k);                                 /* (a daemon of its own) */
+	assert_int_equal(k.inv_expired, 1);
+	assert_int_equal(k.inv_flush + k.inv_eviction + k.inv_device + k.replaced, 0);
 	mr = reg_or_fail(c, p, MIB, IBV_ACCESS_LOCAL_WRITE);
 	assert_false(mr->cache_hit);
 	assert_int_equal(lstats(c).revoked, 1);
@@ -752,6 +768,7 @@ static void test_relaxed_window_expires(void **state)
 	odpd_dereg(held);
 	odpd_detach(seg);
 	odpd_disconnect(c);
+	close(admin);
 	daemon_stop(&d);
 	unlink(path);
 }
@@ -1811,6 +1828,7 @@ static void test_quota_memlock_and_rule(void **state)
 	assert_int_equal(run_as(UID_NOBODY, 8 * MIB, quota_nobody_child, NULL), 0);
 	cache_get(&k1);
 	assert_int_equal(k1.evictions - k0.evictions, 2);        /* a and b, invalidated for room */
+	assert_int_equal(k1.inv_eviction - k0.inv_eviction, 2);
 	/* the same memlock limit, but a rule in odpd.conf: 64 MiB pins */
 	assert_int_equal(run_as(UID_RULED, 8 * MIB, quota_ruled_child, &qc), 0);
 	wait_idle(test_admin_fd);
@@ -1868,6 +1886,7 @@ static void test_daemon_limits_evict_relaxed(void **state)
 	assert_int_equal(kernel_mr_count(d.pid), kernel0 + 3);
 	cache_get_of(admin, &k1);
 	assert_int_equal(k1.evictions - k0.evictions, 2);
+	assert_int_equal(k1.inv_eviction - k0.inv_eviction, 2);
 	assert_int_equal(k1.relaxed, 0);
 	odpd_dereg(b);
 	odpd_dereg(a);

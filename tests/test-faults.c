@@ -204,6 +204,21 @@ static unsigned status_devices(int admin_fd, uint64_t *pinned, unsigned *mrs)
 	return n;
 }
 
+/* Invalidations by cause (odpctl(8), CACHE COUNTERS): a lost device's, and
+ * the relaxed window's. */
+static uint64_t inv_device(int admin_fd, uint64_t *expired)
+{
+	Odpd__Reply *reply = NULL;
+	Odpd__StatusReply *st = status_get(admin_fd, &reply);
+	uint64_t n;
+
+	assert_non_null(st->cache);
+	n = st->cache->invalidated_device;
+	*expired = st->cache->invalidated_expired;
+	odpd__reply__free_unpacked(reply, NULL);
+	return n;
+}
+
 static bool one_device(void *arg)
 {
 	uint64_t pinned;
@@ -289,6 +304,14 @@ static void test_device_removal(void **state)
 	assert_int_equal(run_cmd(cmd, 60), 0);
 	assert_int_equal(status_devices(admin, &pinned, &mrs), 0);
 	assert_int_equal(pinned, 0);                    /* dead MRs pin nothing */
+	{
+		/* mra and mro went with the device; b's, too, unless its
+		 * relaxed window (taken back, then queued) passed first */
+		uint64_t expired, dev_lost = inv_device(admin, &expired);
+
+		assert_true(dev_lost >= (mro ? 2u : 1u));
+		assert_int_equal(dev_lost + expired, mro ? 3 : 2);
+	}
 	/* a's, until it releases them (and b's kept one, until odpd took it back) */
 	assert_true(wait_until(mrs_are, &(struct mrs_want){ admin, mro ? 2 : 1 }));
 
