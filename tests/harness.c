@@ -647,6 +647,26 @@ static char bus_dir[64];
 char bus_addr[160];
 pid_t bus_pid;
 
+/* dbus-daemon on bus_dir's configuration; wait for its socket. */
+static void bus_spawn(void)
+{
+	char conf[128], sock[128];
+
+	snprintf(conf, sizeof(conf), "%s/bus.conf", bus_dir);
+	snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
+	bus_pid = fork();
+	assert_true(bus_pid >= 0);
+	if (bus_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execlp("dbus-daemon", "dbus-daemon", "--nofork", "--nopidfile", "--config-file", conf,
+		       (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 200 && access(sock, F_OK) != 0; i++)
+		usleep(50000);
+	assert_int_equal(access(sock, F_OK), 0);
+}
+
 void bus_start(void)
 {
 	const char *policy = getenv("ODPD_TEST_BUS_POLICY");
@@ -687,20 +707,20 @@ void bus_start(void)
 		" <include>%s</include>\n"
 		"</busconfig>\n", sock, policy);
 	fclose(f);
-	bus_pid = fork();
-	assert_true(bus_pid >= 0);
-	if (bus_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execlp("dbus-daemon", "dbus-daemon", "--nofork", "--nopidfile", "--config-file", conf,
-		       (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 200 && access(sock, F_OK) != 0; i++)
-		usleep(50000);
-	assert_int_equal(access(sock, F_OK), 0);
+	bus_spawn();
 	snprintf(bus_addr, sizeof(bus_addr), "unix:path=%s", sock);
 	/* odpd (daemon_start) connects there instead of the system bus */
 	setenv("DBUS_SYSTEM_BUS_ADDRESS", bus_addr, 1);
+}
+
+void bus_restart(void)
+{
+	char sock[128];
+
+	assert_int_equal(bus_pid, 0);
+	snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
+	unlink(sock);                          /* the dead one's */
+	bus_spawn();
 }
 
 void bus_stop(void)

@@ -152,6 +152,8 @@ extern char bus_addr[160];
 extern pid_t bus_pid;
 void bus_start(void);
 void bus_stop(void);
+/* A new dbus-daemon at the same address, after the last one died (bus_pid 0). */
+void bus_restart(void);
 /* Run @argv as @uid (0: as we are); its stdout and stderr in @out. Returns
  * its exit status. */
 int run_tool(uid_t uid, char *out, size_t cap, const char *const *argv);

@@ -10,30 +10,42 @@
  *   - Flush(): root may; uid 65534 is stopped by the policy; uid 1 by odpd
  *     (and allowed with --admin-group of its group);
  *   - the bus going away leaves odpd serving; no bus at all too;
+ *   - the bus lost while a Flush() waits for a verify, or before odpd
+ *     has even checked its caller (VM);
  *   - odpd --bus-introspect prints the interfaces busctl sees.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/sockios.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include <json.h>
+#include <zlib.h>
 
 #include "harness.h"
 #include "odpd.h"
 
 #define KIB (1ull << 10)
+#define MIB (1ull << 20)
 
 /* busctl --address=BUS ARGS... (NULL-terminated) as @uid. */
 static int busctl(uid_t uid, char *out, size_t cap, ...)
@@ -696,12 +708,552 @@ static void test_bus_hostile_calls(void **state)
 	bus_stop();
 }
 
+/* ---------------------------------------------------------------- the bus lost mid-Flush */
+
+/*
+ * A verify of this many bytes reads them through the PD's 1 MiB bounce
+ * buffer: seconds under the VM's TCG, the window in which the test's
+ * Flush() waits for it. Measured: the flush is in the registry after 1-2 s,
+ * the second caller refused by 3.5 s, the verify's reply at 9-12 s (15 s
+ * with the sanitizers).
+ */
+#define LOST_MR_BYTES (256 * MIB)
+
+/* busctl call ... Flush as root, in the background (the bus's timeout well
+ * beyond the verify): its pid, its stdout and stderr on *@ret_fd. */
+static pid_t flush_bg(int *ret_fd)
+{
+	char addr[192];
+	int pfd[2];
+	pid_t pid;
+
+	snprintf(addr, sizeof(addr), "--address=%s", bus_addr);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		close(pfd[0]);
+		execlp("busctl", "busctl", addr, "--no-pager", "--timeout=600", "call", "org.odpd1",
+		       "/org/odpd1", "org.odpd1.Manager", "Flush", (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	*ret_fd = pfd[0];
+	return pid;
+}
+
+/* Has the busctl of flush_bg ended? (Not waited for.) */
+static bool flush_bg_ended(pid_t pid)
+{
+	siginfo_t si = { 0 };
+
+	assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT), 0);
+	return si.si_pid == pid;
+}
+
+/* Wait for it: its exit status, its output in @out. */
+static int flush_bg_end(pid_t pid, int fd, char *out, size_t cap)
+{
+	size_t len = 0;
+	ssize_t k;
+	int st;
+
+	while (len + 1 < cap && (k = read(fd, out + len, cap - 1 - len)) > 0)
+		len += (size_t)k;
+	out[len] = 0;
+	close(fd);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Bytes waiting to be read on @pid's sockets: each of its socket fds,
+ * duplicated here (pidfd_getfd, root), asked with SIOCINQ. (ss could tell
+ * too, but the VM's kernel has no unix_diag.) */
+static long unix_recvq(pid_t pid)
+{
+	char dir[64], path[320], link[64];
+	long total = 0;
+	struct dirent *e;
+	int pidfd;
+	DIR *dp;
+
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	assert_true(pidfd >= 0);
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	dp = opendir(dir);
+	assert_non_null(dp);
+	while ((e = readdir(dp))) {
+		ssize_t n;
+		int fd, q;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strncmp(link, "socket:", 7) != 0)
+			continue;
+		fd = (int)syscall(SYS_pidfd_getfd, pidfd, atoi(e->d_name), 0);
+		if (fd < 0)
+			continue;                    /* closed meanwhile */
+		if (ioctl(fd, SIOCINQ, &q) == 0 && q > 0)   /* (a listening socket: EINVAL) */
+			total += q;
+		close(fd);
+	}
+	closedir(dp);
+	close(pidfd);
+	return total;
+}
+
+struct recvq_want {
+	pid_t pid;
+	bool nonempty;
+};
+
+static bool recvq_is(void *arg)
+{
+	const struct recvq_want *w = arg;
+
+	return (unix_recvq(w->pid) > 0) == w->nonempty;
+}
+
+struct fds_want {
+	pid_t pid;
+	int n;
+};
+
+static bool fds_are(void *arg)
+{
+	const struct fds_want *w = arg;
+
+	return fd_count(w->pid) == w->n;
+}
+
+struct kernel_want {
+	pid_t pid;
+	int mrs;
+};
+
+static bool kernel_holds(void *arg)
+{
+	const struct kernel_want *w = arg;
+
+	return kernel_mr_count(w->pid) == w->mrs;
+}
+
+/* Has odpd revoked a reference of this hit table (its header word)? */
+static bool hit_revoked(void *arg)
+{
+	const _Atomic uint64_t *gen = arg;
+
+	return atomic_load(&gen[0]) != 0;
+}
+
+/* Fail if odpd @d exited (or was killed), saying how. */
+static void daemon_alive(struct test_daemon *d)
+{
+	int st;
+
+	if (waitpid(d->pid, &st, WNOHANG) != d->pid)
+		return;
+	d->pid = 0;
+	fail_msg("odpd died: %s %d", WIFSIGNALED(st) ? "signal" : "exit status",
+		 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+/* A device to register on (the VM)? Without one (the host) the caller
+ * skips, unless the VM tier requires one. */
+static bool have_device(int admin)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr = status_get(admin, &r);
+	bool dev = sr->n_devices > 0;
+
+	odpd__reply__free_unpacked(r, NULL);
+	if (!dev && test_require_device())
+		fail_msg("no RDMA device");
+	return dev;
+}
+
+static Odpd__StatusReply *status_now(int admin, Odpd__Reply **r)
+{
+	Odpd__StatusReply *sr = status_get(admin, r);
+
+	assert_non_null(sr->cache);
+	return sr;
+}
+
+static uint64_t reg_raw(int conn, uint64_t id, uint64_t addr, uint64_t len, uint32_t *ret_slot,
+			uint64_t *ret_ticket)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr rm = ODPD__REG_MR__INIT;
+	Odpd__Reply *r;
+	uint64_t handle;
+
+	rm.has_addr = rm.has_length = rm.has_access = 1;
+	rm.addr = addr;
+	rm.length = len;
+	rm.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &rm;
+	r = raw_call(conn, id, &req, NULL, 0);
+	if (r->status != 0)
+		fail_msg("RegMr: %s: %s", strerror(r->status), r->message ? r->message : "");
+	handle = r->mr->handle;
+	if (ret_slot)
+		*ret_slot = r->mr->has_slot ? r->mr->slot : 0;
+	if (ret_ticket)
+		*ret_ticket = r->mr->has_ticket ? r->mr->ticket : 0;
+	odpd__reply__free_unpacked(r, NULL);
+	return handle;
+}
+
+static double secs_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/*
+ * The bus lost while a Flush() waits (issue 23, section 4): a Flush() is
+ * answered only once what it invalidated is deregistered, and an MR a
+ * verify reads through is deregistered only after that verify. So: a
+ * client verifies a large MR (seconds under TCG) that its hit table says
+ * it keeps unused; root calls Flush() over the bus, which takes the
+ * reference back (the relaxed window, thus the hit timer's look, is 600 s:
+ * only the flush revokes) and invalidates the MR, and waits. The flush is
+ * known to be in the registry (the hit table's revocation shows) and still
+ * waiting (no verify reply yet, the MR still in the kernel, busctl not
+ * answered) when dbus-daemon is SIGKILLed; a verify that ended first fails
+ * the test as having tested nothing. Then:
+ *  - a new dbus-daemon at the same address: odpd does not come back on it
+ *    (it gives a lost bus up until it restarts, odpd(8)); a second Flush()
+ *    caller there, while the first flush still waits, is told the name has
+ *    no owner;
+ *  - the first caller gets an error from its own bus library, no answer;
+ *  - odpd runs on; the verify reads every byte right; the MR leaves the
+ *    kernel once the flush is done (its answer is dropped: nobody to send
+ *    it to);
+ *  - clients are served: a new registration, and odpd_flush_relaxed();
+ *  - odpd exits 0 (under the sanitizers: no leak, e.g. of the call's
+ *    state, which bus_drop keeps for the registry's answer).
+ */
+static void test_bus_lost_mid_flush(void **state)
+{
+	const uint64_t len = LOST_MR_BYTES;
+	struct test_daemon d = { 0 };
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
+	Odpd__Verify v = ODPD__VERIFY__INIT;
+	Odpd__StatusReply *sr;
+	Odpd__Reply *r;
+	struct pollfd pfd;
+	struct timespec t0;
+	struct kernel_want kw;
+	_Atomic uint64_t *use;
+	const _Atomic uint64_t *gen;
+	char conf[128], out[4096];
+	int admin, conn, use_fd, gen_fd = -1, seg_fd, flush_fd, rc;
+	uint64_t base, handle, ticket;
+	uint32_t slot, crc;
+	double pending_at, killed_at, second_at, replied_at;
+	pid_t flusher;
+	uint8_t *p;
+
+	(void)state;
+	bus_start();
+	daemon_start_conf(&d, conf, sizeof(conf), "buslost", CONF, NULL, NULL);
+	wait_for_name();
+	admin = raw_connect_hello(d.sock);
+	if (!have_device(admin)) {
+		close(admin);
+		daemon_stop(&d);
+		unlink(conf);
+		bus_stop();
+		skip();
+	}
+	conn = raw_connect_hello(d.sock);
+	/* the hit table: the client's use words, the daemon's generations */
+	use_fd = sealed_memfd(4096);
+	o.has_slots = 1;
+	o.slots = 64;
+	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
+	req.open_hit_table = &o;
+	r = raw_call_fd(conn, 2, &req, &use_fd, 1, &gen_fd);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_true(gen_fd >= 0);
+	use = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, use_fd, 0);
+	gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, gen_fd, 0);
+	assert_true(use != MAP_FAILED && gen != MAP_FAILED);
+
+	/* one large MR over known bytes */
+	seg_fd = sealed_memfd(len);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, seg_fd, 0);
+	assert_true(p != MAP_FAILED);
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t)(i * 7 + (i >> 12));
+	crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)len);
+	base = raw_attach(conn, 3, seg_fd);
+	handle = reg_raw(conn, 4, base, len, &slot, &ticket);
+	assert_true(slot > 0 && ticket > 0);
+	kw = (struct kernel_want){ d.pid, 2 };
+	assert_int_equal(kernel_mr_count(d.pid), 1);
+
+	/* the verify, on a worker once its PD's bounce buffer is registered */
+	v.has_handle = 1;
+	v.handle = handle;
+	req.body_case = ODPD__REQUEST__BODY_VERIFY;
+	req.verify = &v;
+	req.has_id = 1;
+	req.id = 5;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	raw_send(conn, &req, NULL, 0);
+	if (!wait_until(kernel_holds, &kw))
+		fail_msg("the verify's bounce buffer never appeared: odpd holds %d MRs (want 2)",
+			 kernel_mr_count(d.pid));
+	/* kept unused by the client's library, as it were: a flush takes it back */
+	atomic_store(&use[slot], ticket + 1);
+
+	/* Flush() over the bus: in the registry once the reference is revoked */
+	flusher = flush_bg(&flush_fd);
+	if (!wait_until(hit_revoked, (void *)gen))
+		fail_msg("Flush() did not take the unused reference back");
+	sr = status_now(admin, &r);
+	assert_int_equal(sr->cache->revoked, 1);
+	assert_int_equal(sr->cache->relaxed_pending, 0);  /* invalidated by the flush */
+	odpd__reply__free_unpacked(r, NULL);
+	/* and still waiting: the verify has not replied (the flush answers after
+	 * it), the MR is registered, the caller has no answer */
+	pending_at = secs_since(&t0);
+	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+	if (poll(&pfd, 1, 0) != 0 || flush_bg_ended(flusher) || kernel_mr_count(d.pid) != 2)
+		fail_msg("the verify (or the flush) ended before the bus was killed (%.3f s): nothing was "
+			 "tested; make LOST_MR_BYTES larger", pending_at);
+
+	kill(bus_pid, SIGKILL);
+	waitpid(bus_pid, NULL, 0);
+	bus_pid = 0;
+	killed_at = secs_since(&t0);
+
+	/* a new bus at the same address; a second Flush() caller there, while
+	 * the first flush still waits: odpd is not on it */
+	bus_restart();
+	rc = busctl(0, out, sizeof(out), "call", "org.odpd1", "/org/odpd1", "org.odpd1.Manager", "Flush",
+		    NULL);
+	second_at = secs_since(&t0);
+	if (rc == 0 || !strstr(out, "The name org.odpd1 was not provided"))
+		fail_msg("a Flush() on the new bus: status %d: %s", rc, out);
+	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+	if (poll(&pfd, 1, 0) != 0)
+		fail_msg("the verify ended (before %.3f s) before the second Flush() caller was "
+			 "refused: make LOST_MR_BYTES larger", second_at);
+
+	/* the first caller: no answer, an error from its bus library */
+	rc = flush_bg_end(flusher, flush_fd, out, sizeof(out));
+	if (rc == 0 || strstr(out, "ut "))
+		fail_msg("busctl's Flush() across the lost bus: status %d: %s", rc, out);
+
+	/* the verify: every byte right */
+	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+	for (int i = 0; i < 300 && poll(&pfd, 1, 1000) == 0; i++)
+		;
+	replied_at = secs_since(&t0);
+	daemon_alive(&d);
+	r = raw_recv(conn);
+	assert_int_equal(r->id, 5);
+	if (r->status != 0)
+		fail_msg("verify: %s: %s", strerror(r->status), r->message ? r->message : "");
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_VERIFY);
+	assert_int_equal(r->verify->length, len);
+	assert_int_equal(r->verify->crc32, crc);
+	odpd__reply__free_unpacked(r, NULL);
+	fprintf(stderr, "bus_lost_mid_flush: %llu MiB; flush pending at %.3f s, bus killed at %.3f s, "
+		"second caller refused at %.3f s, verify replied at %.3f s\n",
+		(unsigned long long)(len / MIB), pending_at, killed_at, second_at, replied_at);
+
+	/* then the flush finishes: the MR leaves the kernel (the bounce buffer stays) */
+	kw.mrs = 1;
+	if (!wait_until(kernel_holds, &kw)) {
+		daemon_alive(&d);
+		fail_msg("after the verify odpd holds %d MRs in the kernel (want 1: the bounce buffer)",
+			 kernel_mr_count(d.pid));
+	}
+	daemon_alive(&d);
+	sr = status_now(admin, &r);
+	assert_int_equal(sr->mrs, 0);
+	assert_int_equal(sr->cache->relaxed_pending, 0);
+	odpd__reply__free_unpacked(r, NULL);
+
+	/* clients are served: a registration, a relaxed release, a flush */
+	{
+		struct odpd_conn *c = odpd_connect(d.sock, NULL);
+		struct odpd_segment *seg;
+		struct odpd_mr *mr;
+
+		assert_non_null(c);
+		seg = odpd_alloc(c, MIB, 0);
+		assert_non_null(seg);
+		mr = odpd_reg(c, odpd_segment_addr(seg), MIB, IBV_ACCESS_LOCAL_WRITE);
+		if (!mr)
+			fail_msg("odpd_reg after the bus was lost: %s: %s", strerror(errno), odpd_errmsg());
+		assert_int_equal(kernel_mr_count(d.pid), 2);
+		assert_int_equal(odpd_dereg_relaxed(mr), 0);
+		assert_int_equal(odpd_flush_relaxed(c), 0);
+		assert_int_equal(kernel_mr_count(d.pid), 1);      /* gone once flushed */
+		assert_int_equal(odpd_detach(seg), 0);
+		odpd_disconnect(c);
+	}
+
+	/* odpd never came back on the new bus (it has had seconds to) */
+	assert_int_equal(busctl(0, out, sizeof(out), "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
+				"org.freedesktop.DBus", "NameHasOwner", "s", "org.odpd1", NULL), 0);
+	assert_string_equal(out, "b false\n");
+
+	munmap(p, len);
+	munmap(use, 4096);
+	munmap((void *)gen, 4096);
+	close(seg_fd);
+	close(use_fd);
+	close(gen_fd);
+	close(conn);
+	wait_idle(admin);
+	close(admin);
+	daemon_stop(&d);                                 /* exit status 0: no sanitizer report */
+	unlink(conf);
+	bus_stop();
+}
+
+/*
+ * The bus lost before a Flush() reaches the registry, at each of its steps
+ * (the processes stopped and continued so that each message waits unread,
+ * as seen in the sockets' queues):
+ *  0. the call waits in odpd's socket when the bus dies: odpd reads it,
+ *     then cannot ask the bus who is calling;
+ *  1. odpd asked the bus who is calling (GetConnectionCredentials waits in
+ *     the stopped dbus-daemon's socket) when the bus dies: that question
+ *     ends unanswered;
+ *  2. the bus's answer (root) waits in odpd's socket when the bus dies:
+ *     odpd flushes (nothing: the flush is over at once, within the bus's
+ *     own callback) and its answer goes nowhere.
+ * In 0 and 1 nothing is flushed (the relaxed MR stays queued: the caller was
+ * never checked). Each time odpd gives the connection up (one fd fewer),
+ * serves on, and exits 0.
+ */
+static void test_bus_lost_before_flush(void **state)
+{
+	struct test_daemon d = { 0 };
+	Odpd__StatusReply *sr;
+	Odpd__Reply *r;
+	struct recvq_want rq;
+	struct fds_want fw;
+	char conf[128], out[4096];
+	int admin, conn, seg_fd, flush_fd;
+	pid_t flusher;
+	bool relaxed;
+
+	(void)state;
+	bus_start();
+	for (int step = 0; step < 3; step++) {
+		if (step)
+			bus_restart();
+		daemon_start_conf(&d, conf, sizeof(conf), "buslost", CONF, NULL, NULL);
+		wait_for_name();
+		admin = raw_connect_hello(d.sock);
+		/* a relaxed MR in odpd's queue (a raw client keeps none itself);
+		 * none on the host (no device) nor in step 2 */
+		relaxed = have_device(admin) && step < 2;
+		conn = raw_connect_hello(d.sock);
+		seg_fd = sealed_memfd(MIB);
+		if (relaxed) {
+			Odpd__Request req = ODPD__REQUEST__INIT;
+			Odpd__DeregMr dm = ODPD__DEREG_MR__INIT;
+
+			dm.has_handle = dm.has_relaxed = 1;
+			dm.handle = reg_raw(conn, 2, raw_attach(conn, 1, seg_fd), MIB, NULL, NULL);
+			dm.relaxed = 1;
+			req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+			req.dereg_mr = &dm;
+			r = raw_call(conn, 3, &req, NULL, 0);
+			assert_int_equal(r->status, 0);
+			odpd__reply__free_unpacked(r, NULL);
+		}
+		sr = status_now(admin, &r);
+		assert_int_equal(sr->cache->relaxed_pending, relaxed);
+		odpd__reply__free_unpacked(r, NULL);
+		fw = (struct fds_want){ d.pid, fd_count(d.pid) - 1 };   /* without the bus */
+
+		/* the Flush() call, unread in the stopped odpd's socket */
+		assert_int_equal(unix_recvq(d.pid), 0);
+		kill(d.pid, SIGSTOP);
+		flusher = flush_bg(&flush_fd);
+		rq = (struct recvq_want){ d.pid, true };
+		if (!wait_until(recvq_is, &rq))
+			fail_msg("step %d: the Flush() call never reached odpd's socket", step);
+		if (step >= 1) {
+			/* odpd reads it and asks the stopped bus who is calling */
+			kill(bus_pid, SIGSTOP);
+			kill(d.pid, SIGCONT);
+			rq = (struct recvq_want){ d.pid, false };
+			if (!wait_until(recvq_is, &rq))
+				fail_msg("step %d: odpd did not read the Flush() call", step);
+			rq = (struct recvq_want){ bus_pid, true };
+			if (!wait_until(recvq_is, &rq))
+				fail_msg("step %d: odpd did not ask the bus who called Flush()", step);
+		}
+		if (step == 2) {
+			/* the bus answers the stopped odpd */
+			kill(d.pid, SIGSTOP);
+			kill(bus_pid, SIGCONT);
+			rq = (struct recvq_want){ d.pid, true };
+			if (!wait_until(recvq_is, &rq))
+				fail_msg("step 2: the bus did not answer odpd who called Flush()");
+		}
+		kill(bus_pid, SIGKILL);
+		waitpid(bus_pid, NULL, 0);
+		bus_pid = 0;
+		if (step != 1)
+			kill(d.pid, SIGCONT);
+		if (flush_bg_end(flusher, flush_fd, out, sizeof(out)) == 0)
+			fail_msg("step %d: busctl's Flush() across the lost bus succeeded: %s", step, out);
+		daemon_alive(&d);
+		if (!wait_until(fds_are, &fw))
+			fail_msg("step %d: odpd kept its connection to the lost bus: %d fds (want %d)", step,
+				 fd_count(d.pid), fw.n);
+		/* nothing flushed; odpd serves on */
+		sr = status_now(admin, &r);
+		assert_int_equal(sr->cache->relaxed_pending, relaxed);
+		odpd__reply__free_unpacked(r, NULL);
+		{
+			struct odpd_conn *c = odpd_connect(d.sock, NULL);
+
+			assert_non_null(c);
+			assert_int_equal(odpd_flush_relaxed(c), 0);   /* its own: none */
+			odpd_disconnect(c);
+		}
+		close(conn);
+		close(seg_fd);
+		wait_idle(admin);
+		close(admin);
+		daemon_stop(&d);                         /* exit status 0 */
+		unlink(conf);
+	}
+	bus_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_properties_equal_status),
 		cmocka_unit_test(test_flush_who_may),
 		cmocka_unit_test(test_bus_goes_away),
+		cmocka_unit_test(test_bus_lost_mid_flush),
+		cmocka_unit_test(test_bus_lost_before_flush),
 		cmocka_unit_test(test_bus_hostile_calls),
 		cmocka_unit_test(test_bus_introspect),
 		cmocka_unit_test(test_odpctl),
