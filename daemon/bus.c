@@ -389,6 +389,8 @@ static void flush_done(void *arg, unsigned mrs, uint64_t bytes)
 	int r;
 
 	if (!fc->msg) {                      /* bus_drop detached it: nobody to answer */
+		log_info("D-Bus: Flush() by uid %u: %u relaxed MR(s), %" PRIu64 " bytes invalidated; "
+			 "not answered: the bus is gone", (unsigned)fc->uid, mrs, bytes);
 		free(fc);
 		return;
 	}
