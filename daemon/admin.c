@@ -7,19 +7,19 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "request.h"
+#include "handler.h"
 
 /* Largest number of MrInfo in one MrsReply: well inside ODPD_MAX_PACKET. */
 #define MRS_PER_PAGE 200
 
-static bool admin_only(struct odpd_client *c, uint64_t id, const char *what)
+static bool admin_only(const struct odpd_caller *k, struct odpd_out *o, const char *what)
 {
 	char msg[128];
 
-	if (c->admin)
+	if (k->admin)
 		return true;
 	snprintf(msg, sizeof(msg), "%s is an admin request: root or the admin group only", what);
-	odpd_client_send_error(c, id, EPERM, msg);
+	odpd_out_error(o, k, EPERM, msg);
 	return false;
 }
 
@@ -34,35 +34,35 @@ static unsigned relaxed_of(const struct odpd_registry *r, uint64_t client_id)
 	return n;
 }
 
-static void client_info(const struct odpd_client *c, Odpd__ClientInfo *o)
+static void client_info(const struct odpd_registry *r, const struct odpd_conn_view *c, Odpd__ClientInfo *o)
 {
 	uint64_t seg_bytes = 0, mr_bytes = 0;
 	const struct odpd_cseg *s;
 	const struct odpd_ref *ref;
 
-	LIST_FOREACH(s, &c->segs, link)
+	LIST_FOREACH(s, &c->segs->list, link)
 		seg_bytes += s->length;
 	/* PINNED: the bytes of its pinned MRs; ODP MRs pin nothing (odpctl(8)) */
-	LIST_FOREACH(ref, &c->holder.refs, hlink)
+	LIST_FOREACH(ref, &c->holder->refs, hlink)
 		if (ref->mr && ref->mr->pinned)
 			mr_bytes += ref->length;
 	o->has_id = o->has_pid = o->has_uid = o->has_gid = 1;
 	o->id = c->id;
-	o->pid = c->cred.pid;
-	o->uid = c->cred.uid;
-	o->gid = c->cred.gid;
+	o->pid = c->pid;
+	o->uid = c->uid;
+	o->gid = c->gid;
 	o->name = (char *)c->name;
 	o->has_segments = o->has_mrs = o->has_pinned_bytes = o->has_segment_bytes = 1;
-	o->segments = c->n_segs;
-	o->mrs = c->holder.n_refs;
+	o->segments = c->segs->n;
+	o->mrs = c->holder->n_refs;
 	o->pinned_bytes = mr_bytes;
 	o->segment_bytes = seg_bytes;
-	o->pd = (char *)(c->holder.spd ? c->holder.spd->name : "");
+	o->pd = (char *)(c->holder->spd ? c->holder->spd->name : "");
 	o->has_relaxed = 1;
-	o->relaxed = relaxed_of(&c->m->registry, c->id);
+	o->relaxed = relaxed_of(r, c->id);
 	o->has_local_hits = o->has_hit_slots = 1;
-	o->local_hits = c->holder.local_hits;
-	o->hit_slots = c->holder.hits ? odpd_hittab_used(c->holder.hits) : 0;
+	o->local_hits = c->holder->local_hits;
+	o->hit_slots = c->holder->hits ? odpd_hittab_used(c->holder->hits) : 0;
 }
 
 static void odp_stats(const struct odpd_registry *r, Odpd__OdpStats *o)
@@ -159,9 +159,9 @@ static unsigned pd_infos(const struct odpd_registry *r, Odpd__PdInfo *infos, Odp
 	return n;
 }
 
-void odpd_admin_status(struct odpd_client *c, uint64_t id)
+int odpd_admin_status(const struct odpd_caller *k, struct odpd_out *o)
 {
-	struct odpd_manager *m = c->m;
+	struct odpd_manager *m = k->m;
 	struct odpd_registry *r = &m->registry;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__StatusReply sr = ODPD__STATUS_REPLY__INIT;
@@ -170,30 +170,27 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 	unsigned n_pd_rows = r->n_shared * (r->devices->n + 1) + 1;
 	Odpd__ClientInfo *infos = calloc(m->n_clients + 1, sizeof(*infos));
 	Odpd__ClientInfo **ptrs = calloc(m->n_clients + 1, sizeof(*ptrs));
+	struct odpd_conn_view *views = calloc(m->n_clients + 1, sizeof(*views));
 	Odpd__QuotaInfo *qi = calloc(r->quota.n_accounts + 1, sizeof(*qi));
 	Odpd__QuotaInfo **qp = calloc(r->quota.n_accounts + 1, sizeof(*qp));
 	Odpd__PdInfo *pi = calloc(n_pd_rows, sizeof(*pi));
 	Odpd__PdInfo **pp = calloc(n_pd_rows, sizeof(*pp));
 	Odpd__Device **devs = NULL;
 	const struct odpd_account *a;
-	struct odpd_client *k;
-	unsigned n = 0;
+	unsigned n = 0, n_views;
 
-	if (!admin_only(c, id, "status"))
+	if (!admin_only(k, o, "status"))
 		goto out;
-	if (!infos || !ptrs || !qi || !qp || !pi || !pp || odpd_devices_to_proto(&m->devices, &devs) < 0) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+	if (!infos || !ptrs || !views || !qi || !qp || !pi || !pp ||
+	    odpd_devices_to_proto(&m->devices, &devs) < 0) {
+		odpd_out_error(o, k, ENOMEM, "out of memory");
 		goto out;
 	}
-	LIST_FOREACH(k, &m->clients, link) {
-		if (k->monitor) {
-			sr.monitors++;
-			continue;
-		}
+	n_views = m->notify.clients(m->notify.ctx, views, m->n_clients + 1, &sr.monitors);
+	for (; n < n_views; n++) {
 		odpd__client_info__init(&infos[n]);
-		client_info(k, &infos[n]);
+		client_info(r, &views[n], &infos[n]);
 		ptrs[n] = &infos[n];
-		n++;
 	}
 	sr.has_monitors = 1;
 	sr.devices = devs;
@@ -237,11 +234,12 @@ void odpd_admin_status(struct odpd_client *c, uint64_t id)
 	sr.n_pds = pd_infos(r, pi, pp, n_pd_rows);
 	sr.pds = pp;
 	reply.has_id = reply.has_status = 1;
-	reply.id = id;
+	reply.id = k->id;
 	reply.body_case = ODPD__REPLY__BODY_STATUS_REPLY;
 	reply.status_reply = &sr;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
 out:
+	free(views);
 	free(devs);
 	free(ptrs);
 	free(infos);
@@ -249,30 +247,33 @@ out:
 	free(qi);
 	free(pp);
 	free(pi);
+	return ODPD_DONE;
 }
 
 /* ---------------------------------------------------------------- reload */
 
-void odpd_admin_reload(struct odpd_client *c, uint64_t id)
+int odpd_admin_reload(const struct odpd_caller *k, struct odpd_out *o)
 {
+	const struct odpd_control *ctl = &k->m->control;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__ReloadReply rr = ODPD__RELOAD_REPLY__INIT;
 	char msg[640];
 	int r;
 
-	if (!admin_only(c, id, "reload"))
-		return;
-	r = odpd_manager_reload(c->m, msg, sizeof(msg));
+	if (!admin_only(k, o, "reload"))
+		return ODPD_DONE;
+	r = ctl->reload(ctl->ctx, msg, sizeof(msg));
 	if (r < 0) {
-		odpd_client_send_error(c, id, -r, msg);
-		return;
+		odpd_out_error(o, k, -r, msg);
+		return ODPD_DONE;
 	}
 	rr.summary = msg;
 	reply.has_id = reply.has_status = 1;
-	reply.id = id;
+	reply.id = k->id;
 	reply.body_case = ODPD__REPLY__BODY_RELOAD;
 	reply.reload = &rr;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
+	return ODPD_DONE;
 }
 
 /* ---------------------------------------------------------------- list_mrs */
@@ -402,9 +403,9 @@ static unsigned mrs_page(const struct odpd_registry *r, const Odpd__ListMrs *req
 	return n;
 }
 
-void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs *req)
+int odpd_admin_list_mrs(const struct odpd_caller *k, const Odpd__ListMrs *req, struct odpd_out *o)
 {
-	struct odpd_registry *r = &c->m->registry;
+	struct odpd_registry *r = &k->m->registry;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__MrsReply mr_reply = ODPD__MRS_REPLY__INIT;
 	Odpd__MrInfo *infos = calloc(MRS_PER_PAGE, sizeof(*infos));
@@ -415,10 +416,10 @@ void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs
 	uint64_t now = mono_ns();
 	unsigned n = 0;
 
-	if (!admin_only(c, id, "the MR list"))
+	if (!admin_only(k, o, "the MR list"))
 		goto out;
 	if (!page) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		odpd_out_error(o, k, ENOMEM, "out of memory");
 		goto out;
 	}
 	/* one more than a page: whether more follow */
@@ -432,7 +433,7 @@ void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs
 		n_pids += page[i]->refs;
 	pids = calloc(n_pids + 1, sizeof(*pids));
 	if (!infos || !ptrs || !pids) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		odpd_out_error(o, k, ENOMEM, "out of memory");
 		goto out;
 	}
 	for (unsigned i = 0; i < n; i++) {
@@ -444,13 +445,14 @@ void odpd_admin_list_mrs(struct odpd_client *c, uint64_t id, const Odpd__ListMrs
 	mr_reply.mrs = ptrs;
 	mr_reply.n_mrs = n;
 	reply.has_id = reply.has_status = 1;
-	reply.id = id;
+	reply.id = k->id;
 	reply.body_case = ODPD__REPLY__BODY_MRS;
 	reply.mrs = &mr_reply;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
 out:
 	free(page);
 	free(pids);
 	free(ptrs);
 	free(infos);
+	return ODPD_DONE;
 }

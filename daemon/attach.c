@@ -7,13 +7,13 @@
 
 #include "implicit.h"
 #include "log.h"
-#include "request.h"
+#include "handler.h"
 
-static struct odpd_cseg *cseg_overlapping(struct odpd_client *c, uint64_t addr, uint64_t length)
+static struct odpd_cseg *cseg_overlapping(const struct odpd_caller *c, uint64_t addr, uint64_t length)
 {
 	struct odpd_cseg *s;
 
-	LIST_FOREACH(s, &c->segs, link)
+	LIST_FOREACH(s, &c->segs->list, link)
 		if (addr < s->client_addr + s->length && s->client_addr < addr + length)
 			return s;
 	return NULL;
@@ -23,7 +23,7 @@ static struct odpd_cseg *cseg_overlapping(struct odpd_client *c, uint64_t addr, 
  * Check the client's view of the segment and work out where odpd should map
  * file offset 0 (@ret_want, 0: anywhere in the window).
  */
-static int attach_check(struct odpd_client *c, const Odpd__AttachSegment *req,
+static int attach_check(const struct odpd_caller *c, const Odpd__AttachSegment *req,
 			const struct odpd_seginfo *info, uint64_t *ret_off, uint64_t *ret_len,
 			uintptr_t *ret_want, struct odpd_err *err)
 {
@@ -49,7 +49,7 @@ static int attach_check(struct odpd_client *c, const Odpd__AttachSegment *req,
 	if (len > info->size || off > info->size - len)
 		return err_set(err, EINVAL, "file range [%#" PRIx64 ", +%" PRIu64 ") is past the end "
 			       "of the %" PRIu64 "-byte segment", off, len, info->size);
-	int r = odpd_client_mapping_check(c->cred.pid, c->pidfd, addr, len, off, info->dev, info->ino, err);
+	int r = odpd_client_mapping_check(c->pid, c->pidfd, addr, len, off, info->dev, info->ino, err);
 	if (r < 0)
 		return r;
 	*ret_off = off;
@@ -58,7 +58,7 @@ static int attach_check(struct odpd_client *c, const Odpd__AttachSegment *req,
 	return 0;
 }
 
-static void reply_segment(struct odpd_client *c, uint64_t id, const struct odpd_cseg *s)
+static void reply_segment(struct odpd_out *o, uint64_t id, const struct odpd_cseg *s)
 {
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__SegmentReply sr = ODPD__SEGMENT_REPLY__INIT;
@@ -73,22 +73,22 @@ static void reply_segment(struct odpd_client *c, uint64_t id, const struct odpd_
 	reply.id = id;
 	reply.body_case = ODPD__REPLY__BODY_SEGMENT;
 	reply.segment = &sr;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
 }
 
 /* The live registrar of the client's private PD on device @i (implicit
  * ODP), or NULL. A dead one's MRs reach nothing: no attach waits for it. */
-static struct odpd_registrar *client_registrar(struct odpd_client *c, unsigned i)
+static struct odpd_registrar *client_registrar(const struct odpd_caller *c, unsigned i)
 {
 	struct odpd_registrar *g;
 
-	if (c->holder.spd || !c->holder.domains[i])
+	if (c->holder->spd || !c->holder->domains[i])
 		return NULL;
-	g = c->holder.domains[i]->registrar;
+	g = c->holder->domains[i]->registrar;
 	return g && !odpd_registrar_dead(g) ? g : NULL;
 }
 
-static unsigned client_registrars(struct odpd_client *c)
+static unsigned client_registrars(const struct odpd_caller *c)
 {
 	unsigned n = 0;
 
@@ -97,17 +97,22 @@ static unsigned client_registrars(struct odpd_client *c)
 	return n;
 }
 
-void odpd_cseg_drop(struct odpd_client *c, struct odpd_cseg *s)
+void odpd_cseg_drop(struct odpd_manager *m, struct odpd_holder *h, struct odpd_csegs *segs, struct odpd_cseg *s)
 {
-	struct odpd_account *a = c->holder.acct;
+	struct odpd_account *a = h->acct;
 
 	LIST_REMOVE(s, link);
-	c->n_segs--;
+	segs->n--;
 	odpd_account_hold(a, ODPD_UL_SEGMENTS, -1);
 	odpd_account_hold(a, ODPD_UL_MAPPED, -(int64_t)s->charged);
 	odpd_account_hold(a, ODPD_UL_MAPPINGS, -ODPD_SEGMENT_MAPPINGS);
-	odpd_mapping_put(&c->m->segs, s->map);
+	odpd_mapping_put(&m->segs, s->map);
 	free(s);
+}
+
+static void cseg_drop(const struct odpd_caller *k, struct odpd_cseg *s)
+{
+	odpd_cseg_drop(k->m, k->holder, k->segs, s);
 }
 
 /*
@@ -117,8 +122,7 @@ void odpd_cseg_drop(struct odpd_client *c, struct odpd_cseg *s)
  * it (its address is taken there), the attach fails.
  */
 struct attach_wait {
-	struct odpd_client *c;
-	uint64_t id;
+	struct odpd_caller k;
 	struct odpd_cseg *s;
 	unsigned pending, n;
 	int rc;
@@ -142,19 +146,19 @@ static void attach_mapped_one(struct attach_wait *w, unsigned i, int rc, const s
 
 static void attach_finish(struct attach_wait *w)
 {
-	struct odpd_client *c = w->c;
+	struct odpd_out o = { 0 };
 
 	if (w->rc < 0) {
 		for (unsigned i = 0; i < w->n; i++)
 			if (w->regs[i].ok)
 				odpd_registrar_unmap(w->regs[i].g, w->s->handle);
-		odpd_cseg_drop(c, w->s);
-		odpd_reply_err(c, w->id, &w->err);
+		cseg_drop(&w->k, w->s);
+		odpd_out_err(&o, &w->k, &w->err);
 	} else {
-		reply_segment(c, w->id, w->s);
+		reply_segment(&o, w->k.id, w->s);
 	}
+	odpd_complete(&w->k, &o);
 	free(w);
-	odpd_client_job_done(c);
 }
 
 /* Callbacks carry the index in their argument: an array of pointers into w. */
@@ -174,10 +178,11 @@ static void attach_mapped(void *arg, int rc, const struct odpd_err *err)
 		attach_finish(w);
 }
 
-/* 1: the answer comes later (attach_finish); 0: nothing to wait for. */
-static int attach_registrars(struct odpd_client *c, uint64_t id, struct odpd_cseg *s)
+/* 1: the answer comes later (attach_finish, maybe before this returns);
+ * 0: nothing to wait for. */
+static int attach_registrars(const struct odpd_caller *c, struct odpd_cseg *s)
 {
-	unsigned n = client_registrars(c), k = 0;
+	unsigned n = client_registrars(c), j = 0;
 	struct attach_wait *w;
 
 	if (n == 0)
@@ -185,20 +190,22 @@ static int attach_registrars(struct odpd_client *c, uint64_t id, struct odpd_cse
 	w = calloc(1, sizeof(*w) + n * sizeof(w->regs[0]));
 	if (!w)
 		return -ENOMEM;
-	w->c = c;
-	w->id = id;
+	w->k = *c;
+	w->k.pidfd = -1;
+	w->k.groups = NULL;
+	w->k.n_groups = 0;
 	w->s = s;
 	w->n = n;
 	w->pending = 1;                      /* until every map is sent */
 	for (unsigned d = 0; d < c->m->devices.n; d++) {
 		struct odpd_registrar *g = client_registrar(c, d);
-		unsigned i = k;
+		unsigned i = j;
 		struct attach_arg *a;
 		int rc;
 
 		if (!g)
 			continue;
-		k++;
+		j++;
 		a = malloc(sizeof(*a));
 		rc = a ? 0 : -ENOMEM;
 		w->regs[i].g = g;
@@ -219,13 +226,12 @@ static int attach_registrars(struct odpd_client *c, uint64_t id, struct odpd_cse
 		}
 		w->pending++;
 	}
-	odpd_client_wait(c);
 	if (--w->pending == 0)
 		attach_finish(w);
 	return 1;
 }
 
-void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachSegment *req, int fd)
+int odpd_attach_segment(const struct odpd_caller *c, const Odpd__AttachSegment *req, int fd, struct odpd_out *o)
 {
 	struct odpd_manager *m = c->m;
 	struct odpd_err err = { 0 };
@@ -235,11 +241,11 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	uint64_t off = 0, len = 0, charge;
 	uintptr_t want = 0;
 
-	if (c->n_segs >= m->cfg.max_segments) {
+	if (c->segs->n >= m->cfg.max_segments) {
 		err_set(&err, EMFILE, "a client may attach at most %u segments", m->cfg.max_segments);
 		goto fail;
 	}
-	if (odpd_manager_fd_short(m, fd, true)) {
+	if (odpd_fd_short(m->nofile, fd, true)) {
 		err_set(&err, EMFILE, "odpd is short of file descriptors (fd %d of a limit of %llu); "
 			"try again later", fd, (unsigned long long)m->nofile);
 		goto fail;
@@ -250,9 +256,9 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	/* Per user: its segments, and the address space they take in odpd
 	 * (the whole file, page rounded: a sparse segment costs its size). */
 	charge = info.map_len;                   /* what the kernel maps, and odpd_mapping unmaps */
-	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_SEGMENTS, 1, &err) < 0 ||
-	    odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MAPPED, charge, &err) < 0 ||
-	    odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MAPPINGS, ODPD_SEGMENT_MAPPINGS,
+	if (odpd_account_may(c->holder->acct, &c->holder->limit, ODPD_UL_SEGMENTS, 1, &err) < 0 ||
+	    odpd_account_may(c->holder->acct, &c->holder->limit, ODPD_UL_MAPPED, charge, &err) < 0 ||
+	    odpd_account_may(c->holder->acct, &c->holder->limit, ODPD_UL_MAPPINGS, ODPD_SEGMENT_MAPPINGS,
 			     &err) < 0)
 		goto fail;
 	s = calloc(1, sizeof(*s));
@@ -262,14 +268,14 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	}
 	if (odpd_mapping_get(&m->segs, fd, &info, want, &map, &err) < 0) {
 		free(s);
-		odpd_reply_err(c, id, &err);     /* fd consumed */
-		return;
+		odpd_out_err(o, c, &err);        /* fd consumed */
+		return ODPD_DONE;
 	}
 	s->map = map;
 	s->charged = charge;
-	odpd_account_hold(c->holder.acct, ODPD_UL_SEGMENTS, 1);
-	odpd_account_hold(c->holder.acct, ODPD_UL_MAPPED, (int64_t)charge);
-	odpd_account_hold(c->holder.acct, ODPD_UL_MAPPINGS, ODPD_SEGMENT_MAPPINGS);
+	odpd_account_hold(c->holder->acct, ODPD_UL_SEGMENTS, 1);
+	odpd_account_hold(c->holder->acct, ODPD_UL_MAPPED, (int64_t)charge);
+	odpd_account_hold(c->holder->acct, ODPD_UL_MAPPINGS, ODPD_SEGMENT_MAPPINGS);
 	s->file_offset = off;
 	s->length = len;
 	s->client_addr = req->client_addr ? req->client_addr : (uintptr_t)map->addr;
@@ -278,45 +284,46 @@ void odpd_attach_segment(struct odpd_client *c, uint64_t id, const Odpd__AttachS
 	if (other) {
 		err_set(&err, EEXIST, "[%#" PRIx64 ", +%" PRIu64 ") overlaps your segment %" PRIu64,
 			s->client_addr, s->length, other->handle);
-		odpd_account_hold(c->holder.acct, ODPD_UL_SEGMENTS, -1);
-		odpd_account_hold(c->holder.acct, ODPD_UL_MAPPED, -(int64_t)charge);
-		odpd_account_hold(c->holder.acct, ODPD_UL_MAPPINGS, -ODPD_SEGMENT_MAPPINGS);
+		odpd_account_hold(c->holder->acct, ODPD_UL_SEGMENTS, -1);
+		odpd_account_hold(c->holder->acct, ODPD_UL_MAPPED, -(int64_t)charge);
+		odpd_account_hold(c->holder->acct, ODPD_UL_MAPPINGS, -ODPD_SEGMENT_MAPPINGS);
 		odpd_mapping_put(&m->segs, map);
 		free(s);
-		odpd_reply_err(c, id, &err);
-		return;
+		odpd_out_err(o, c, &err);
+		return ODPD_DONE;
 	}
-	s->handle = ++c->next_handle;
-	LIST_INSERT_HEAD(&c->segs, s, link);
-	c->n_segs++;
-	log_debug(CLIENT_FMT ": segment %" PRIu64 " at %#" PRIx64 " (+%" PRIu64 "), odpd %p",
-		  CLIENT_ARGS(c), s->handle, s->client_addr, s->length,
+	s->handle = ++c->segs->next_handle;
+	LIST_INSERT_HEAD(&c->segs->list, s, link);
+	c->segs->n++;
+	log_debug(CALLER_FMT ": segment %" PRIu64 " at %#" PRIx64 " (+%" PRIu64 "), odpd %p",
+		  CALLER_ARGS(c), s->handle, s->client_addr, s->length,
 		  (void *)(s->map->addr + s->file_offset));
-	switch (attach_registrars(c, id, s)) {
+	switch (attach_registrars(c, s)) {
 	case 0:
-		reply_segment(c, id, s);
-		break;
+		reply_segment(o, c->id, s);
+		return ODPD_DONE;
 	case 1:
-		break;
+		return ODPD_PENDING;
 	default:
-		odpd_cseg_drop(c, s);
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		cseg_drop(c, s);
+		odpd_out_error(o, c, ENOMEM, "out of memory");
+		return ODPD_DONE;
 	}
-	return;
 fail:
 	close(fd);
-	odpd_reply_err(c, id, &err);
+	odpd_out_err(o, c, &err);
+	return ODPD_DONE;
 }
 
-/* The client's segment @handle; else NULL, and request @id got ENOENT. */
-static struct odpd_cseg *cseg_find(struct odpd_client *c, uint64_t id, uint64_t handle)
+/* The client's segment @handle; else NULL, and @o has ENOENT. */
+static struct odpd_cseg *cseg_find(const struct odpd_caller *c, struct odpd_out *o, uint64_t handle)
 {
 	struct odpd_cseg *s;
 
-	LIST_FOREACH(s, &c->segs, link)
+	LIST_FOREACH(s, &c->segs->list, link)
 		if (s->handle == handle)
 			return s;
-	odpd_client_send_error(c, id, ENOENT, "no such segment");
+	odpd_out_error(o, c, ENOENT, "no such segment");
 	return NULL;
 }
 
@@ -326,42 +333,42 @@ static struct odpd_cseg *cseg_find(struct odpd_client *c, uint64_t id, uint64_t 
  * references on its own - a hit-table reference its library kept unused,
  * revoked by the hit timer or a flush - without telling the client layer.
  */
-static unsigned cseg_refs(const struct odpd_client *c, const struct odpd_cseg *s)
+static unsigned cseg_refs(const struct odpd_caller *c, const struct odpd_cseg *s)
 {
 	const struct odpd_ref *ref;
 	unsigned n = 0;
 
-	LIST_FOREACH(ref, &c->holder.refs, hlink)
+	LIST_FOREACH(ref, &c->holder->refs, hlink)
 		n += ref->cookie == s;
 	return n;
 }
 
-void odpd_detach_segment(struct odpd_client *c, uint64_t id, const Odpd__DetachSegment *req)
+int odpd_detach_segment(const struct odpd_caller *c, const Odpd__DetachSegment *req, struct odpd_out *o)
 {
 	Odpd__Reply reply = ODPD__REPLY__INIT;
-	struct odpd_cseg *s = cseg_find(c, id, req->segment);
+	struct odpd_cseg *s = cseg_find(c, o, req->segment);
 
 	if (!s)
-		return;
+		return ODPD_DONE;
 	if (s->n_mrs && (s->n_mrs = cseg_refs(c, s)) > 0) {
-		odpd_client_send_error(c, id, EBUSY, "MRs over the segment are still registered");
-		return;
+		odpd_out_error(o, c, EBUSY, "MRs over the segment are still registered");
+		return ODPD_DONE;
 	}
 	for (unsigned i = 0; i < c->m->devices.n; i++)
 		if (client_registrar(c, i))
 			odpd_registrar_unmap(client_registrar(c, i), s->handle);
-	odpd_cseg_drop(c, s);
+	cseg_drop(c, s);
 	reply.has_id = reply.has_status = 1;
-	reply.id = id;
-	odpd_client_send(c, &reply);
+	reply.id = c->id;
+	odpd_out_reply(o, &reply, -1);
+	return ODPD_DONE;
 }
 
 /* ---------------------------------------------------------------- MapSegment */
 
 struct map_op {
 	struct odpd_job job;
-	struct odpd_client *c;
-	uint64_t id;
+	struct odpd_caller k;
 	struct odpd_mapping *map;           /* the client's segment holds it */
 	uint64_t start, length;             /* file offsets, whole pages */
 	int rc;                             /* errno of madvise */
@@ -373,44 +380,44 @@ static void map_run(struct odpd_job *job)
 
 	/* Resident pages, as the client says: read faults map them, writable
 	 * (shmem needs no write notification), without allocating. */
-	op->rc = odpd_registry_map_ahead(&op->c->m->registry, op->map, op->start, op->length);
+	op->rc = odpd_registry_map_ahead(&op->k.m->registry, op->map, op->start, op->length);
 }
 
 static void map_done(struct odpd_job *job)
 {
 	struct map_op *op = (struct map_op *)job;
-	struct odpd_client *c = op->c;
+	struct odpd_out o = { 0 };
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	char msg[160];
 
-	if (c->dead) {
-		/* torn down in odpd_client_job_done */
+	if (!odpd_caller_connected(&op->k)) {
+		/* gone: its answer would be dropped */
 	} else if (op->rc && op->rc != EINVAL) {     /* EINVAL: a kernel before 5.14 */
 		snprintf(msg, sizeof(msg), "mapping odpd's view of the range: madvise(MADV_POPULATE_READ): %s",
 			 strerror(op->rc));
-		odpd_client_send_error(c, op->id, op->rc, msg);
+		odpd_out_error(&o, &op->k, op->rc, msg);
 	} else {
 		reply.has_id = reply.has_status = 1;
-		reply.id = op->id;
-		odpd_client_send(c, &reply);
+		reply.id = op->k.id;
+		odpd_out_reply(&o, &reply, -1);
 	}
+	odpd_complete(&op->k, &o);
 	free(op);
-	odpd_client_job_done(c);
 }
 
-void odpd_map_segment(struct odpd_client *c, uint64_t id, const Odpd__MapSegment *req)
+int odpd_map_segment(const struct odpd_caller *c, const Odpd__MapSegment *req, struct odpd_out *o)
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off, len, start, end;
-	struct odpd_cseg *s = cseg_find(c, id, req->segment);
+	struct odpd_cseg *s = cseg_find(c, o, req->segment);
 	struct map_op *op;
 
 	if (!s)
-		return;
+		return ODPD_DONE;
 	off = req->has_offset ? req->offset : 0;
 	len = req->has_length && req->length ? req->length : s->length - (off < s->length ? off : s->length);
 	if (off >= s->length || len == 0 || len > s->length - off) {
-		odpd_client_send_error(c, id, EINVAL, "MapSegment: the range is not inside the segment");
-		return;
+		odpd_out_error(o, c, EINVAL, "MapSegment: the range is not inside the segment");
+		return ODPD_DONE;
 	}
 	/* file offsets, pages rounded out (the segment lies within the mapping) */
 	start = (s->file_offset + off) / page * page;
@@ -419,18 +426,20 @@ void odpd_map_segment(struct odpd_client *c, uint64_t id, const Odpd__MapSegment
 		end = s->map->size;
 	op = calloc(1, sizeof(*op));
 	if (!op) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
-		return;
+		odpd_out_error(o, c, ENOMEM, "out of memory");
+		return ODPD_DONE;
 	}
-	op->c = c;
-	op->id = id;
+	op->k = *c;
+	op->k.pidfd = -1;
+	op->k.groups = NULL;
+	op->k.n_groups = 0;
 	op->map = s->map;
 	op->start = start;
 	op->length = end - start;
 	op->job.run = map_run;
 	op->job.done = map_done;
-	op->job.lane = ODPD_LANE_USER(c->cred.uid);
+	op->job.lane = ODPD_LANE_USER(c->uid);
 	op->job.big = op->length >= (16u << 20);
-	odpd_client_wait(c);
 	odpd_pool_submit(c->m->pool, &op->job);
+	return ODPD_PENDING;
 }

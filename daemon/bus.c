@@ -148,13 +148,13 @@ static int prop_client(sd_bus *bus, const char *path, const char *interface, con
 		return sd_bus_message_append(reply, "s", c->name);
 	if (strcmp(property, "SharedPD") == 0)
 		return sd_bus_message_append(reply, "s", c->holder.spd ? c->holder.spd->name : "");
-	LIST_FOREACH(s, &c->segs, link)
+	LIST_FOREACH(s, &c->segs.list, link)
 		seg_bytes += s->length;
 	LIST_FOREACH(ref, &c->holder.refs, hlink)
 		mr_bytes += ref->length;
 	const struct { const char *name; uint64_t v; } t[] = {
 		{ "Id", c->id }, { "Pid", (uint64_t)c->cred.pid }, { "Uid", c->cred.uid },
-		{ "Gid", c->cred.gid }, { "Segments", c->n_segs }, { "SegmentBytes", seg_bytes },
+		{ "Gid", c->cred.gid }, { "Segments", c->segs.n }, { "SegmentBytes", seg_bytes },
 		{ "MRs", c->holder.n_refs }, { "MRBytes", mr_bytes },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)

@@ -32,7 +32,10 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg);
 static void client_teardown(struct odpd_client *c);
 static void client_reap_later(struct odpd_client *c);
 static void client_on_write(evutil_socket_t fd, short what, void *arg);
-static void outq_push(struct odpd_client *c, struct outq_item *it, Odpd__Reply *reply);
+static void outq_push(struct odpd_client *c, struct odpd_answer *it);
+static void notify_complete(void *ctx, uint64_t conn, uint64_t id, struct odpd_out *o);
+static bool notify_connected(void *ctx, uint64_t conn);
+static unsigned notify_clients(void *ctx, struct odpd_conn_view *v, unsigned cap, unsigned *monitors);
 
 /* A pidfd names the peer process even after its pid is reused. */
 static int peer_pidfd(int fd, pid_t pid)
@@ -192,8 +195,22 @@ static void client_release_holder(struct odpd_client *c)
 	c->has_holder = false;
 }
 
+#define CONN_BUCKETS (sizeof(((struct odpd_manager *)0)->conn_ids) / sizeof(((struct odpd_manager *)0)->conn_ids[0]))
+
+/* Connection @id, connected or not, until it is freed; NULL once freed. */
+static struct odpd_client *client_by_id(struct odpd_manager *m, uint64_t id)
+{
+	struct odpd_client *c;
+
+	LIST_FOREACH(c, &m->conn_ids[id % CONN_BUCKETS], idlink)
+		if (c->id == id)
+			return c;
+	return NULL;
+}
+
 static void client_free(struct odpd_client *c)
 {
+	LIST_REMOVE(c, idlink);
 	if (c->ev_read)
 		event_free(c->ev_read);
 	if (c->ev_write)
@@ -298,8 +315,9 @@ static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
 	c->fd = fd;
 	c->pidfd = -1;
 	c->id = ++m->next_client_id;
+	LIST_INSERT_HEAD(&m->conn_ids[c->id % CONN_BUCKETS], c, idlink);
 	c->outq_tail = &c->outq;
-	LIST_INIT(&c->segs);
+	LIST_INIT(&c->segs.list);
 	r = client_identify(m, c);
 	if (r < 0) {
 		client_free(c);
@@ -345,7 +363,7 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 		return;
 	}
 	if (m->stopping || m->n_clients - m->n_refused >= m->cfg.max_clients ||
-	    odpd_manager_fd_short(m, fd, false)) {
+	    odpd_fd_short(m->nofile, fd, false)) {
 		log_ratelimited(LOG_WARNING, "refusing a connection: %s", m->stopping ? "shutting down" :
 				m->n_clients - m->n_refused >= m->cfg.max_clients ? "max-clients connected" :
 				"odpd is short of file descriptors");
@@ -393,17 +411,15 @@ void odpd_client_log_hello(const struct odpd_client *c)
 
 /* ---------------------------------------------------------------- output */
 
-static void outq_item_free(struct outq_item *it)
+static void outq_item_free(struct odpd_answer *it)
 {
-	if (it->fd >= 0)
-		close(it->fd);
-	free(it);
+	odpd_answer_free(it);
 }
 
 static int outq_flush(struct odpd_client *c)
 {
 	while (c->outq) {
-		struct outq_item *it = c->outq;
+		struct odpd_answer *it = c->outq;
 		int r = odpd_wire_send_buf(c->fd, it->data, it->len, &it->fd, it->fd >= 0, MSG_DONTWAIT);
 
 		if (r == -EAGAIN)
@@ -469,41 +485,64 @@ static void notify_device_gone(void *ctx, struct odpd_holder *h, const char *dev
 void odpd_client_notify_init(struct odpd_notify *n, struct odpd_manager *m)
 {
 	n->device_gone = notify_device_gone;
+	n->complete = notify_complete;
+	n->connected = notify_connected;
+	n->clients = notify_clients;
 	n->ctx = m;
+}
+
+/*
+ * Queue what @o holds, a packed reply (or why packing failed): the one
+ * place a reply leaves for a client. Empties @o.
+ */
+static void client_put(struct odpd_client *c, struct odpd_out *o)
+{
+	struct odpd_answer *it = o->answer;
+	const char *fail = o->fail;
+
+	o->answer = NULL;
+	o->fail = NULL;
+	if (c->dead) {
+		odpd_answer_free(it);
+		return;
+	}
+	if (fail) {
+		if (o->status != 0)
+			c->m->stats.errors++;
+		if (o->fail_len)
+			log_error(CLIENT_FMT ": reply of %zu bytes is too large", CLIENT_ARGS(c), o->fail_len);
+		odpd_answer_free(it);
+		odpd_client_disconnect(c, fail);
+		return;
+	}
+	if (!it)
+		return;
+	if (it->status != 0)
+		c->m->stats.errors++;
+	if (c->outq_len >= OUTQ_MAX) {
+		odpd_answer_free(it);
+		odpd_client_disconnect(c, "slow reader: output queue full");
+		return;
+	}
+	outq_push(c, it);
 }
 
 void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd)
 {
-	size_t len = odpd__reply__get_packed_size(reply);
-	struct outq_item *it;
+	struct odpd_out o = { 0 };
 
 	if (c->dead) {
 		if (fd >= 0)
 			close(fd);
 		return;
 	}
-	if (reply->status != 0)
-		c->m->stats.errors++;
-	if (len > ODPD_MAX_PACKET) {
-		log_error(CLIENT_FMT ": reply of %zu bytes is too large", CLIENT_ARGS(c), len);
-		odpd_client_disconnect(c, "reply too large");
-	} else if (c->outq_len >= OUTQ_MAX) {
-		odpd_client_disconnect(c, "slow reader: output queue full");
-	} else if (!(it = malloc(sizeof(*it) + len))) {
-		odpd_client_disconnect(c, "out of memory");
-	} else {
-		it->fd = fd;
-		outq_push(c, it, reply);
-		return;
-	}
-	if (fd >= 0)
-		close(fd);
+	odpd_out_reply(&o, reply, fd);
+	client_put(c, &o);
 }
 
-static void outq_push(struct odpd_client *c, struct outq_item *it, Odpd__Reply *reply)
+static void outq_push(struct odpd_client *c, struct odpd_answer *it)
 {
 	it->next = NULL;
-	it->len = odpd__reply__pack(reply, it->data);
 	*c->outq_tail = it;
 	c->outq_tail = &it->next;
 	c->outq_len++;
@@ -614,9 +653,83 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg)
 
 /* ---------------------------------------------------------------- lifetime */
 
-void odpd_client_wait(struct odpd_client *c)
+void odpd_client_begin(struct odpd_client *c)
 {
 	c->busy = true;                      /* client_on_read reads no more until done */
+}
+
+static void client_job_done(struct odpd_client *c);
+
+void odpd_client_end(struct odpd_client *c, struct odpd_out *o, int r)
+{
+	client_put(c, o);
+	if (r == ODPD_DONE)
+		client_job_done(c);
+}
+
+void odpd_client_caller(struct odpd_client *c, uint64_t id, struct odpd_caller *k)
+{
+	*k = (struct odpd_caller){
+		.m = c->m,
+		.conn = c->id,
+		.id = id,
+		.pid = c->cred.pid,
+		.uid = c->cred.uid,
+		.gid = c->cred.gid,
+		.pidfd = c->pidfd,
+		.groups = c->groups,
+		.n_groups = c->n_groups,
+		.admin = c->admin,
+		.holder = &c->holder,
+		.segs = &c->segs,
+	};
+}
+
+/* notify.h: a pending request of connection @conn ends. The connection is
+ * found by its id: one being torn down is still there (a busy client is
+ * not freed), and its answer is dropped (client_put). */
+static void notify_complete(void *ctx, uint64_t conn, uint64_t id, struct odpd_out *o)
+{
+	struct odpd_client *c = client_by_id(ctx, conn);
+
+	if (!c || !c->busy) {
+		log_error("request %llu of client %llu: completed but not pending%s; answer dropped",
+			  (unsigned long long)id, (unsigned long long)conn, c ? "" : " (connection freed)");
+		odpd_out_clear(o);
+		o->fail = NULL;
+		return;
+	}
+	client_put(c, o);
+	client_job_done(c);
+}
+
+static bool notify_connected(void *ctx, uint64_t conn)
+{
+	struct odpd_client *c = client_by_id(ctx, conn);
+
+	return c && !c->dead;
+}
+
+static unsigned notify_clients(void *ctx, struct odpd_conn_view *v, unsigned cap, unsigned *monitors)
+{
+	struct odpd_manager *m = ctx;
+	struct odpd_client *c;
+	unsigned n = 0;
+
+	*monitors = 0;
+	LIST_FOREACH(c, &m->clients, link) {
+		if (c->monitor) {
+			(*monitors)++;
+			continue;
+		}
+		if (n == cap)
+			continue;
+		v[n++] = (struct odpd_conn_view){
+			.id = c->id, .pid = c->cred.pid, .uid = c->cred.uid, .gid = c->cred.gid,
+			.name = c->name, .holder = &c->holder, .segs = &c->segs,
+		};
+	}
+	return n;
 }
 
 /*
@@ -630,16 +743,16 @@ static void client_teardown(struct odpd_client *c)
 	const struct odpd_ref *ref;
 	const struct odpd_cseg *s;
 	uint64_t mr_bytes = 0, seg_bytes = 0;
-	unsigned n_mrs = c->has_holder ? c->holder.n_refs : 0, n_segs = c->n_segs;
+	unsigned n_mrs = c->has_holder ? c->holder.n_refs : 0, n_segs = c->segs.n;
 	char b1[LOG_BYTES_LEN], b2[LOG_BYTES_LEN];
 
 	if (c->has_holder)
 		LIST_FOREACH(ref, &c->holder.refs, hlink)
 			mr_bytes += ref->length;
-	LIST_FOREACH(s, &c->segs, link)
+	LIST_FOREACH(s, &c->segs.list, link)
 		seg_bytes += s->length;
-	while (!LIST_EMPTY(&c->segs))
-		odpd_cseg_drop(c, LIST_FIRST(&c->segs));
+	while (!LIST_EMPTY(&c->segs.list))
+		odpd_cseg_drop(m, &c->holder, &c->segs, LIST_FIRST(&c->segs.list));
 	client_release_holder(c);
 	/* References: an MR another client holds stays, one nobody holds goes
 	 * relaxed or is deregistered (registry.h). */
@@ -679,7 +792,7 @@ void odpd_client_on_reap(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-void odpd_client_job_done(struct odpd_client *c)
+static void client_job_done(struct odpd_client *c)
 {
 	c->busy = false;
 	if (c->handling) {                   /* answered inside the request: client_read_one goes on */
@@ -712,7 +825,7 @@ void odpd_client_disconnect(struct odpd_client *c, const char *why)
 		event_free(c->ev_refused);
 	c->ev_read = c->ev_write = c->ev_peer = c->ev_refused = NULL;
 	while (c->outq) {
-		struct outq_item *it = c->outq;
+		struct odpd_answer *it = c->outq;
 		c->outq = it->next;
 		outq_item_free(it);
 	}

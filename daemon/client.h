@@ -6,31 +6,10 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 
+#include "handler.h"
 #include "manager.h"
 #include "odpd.pb-c.h"
 #include "registry.h"
-
-/* A client's attachment of a segment: its window [client_addr, +length) onto
- * the shared mapping at file offset file_offset. */
-struct odpd_cseg {
-	LIST_ENTRY(odpd_cseg) link;
-	uint64_t handle;
-	struct odpd_mapping *map;
-	uint64_t client_addr;
-	uint64_t file_offset;
-	uint64_t length;
-	bool writable;                  /* the client's fd allows writing */
-	unsigned n_mrs;                 /* references of this client over it (at least:
-					 * attach.c, cseg_refs) */
-	uint64_t charged;               /* bytes of its user's mapped limit */
-};
-
-struct outq_item {
-	struct outq_item *next;
-	int fd;                         /* sent along (SCM_RIGHTS) and closed, or -1 */
-	size_t len;
-	uint8_t data[];
-};
 
 struct odpd_client {
 	struct odpd_manager *m;
@@ -49,10 +28,10 @@ struct odpd_client {
 	bool resume;                    /* a job completed meanwhile: read again after it */
 	bool read_paused;               /* ev_read deleted: readable while a job ran */
 	struct event *ev_read, *ev_write;
-	struct outq_item *outq, **outq_tail;
+	struct odpd_answer *outq, **outq_tail;
 	unsigned outq_len;
-	LIST_HEAD(, odpd_cseg) segs;
-	unsigned n_segs;
+	LIST_ENTRY(odpd_client) idlink;    /* in m->conn_ids: completions find it by id */
+	struct odpd_csegs segs;         /* its segments (attach.c) */
 	struct odpd_holder holder;      /* its MR references and PDs (registry.h) */
 	bool has_holder;
 	struct event *ev_peer;          /* pidfd readable: the peer process exited */
@@ -63,7 +42,6 @@ struct odpd_client {
 	char refused_msg[256];
 	gid_t *groups;                  /* supplementary groups (SO_PEERGROUPS) */
 	unsigned n_groups;
-	uint64_t next_handle;
 	unsigned long long starttime;   /* of its process (/proc/PID/stat), to know it again; 0 unknown */
 };
 
@@ -85,11 +63,14 @@ void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const 
 /* The same from @err. */
 void odpd_reply_err(struct odpd_client *c, uint64_t id, const struct odpd_err *err);
 
-/* An answer will come later (a registry callback): stop reading until then. */
-void odpd_client_wait(struct odpd_client *c);
-/* Called when the job or callback is done: resumes reading, or has a dead
- * client torn down on the loop's next turn. */
-void odpd_client_job_done(struct odpd_client *c);
+/* A request goes to its handler (handler.h): reading stops until it ends. */
+void odpd_client_begin(struct odpd_client *c);
+/* The handler returned @r (ODPD_DONE or ODPD_PENDING): send what it put
+ * in @o; a request done lets reading go on, a pending one ends in
+ * odpd_complete (notify.h, complete). */
+void odpd_client_end(struct odpd_client *c, struct odpd_out *o, int r);
+/* The caller record of request @id of @c, for its handler. */
+void odpd_client_caller(struct odpd_client *c, uint64_t id, struct odpd_caller *k);
 
 /* Fill @n with the connection layer's side of notify.h: events to the
  * clients of @m's connections. */

@@ -414,11 +414,9 @@ void odpd_manager_pause_listening(struct odpd_manager *m, int ms)
 /* Segments stop well before the end of the table, connections only near
  * it: what segments leave lets new clients in, and them register (device
  * contexts) and attach elsewhere once segments go. */
-bool odpd_manager_fd_short(const struct odpd_manager *m, int fd, bool segment)
+static int control_reload(void *ctx, char *msg, size_t len)
 {
-	uint64_t reserve = segment ? 32 + m->nofile / 64 : 8 + m->nofile / 256;
-
-	return m->nofile && (uint64_t)fd + reserve >= m->nofile;
+	return odpd_manager_reload(ctx, msg, len);
 }
 
 /*
@@ -445,6 +443,10 @@ int odpd_manager_start(struct odpd_manager *m)
 
 	LIST_INIT(&m->clients);
 	LIST_INIT(&m->reap);
+	m->control.reload = control_reload;
+	m->control.ctx = m;
+	for (size_t i = 0; i < sizeof(m->conn_ids) / sizeof(m->conn_ids[0]); i++)
+		LIST_INIT(&m->conn_ids[i]);
 	m->listen_fd = -1;
 	signal(SIGPIPE, SIG_IGN);
 	m->base = event_base_new();

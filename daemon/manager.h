@@ -41,6 +41,14 @@ struct odpd_config {
 	bool check_config;              /* --check-config: read the configuration file and exit */
 };
 
+/* What a request's handler may ask of the daemon as a whole: handlers call
+ * no function of the manager's (the manager sets these up at start). */
+struct odpd_control {
+	/* odpd_manager_reload */
+	int (*reload)(void *ctx, char *msg, size_t len);
+	void *ctx;
+};
+
 struct odpd_stats {
 	uint64_t registrations;
 	uint64_t deregistrations;
@@ -58,6 +66,7 @@ struct odpd_manager {
 	struct odpd_registry registry;      /* every MR */
 	LIST_HEAD(, odpd_client) clients;   /* connected */
 	LIST_HEAD(, odpd_client) reap;      /* disconnected, torn down by ev_reap */
+	LIST_HEAD(, odpd_client) conn_ids[64]; /* every client until freed, by id % 64 */
 	struct event *ev_reap;
 	unsigned n_clients;                 /* connected or still being torn down */
 	unsigned n_refused;                 /* of those, refused (over their user's limit) */
@@ -79,6 +88,7 @@ struct odpd_manager {
 	struct event *ev_listen_resume;     /* accept4 failed: listening paused until then */
 	struct odpd_bus *bus;               /* D-Bus (bus.h), or NULL */
 	struct odpd_notify notify;          /* events to clients: the connection layer's (notify.h) */
+	struct odpd_control control;        /* what handlers ask of the daemon as a whole */
 	struct odpd_hotplug hotplug;        /* devices that come and go (hotplug.h) */
 	/* systemd's watchdog: WATCHDOG=1 only while the workers make progress. */
 	struct event *ev_watchdog;
@@ -93,10 +103,6 @@ struct odpd_manager {
 int odpd_manager_start(struct odpd_manager *m);
 /* accept4 is out of fds or memory: stop listening for @ms. */
 void odpd_manager_pause_listening(struct odpd_manager *m, int ms);
-/* Is @fd (just received or accepted: the kernel gives the lowest free
- * number) so high that odpd must keep the rest for the clients it serves?
- * @segment: a segment's fd, which odpd would keep (a larger reserve). */
-bool odpd_manager_fd_short(const struct odpd_manager *m, int fd, bool segment);
 void odpd_manager_finish(struct odpd_manager *m);
 /* Read the configuration file again; in use from the next request on, for
  * every connection. On an error the configuration in use stays and @msg

@@ -14,7 +14,7 @@
 #include "hotplug.h"
 #include "implicit.h"
 #include "log.h"
-#include "request.h"
+#include "handler.h"
 
 #define ACCESS_KNOWN (ODPD__ACCESS__ACCESS_LOCAL_WRITE | ODPD__ACCESS__ACCESS_REMOTE_READ | \
 		      ODPD__ACCESS__ACCESS_REMOTE_WRITE | ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)
@@ -57,7 +57,7 @@ static bool is_uverbs_fd(int fd)
 
 /* ---------------------------------------------------------------- reg */
 
-static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_ref *ref, bool hit)
+static void reply_mr(struct odpd_out *o, uint64_t id, const struct odpd_ref *ref, bool hit)
 {
 	const struct odpd_mr *e = ref->mr;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
@@ -90,80 +90,81 @@ static void reply_mr(struct odpd_client *c, uint64_t id, const struct odpd_ref *
 	reply.id = id;
 	reply.body_case = ODPD__REPLY__BODY_MR;
 	reply.mr = &mr;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
 }
 
-/* A request waiting for the registry: the client and the request id. */
+/* A request waiting for the registry: its caller. */
 struct pending {
-	struct odpd_client *c;
-	uint64_t id;
+	struct odpd_caller k;
 	const struct odpd_device *dev;      /* ImportPd */
 	bool flush;                         /* AdviseMr: answer when done */
 	bool implicit;                      /* RegMr: an implicit request, a registrar wait */
 };
 
-/* NULL after replying ENOMEM. */
-static struct pending *pending_new(struct odpd_client *c, uint64_t id)
+/* NULL after answering ENOMEM. */
+static struct pending *pending_new(const struct odpd_caller *k, struct odpd_out *o)
 {
 	struct pending *p = malloc(sizeof(*p));
 
 	if (!p) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
+		odpd_out_error(o, k, ENOMEM, "out of memory");
 		return NULL;
 	}
-	p->c = c;
-	p->id = id;
+	p->k = *k;
+	p->k.pidfd = -1;                    /* the handler's only */
+	p->k.groups = NULL;
+	p->k.n_groups = 0;
 	p->dev = NULL;
 	p->flush = false;
 	p->implicit = false;
 	return p;
 }
 
-/* The client's reference @handle, or NULL after replying ENOENT. */
-static struct odpd_ref *ref_or_reply(struct odpd_client *c, uint64_t id, uint64_t handle)
+/* The client's reference @handle, or NULL after answering ENOENT. */
+static struct odpd_ref *ref_or_reply(const struct odpd_caller *k, struct odpd_out *o, uint64_t handle)
 {
-	struct odpd_ref *ref = odpd_holder_find_ref(&c->holder, handle);
+	struct odpd_ref *ref = odpd_holder_find_ref(k->holder, handle);
 
 	if (!ref)
-		odpd_client_send_error(c, id, ENOENT, "no such MR");
+		odpd_out_error(o, k, ENOENT, "no such MR");
 	return ref;
 }
 
-static void reg_accepted(struct odpd_client *c, uint64_t id, struct odpd_ref *ref, bool hit)
+static void reg_accepted(const struct odpd_caller *k, struct odpd_out *o, struct odpd_ref *ref, bool hit)
 {
 	struct odpd_cseg *s = ref->cookie;
 
 	if (s)                              /* NULL: implicit ODP, in no segment */
 		s->n_mrs++;
-	log_debug(CLIENT_FMT ": MR handle %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") %s", CLIENT_ARGS(c),
+	log_debug(CALLER_FMT ": MR handle %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") %s", CALLER_ARGS(k),
 		  ref->handle, ref->iova, ref->length, hit ? "cache hit" : "registered");
-	reply_mr(c, id, ref, hit);
+	reply_mr(o, k->id, ref, hit);
 }
 
 /* An implicit request is answered: it no longer waits for a registrar
  * (implicit_reg took its place among its user's waits). */
-static void implicit_end(struct odpd_client *c)
+static void implicit_end(const struct odpd_caller *k)
 {
-	odpd_account_hold(c->holder.acct, ODPD_UL_REGISTRAR_WAITS, -1);
+	odpd_account_hold(k->holder->acct, ODPD_UL_REGISTRAR_WAITS, -1);
 }
 
 static void reg_cb(void *arg, int rc, const struct odpd_err *err, struct odpd_ref *ref, bool hit)
 {
 	struct pending *p = arg;
-	struct odpd_client *c = p->c;
+	struct odpd_out o = { 0 };
 
 	if (rc < 0)
-		odpd_reply_err(c, p->id, err);
+		odpd_out_err(&o, &p->k, err);
 	else
-		reg_accepted(c, p->id, ref, hit);
+		reg_accepted(&p->k, &o, ref, hit);
 	if (p->implicit)
-		implicit_end(c);
+		implicit_end(&p->k);
+	odpd_complete(&p->k, &o);
 	free(p);
-	odpd_client_job_done(c);
 }
 
 /* Find the client's segment holding [addr, addr + length). */
-static int find_segment(struct odpd_client *c, uint64_t addr, uint64_t length,
+static int find_segment(const struct odpd_caller *k, uint64_t addr, uint64_t length,
 			struct odpd_cseg **ret, struct odpd_err *err)
 {
 	struct odpd_cseg *s;
@@ -172,7 +173,7 @@ static int find_segment(struct odpd_client *c, uint64_t addr, uint64_t length,
 		return err_set(err, EINVAL, "length 0");
 	if (addr + length < addr)
 		return err_set(err, EINVAL, "address %#" PRIx64 " + length %" PRIu64 " overflows", addr, length);
-	LIST_FOREACH(s, &c->segs, link) {
+	LIST_FOREACH(s, &k->segs->list, link) {
 		if (addr < s->client_addr || addr - s->client_addr >= s->length)
 			continue;
 		if (length > s->length - (addr - s->client_addr))
@@ -234,10 +235,10 @@ static int odp_check(const struct odpd_device *dev, uint32_t access, const struc
  * implicit.h): in the client's private PD, where the device has the cap and
  * its provider can import (the registrar imports the PD).
  */
-static int implicit_check(struct odpd_client *c, const Odpd__RegMr *req, bool client_pd,
+static int implicit_check(const struct odpd_caller *k, const Odpd__RegMr *req, bool client_pd,
 			  struct odpd_reg_req *q, struct odpd_err *err)
 {
-	struct odpd_manager *m = c->m;
+	struct odpd_manager *m = k->m;
 	struct odpd_device *dev = odpd_hotplug_device(&m->hotplug, req->device, err);
 	uint32_t missing;
 
@@ -260,10 +261,10 @@ static int implicit_check(struct odpd_client *c, const Odpd__RegMr *req, bool cl
 		return err_set(err, EOPNOTSUPP, "device %s: implicit ODP MRs are made by a registrar "
 			       "process that imports the PD, and this provider cannot import (%s)",
 			       dev->name, dev->import_errno ? strerror(dev->import_errno) : "not probed");
-	if (c->holder.spd)
+	if (k->holder->spd)
 		return err_set(err, EOPNOTSUPP, "no implicit ODP in shared PD %s: an implicit MR covers "
 			       "one process's address space, and a shared PD's members are several "
-			       "processes; register it in your private PD", c->holder.spd->name);
+			       "processes; register it in your private PD", k->holder->spd->name);
 	if (req->flags & ODPD__REG_FLAGS__REG_PREFETCH)
 		return err_set(err, EINVAL, "REG_PREFETCH needs a range: prefetch ranges of an implicit "
 			       "ODP MR with odpd_advise_mr()");
@@ -275,20 +276,20 @@ static int implicit_check(struct odpd_client *c, const Odpd__RegMr *req, bool cl
 	return 0;
 }
 
-static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, struct odpd_reg_req *q,
+static int reg_check(const struct odpd_caller *k, const Odpd__RegMr *req, int fd, struct odpd_reg_req *q,
 		     struct odpd_err *err)
 {
-	struct odpd_manager *m = c->m;
+	struct odpd_manager *m = k->m;
 	uint32_t access = req->access;
 	bool client_pd = req->has_client_pd && req->client_pd;
 	struct odpd_cseg *s = NULL;
 	int r;
 
-	if (c->holder.n_refs >= m->cfg.max_mrs)
+	if (k->holder->n_refs >= m->cfg.max_mrs)
 		return err_set(err, EDQUOT, "per-connection MR limit: a connection may hold at most %u "
 			       "MRs at a time (this is not the pinning quota): release some, or register "
 			       "on another connection", m->cfg.max_mrs);
-	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_MRS, 1, err) < 0)
+	if (odpd_account_may(k->holder->acct, &k->holder->limit, ODPD_UL_MRS, 1, err) < 0)
 		return -err->code;
 	if (access & ~(uint32_t)ACCESS_KNOWN)
 		return err_set(err, EINVAL, "unknown access bits %#x", access & ~(uint32_t)ACCESS_KNOWN);
@@ -304,11 +305,11 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 		q->odp = true;
 		break;
 	case ODPD__MR_KIND__MR_IMPLICIT_ODP:
-		return implicit_check(c, req, client_pd, q, err);
+		return implicit_check(k, req, client_pd, q, err);
 	default:
 		return err_set(err, EINVAL, "unknown MR kind %d", (int)req->kind);
 	}
-	r = find_segment(c, req->addr, req->length, &s, err);
+	r = find_segment(k, req->addr, req->length, &s, err);
 	if (r < 0)
 		return r;
 	if ((access & ACCESS_WRITES) && !s->writable)
@@ -317,7 +318,7 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	if (client_pd) {
 		if (!is_uverbs_fd(fd))
 			return err_set(err, EINVAL, "client-PD mode: the fd is not a uverbs device of this host");
-		if ((access & ACCESS_REMOTE) && !c->admin && !c->holder.limit.remote_access)
+		if ((access & ACCESS_REMOTE) && !k->admin && !k->holder->limit.remote_access)
 			return err_set(err, EPERM, "client-PD mode: remote access is granted to root, "
 				       "the admin group and users a rule of odpd.conf gives "
 				       "remote-access = yes");
@@ -349,40 +350,35 @@ static int reg_check(struct odpd_client *c, const Odpd__RegMr *req, int fd, stru
 	return 0;
 }
 
-/* Register in the registry, answering now (a refusal) or through reg_cb. */
-static void reg_submit(struct odpd_client *c, uint64_t id, struct odpd_reg_req *q, bool waiting)
+/* Register in the registry, answering now in @o (a refusal, a cache hit:
+ * ODPD_DONE) or through reg_cb (ODPD_PENDING). */
+static int reg_submit(const struct odpd_caller *k, struct odpd_out *o, struct odpd_reg_req *q)
 {
 	struct odpd_err err = { 0 };
 	struct odpd_ref *ref = NULL;
-	struct pending *p = pending_new(c, id);
+	struct pending *p = pending_new(k, o);
 	int r;
 
 	if (!p) {
 		if (q->cmd_fd >= 0)
 			close(q->cmd_fd);
 		if (q->implicit)
-			implicit_end(c);
-		if (waiting)
-			odpd_client_job_done(c);
-		return;
+			implicit_end(k);
+		return ODPD_DONE;
 	}
 	p->implicit = q->implicit;
-	q->handle = ++c->next_handle;
-	r = odpd_registry_reg(&c->m->registry, &c->holder, q, reg_cb, p, &ref, &err);
-	if (r == 1) {
-		if (!waiting)
-			odpd_client_wait(c);
-		return;
-	}
+	q->handle = ++k->segs->next_handle;
+	r = odpd_registry_reg(&k->m->registry, k->holder, q, reg_cb, p, &ref, &err);
+	if (r == 1)
+		return ODPD_PENDING;
 	free(p);
 	if (r < 0)
-		odpd_reply_err(c, id, &err);
+		odpd_out_err(o, k, &err);
 	else
-		reg_accepted(c, id, ref, true);
+		reg_accepted(k, o, ref, true);
 	if (q->implicit)
-		implicit_end(c);
-	if (waiting)
-		odpd_client_job_done(c);
+		implicit_end(k);
+	return ODPD_DONE;
 }
 
 /* Implicit ODP, first time in a PD: its registrar is started and the
@@ -390,8 +386,7 @@ static void reg_submit(struct odpd_client *c, uint64_t id, struct odpd_reg_req *
  * registered. A segment it cannot map (its address is taken there) would be
  * out of the MR's reach: then the registrar goes and the request fails. */
 struct implicit_start {
-	struct odpd_client *c;
-	uint64_t id;
+	struct odpd_caller k;
 	struct odpd_reg_req q;
 	struct odpd_domain *d;
 	unsigned pending;
@@ -402,7 +397,8 @@ struct implicit_start {
 static void implicit_mapped(void *arg, int rc, const struct odpd_err *err)
 {
 	struct implicit_start *st = arg;
-	struct odpd_client *c = st->c;
+	const struct odpd_caller *k = &st->k;
+	struct odpd_out o = { 0 };
 
 	if (rc < 0 && st->rc == 0) {
 		st->rc = rc;
@@ -410,18 +406,18 @@ static void implicit_mapped(void *arg, int rc, const struct odpd_err *err)
 	}
 	if (--st->pending)
 		return;
-	if (c->dead) {
+	if (!odpd_caller_connected(k)) {
 		/* Gone meanwhile (odpd stopping, or its process exited): nothing
 		 * to register for; the PD and its registrar go with it. */
-		implicit_end(c);
-		odpd_client_job_done(c);
+		implicit_end(k);
+		odpd_complete(k, &o);
 	} else if (st->rc < 0) {
-		odpd_registry_drop_registrar(&c->m->registry, st->d);
-		odpd_reply_err(c, st->id, &st->err);
-		implicit_end(c);
-		odpd_client_job_done(c);
-	} else {
-		reg_submit(c, st->id, &st->q, true);
+		odpd_registry_drop_registrar(&k->m->registry, st->d);
+		odpd_out_err(&o, k, &st->err);
+		implicit_end(k);
+		odpd_complete(k, &o);
+	} else if (reg_submit(k, &o, &st->q) == ODPD_DONE) {
+		odpd_complete(k, &o);
 	}
 	free(st);
 }
@@ -444,7 +440,7 @@ static void implicit_mapped(void *arg, int rc, const struct odpd_err *err)
 static struct { uid_t uid; uint64_t ns; } deaths[256];
 static unsigned deaths_next;
 
-static int registrar_deaths_over(struct odpd_client *c, bool died, struct odpd_err *err)
+static int registrar_deaths_over(const struct odpd_caller *k, bool died, struct odpd_err *err)
 {
 	const uint64_t window = REGISTRAR_WINDOW_S * 1000000000ull;
 	uint64_t now, oldest = UINT64_MAX;
@@ -454,12 +450,12 @@ static int registrar_deaths_over(struct odpd_client *c, bool died, struct odpd_e
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + window;  /* never 0 */
 	if (died) {
-		deaths[deaths_next].uid = c->cred.uid;
+		deaths[deaths_next].uid = k->uid;
 		deaths[deaths_next].ns = now;
 		deaths_next = (deaths_next + 1) % (sizeof(deaths) / sizeof(deaths[0]));
 	}
 	for (unsigned i = 0; i < sizeof(deaths) / sizeof(deaths[0]); i++)
-		if (deaths[i].ns && deaths[i].uid == c->cred.uid && now - deaths[i].ns < window) {
+		if (deaths[i].ns && deaths[i].uid == k->uid && now - deaths[i].ns < window) {
 			n++;
 			if (deaths[i].ns < oldest)
 				oldest = deaths[i].ns;
@@ -472,59 +468,59 @@ static int registrar_deaths_over(struct odpd_client *c, bool died, struct odpd_e
 		       REGISTRAR_WINDOW_S);
 }
 
-static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req *q)
+static int implicit_reg(const struct odpd_caller *k, struct odpd_out *o, struct odpd_reg_req *q)
 {
-	struct odpd_registry *r = &c->m->registry;
-	struct odpd_domain *d = odpd_registry_holder_domain(r, &c->holder, (unsigned)(q->dev - c->m->devices.dev));
+	struct odpd_registry *r = &k->m->registry;
+	struct odpd_domain *d = odpd_registry_holder_domain(r, k->holder, (unsigned)(q->dev - k->m->devices.dev));
 	struct implicit_start *st;
 	struct odpd_err err = { 0 };
 	struct odpd_cseg *s;
 	char label[96];
 
 	if (!d) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
-		return;
+		odpd_out_error(o, k, ENOMEM, "out of memory");
+		return ODPD_DONE;
 	}
 	/* From here until it is answered, the request waits for a registrar
 	 * (one its user may have stopped): a few of them per user at once. */
-	if (odpd_account_may(c->holder.acct, &c->holder.limit, ODPD_UL_REGISTRAR_WAITS, 1, &err) < 0) {
-		odpd_reply_err(c, id, &err);
-		return;
+	if (odpd_account_may(k->holder->acct, &k->holder->limit, ODPD_UL_REGISTRAR_WAITS, 1, &err) < 0) {
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
-	odpd_account_hold(c->holder.acct, ODPD_UL_REGISTRAR_WAITS, 1);
-	if (d->registrar && !odpd_registrar_dead(d->registrar)) {
-		reg_submit(c, id, q, false);
-		return;
-	}
+	odpd_account_hold(k->holder->acct, ODPD_UL_REGISTRAR_WAITS, 1);
+	if (d->registrar && !odpd_registrar_dead(d->registrar))
+		return reg_submit(k, o, q);
 	/* A registrar that died: its MRs reach nothing and stay in the PD's
 	 * context until they are released (odpd drops its imports) and the PD
 	 * closes; a new registrar serves from here on, unless too many died. */
-	if (registrar_deaths_over(c, d->registrar != NULL, &err) < 0) {
+	if (registrar_deaths_over(k, d->registrar != NULL, &err) < 0) {
 		odpd_registry_drop_registrar(r, d);
-		odpd_reply_err(c, id, &err);
-		implicit_end(c);
-		return;
+		odpd_out_err(o, k, &err);
+		implicit_end(k);
+		return ODPD_DONE;
 	}
 	odpd_registry_drop_registrar(r, d);
 	st = calloc(1, sizeof(*st));
 	if (!st) {
-		odpd_client_send_error(c, id, ENOMEM, "out of memory");
-		implicit_end(c);
-		return;
+		odpd_out_error(o, k, ENOMEM, "out of memory");
+		implicit_end(k);
+		return ODPD_DONE;
 	}
-	snprintf(label, sizeof(label), "client %llu, %s", (unsigned long long)c->id, q->dev->name);
-	if (odpd_registry_start_registrar(r, d, label, c->cred.uid, c->cred.gid, &err) < 0) {
+	snprintf(label, sizeof(label), "client %llu, %s", (unsigned long long)k->conn, q->dev->name);
+	if (odpd_registry_start_registrar(r, d, label, k->uid, k->gid, &err) < 0) {
 		free(st);
-		odpd_reply_err(c, id, &err);
-		implicit_end(c);
-		return;
+		odpd_out_err(o, k, &err);
+		implicit_end(k);
+		return ODPD_DONE;
 	}
-	st->c = c;
-	st->id = id;
+	st->k = *k;
+	st->k.pidfd = -1;
+	st->k.groups = NULL;
+	st->k.n_groups = 0;
 	st->q = *q;
 	st->d = d;
 	st->pending = 1;                     /* until every map is sent */
-	LIST_FOREACH(s, &c->segs, link) {
+	LIST_FOREACH(s, &k->segs->list, link) {
 		int rc = odpd_registrar_map(d->registrar, s->handle, s->map->fd, s->client_addr, s->length,
 					    s->file_offset, s->writable, implicit_mapped, st);
 		if (rc < 0) {
@@ -534,37 +530,37 @@ static void implicit_reg(struct odpd_client *c, uint64_t id, struct odpd_reg_req
 		}
 		st->pending++;
 	}
-	odpd_client_wait(c);
+	/* may complete the request now (odpd_complete), before this returns */
 	implicit_mapped(st, 0, NULL);
+	return ODPD_PENDING;
 }
 
-void odpd_reg_mr(struct odpd_client *c, uint64_t id, const Odpd__RegMr *req, int fd)
+int odpd_reg_mr(const struct odpd_caller *k, const Odpd__RegMr *req, int fd, struct odpd_out *o)
 {
 	struct odpd_reg_req q = { .cmd_fd = -1 };
 	struct odpd_err err = { 0 };
 
 	/* Client-PD mode: odpd may keep this fd (a copy of the client's
 	 * context) as long as its MRs: within the reserve, like a segment's. */
-	if (fd >= 0 && odpd_manager_fd_short(c->m, fd, true))
+	if (fd >= 0 && odpd_fd_short(k->m->nofile, fd, true))
 		err_set(&err, EMFILE, "odpd is short of file descriptors: it keeps no more "
 			"client contexts now");
-	if (err.code || reg_check(c, req, fd, &q, &err) < 0) {
+	if (err.code || reg_check(k, req, fd, &q, &err) < 0) {
 		if (fd >= 0)
 			close(fd);
-		odpd_reply_err(c, id, &err);
-		return;
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
 	if (q.implicit) {
 		if (fd >= 0)
 			close(fd);
-		implicit_reg(c, id, &q);
-		return;
+		return implicit_reg(k, o, &q);
 	}
 	q.cmd_fd = fd;                        /* consumed by the registry */
-	reg_submit(c, id, &q, false);
+	return reg_submit(k, o, &q);
 }
 
-static void reply_advise(struct odpd_client *c, uint64_t id, uint64_t bytes, bool flushed)
+static void reply_advise(struct odpd_out *o, uint64_t id, uint64_t bytes, bool flushed)
 {
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__AdviseMrReply ar = ODPD__ADVISE_MR_REPLY__INIT;
@@ -576,49 +572,48 @@ static void reply_advise(struct odpd_client *c, uint64_t id, uint64_t bytes, boo
 	reply.id = id;
 	reply.body_case = ODPD__REPLY__BODY_ADVISE_MR;
 	reply.advise_mr = &ar;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
 }
 
 /* ---------------------------------------------------------------- dereg */
 
-static void reply_ok(struct odpd_client *c, uint64_t id)
+static void reply_ok(struct odpd_out *o, uint64_t id)
 {
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 
 	reply.has_id = reply.has_status = 1;
 	reply.id = id;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
 }
 
 static void dereg_cb(void *arg, unsigned mrs, uint64_t bytes)
 {
 	struct pending *p = arg;
-	struct odpd_client *c = p->c;
+	struct odpd_out o = { 0 };
 
 	(void)mrs;
 	(void)bytes;
-	reply_ok(c, p->id);
+	reply_ok(&o, p->k.id);
+	odpd_complete(&p->k, &o);
 	free(p);
-	odpd_client_job_done(c);
 }
 
-void odpd_dereg_mr(struct odpd_client *c, uint64_t id, const Odpd__DeregMr *req)
+int odpd_dereg_mr(const struct odpd_caller *k, const Odpd__DeregMr *req, struct odpd_out *o)
 {
-	struct odpd_ref *ref = ref_or_reply(c, id, req->handle);
+	struct odpd_ref *ref = ref_or_reply(k, o, req->handle);
 	struct odpd_cseg *s;
 	struct pending *p;
 
-	if (!ref || !(p = pending_new(c, id)))
-		return;
+	if (!ref || !(p = pending_new(k, o)))
+		return ODPD_DONE;
 	s = ref->cookie;
 	if (s)
 		s->n_mrs--;
-	if (odpd_registry_release(&c->m->registry, ref, req->has_relaxed && req->relaxed, dereg_cb, p) == 1) {
-		odpd_client_wait(c);
-		return;
-	}
+	if (odpd_registry_release(&k->m->registry, ref, req->has_relaxed && req->relaxed, dereg_cb, p) == 1)
+		return ODPD_PENDING;
 	free(p);
-	reply_ok(c, id);
+	reply_ok(o, k->id);
+	return ODPD_DONE;
 }
 
 /* ---------------------------------------------------------------- verify */
@@ -627,71 +622,71 @@ static void verify_cb(void *arg, int rc, const struct odpd_err *err, uint32_t cr
 		      const char *method)
 {
 	struct pending *p = arg;
-	struct odpd_client *c = p->c;
+	struct odpd_out o = { 0 };
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__VerifyReply vr = ODPD__VERIFY_REPLY__INIT;
 
 	if (rc < 0) {
-		odpd_reply_err(c, p->id, err);
+		odpd_out_err(&o, &p->k, err);
 	} else {
 		vr.has_crc32 = vr.has_length = 1;
 		vr.crc32 = crc;
 		vr.length = length;
 		vr.method = (char *)method;
 		reply.has_id = reply.has_status = 1;
-		reply.id = p->id;
+		reply.id = p->k.id;
 		reply.body_case = ODPD__REPLY__BODY_VERIFY;
 		reply.verify = &vr;
-		odpd_client_send(c, &reply);
+		odpd_out_reply(&o, &reply, -1);
 	}
+	odpd_complete(&p->k, &o);
 	free(p);
-	odpd_client_job_done(c);
 }
 
-void odpd_verify(struct odpd_client *c, uint64_t id, const Odpd__Verify *req)
+int odpd_verify(const struct odpd_caller *k, const Odpd__Verify *req, struct odpd_out *o)
 {
-	struct odpd_ref *ref = ref_or_reply(c, id, req->handle);
+	struct odpd_ref *ref = ref_or_reply(k, o, req->handle);
 	struct odpd_err err = { 0 };
 	struct pending *p;
 
-	if (!ref || !(p = pending_new(c, id)))
-		return;
-	if (odpd_registry_verify(&c->m->registry, ref, req->addr, req->length,
-				 req->has_rkey ? &req->rkey : NULL, c->m->cfg.verify_buffer, verify_cb, p,
+	if (!ref || !(p = pending_new(k, o)))
+		return ODPD_DONE;
+	if (odpd_registry_verify(&k->m->registry, ref, req->addr, req->length,
+				 req->has_rkey ? &req->rkey : NULL, k->m->cfg.verify_buffer, verify_cb, p,
 				 &err) < 0) {
 		free(p);
-		odpd_reply_err(c, id, &err);
-		return;
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
-	odpd_client_wait(c);
+	return ODPD_PENDING;
 }
 
-void odpd_admin_verify(struct odpd_client *c, uint64_t id, const Odpd__AdminVerify *req)
+int odpd_admin_verify(const struct odpd_caller *k, const Odpd__AdminVerify *req, struct odpd_out *o)
 {
 	struct odpd_err err = { 0 };
 	struct pending *p;
 
-	if (!c->admin) {
-		odpd_client_send_error(c, id, EPERM, "verify of any MR is an admin request: root or the "
-				       "admin group only");
-		return;
+	if (!k->admin) {
+		odpd_out_error(o, k, EPERM, "verify of any MR is an admin request: root or the "
+			       "admin group only");
+		return ODPD_DONE;
 	}
-	if (!(p = pending_new(c, id)))
-		return;
-	if (odpd_registry_verify_mr(&c->m->registry, req->mr_id, c->m->cfg.verify_buffer, verify_cb, p,
+	if (!(p = pending_new(k, o)))
+		return ODPD_DONE;
+	if (odpd_registry_verify_mr(&k->m->registry, req->mr_id, k->m->cfg.verify_buffer, verify_cb, p,
 				    &err) < 0) {
 		free(p);
-		odpd_reply_err(c, id, &err);
-		return;
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
-	odpd_client_wait(c);
+	return ODPD_PENDING;
 }
 
 /* ---------------------------------------------------------------- shared PDs */
 
-void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req)
+int odpd_join_pd(const struct odpd_caller *k, const Odpd__JoinPd *req, struct odpd_out *o)
 {
-	struct odpd_manager *m = c->m;
+	struct odpd_manager *m = k->m;
 	const char *name = req->name ? req->name : "";
 	struct odpd_shared_pd *spd;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
@@ -702,35 +697,36 @@ void odpd_join_pd(struct odpd_client *c, uint64_t id, const Odpd__JoinPd *req)
 	unsigned members;
 
 	if (!odpd_conf_pd_name_valid(name)) {
-		odpd_client_send_error(c, id, EINVAL, "a shared PD name is 1 to 63 bytes of "
-				       "A-Z a-z 0-9 . _ : @ -");
-		return;
+		odpd_out_error(o, k, EINVAL, "a shared PD name is 1 to 63 bytes of "
+			       "A-Z a-z 0-9 . _ : @ -");
+		return ODPD_DONE;
 	}
 	spd = odpd_registry_find_shared(&m->registry, name);
-	if (!odpd_conf_pd_allowed(&m->conf, name, c->cred.uid, c->cred.gid, c->groups, c->n_groups,
-				  spd ? spd->creator_uid : c->cred.uid, why, sizeof(why))) {
-		odpd_client_send_error(c, id, EPERM, why);
-		return;
+	if (!odpd_conf_pd_allowed(&m->conf, name, k->uid, k->gid, k->groups, k->n_groups,
+				  spd ? spd->creator_uid : k->uid, why, sizeof(why))) {
+		odpd_out_error(o, k, EPERM, why);
+		return ODPD_DONE;
 	}
-	if (odpd_registry_join(&m->registry, &c->holder, name, &created, &members, &err) < 0) {
-		odpd_reply_err(c, id, &err);
-		return;
+	if (odpd_registry_join(&m->registry, k->holder, name, &created, &members, &err) < 0) {
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
-	log_info(CLIENT_FMT " (uid %u) joined shared PD \"%s\"%s", CLIENT_ARGS(c),
-		 c->cred.uid, name, created ? " (created)" : "");
+	log_info(CALLER_FMT " (uid %u) joined shared PD \"%s\"%s", CALLER_ARGS(k),
+		 k->uid, name, created ? " (created)" : "");
 	jr.has_created = jr.has_members = 1;
 	jr.created = created;
 	jr.members = members;
 	reply.has_id = reply.has_status = 1;
-	reply.id = id;
+	reply.id = k->id;
 	reply.body_case = ODPD__REPLY__BODY_JOIN_PD;
 	reply.join_pd = &jr;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
+	return ODPD_DONE;
 }
 
 /* ---------------------------------------------------------------- flush */
 
-static void reply_flush(struct odpd_client *c, uint64_t id, unsigned mrs, uint64_t bytes)
+static void reply_flush(struct odpd_out *o, uint64_t id, unsigned mrs, uint64_t bytes)
 {
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__FlushReply fr = ODPD__FLUSH_REPLY__INIT;
@@ -742,75 +738,74 @@ static void reply_flush(struct odpd_client *c, uint64_t id, unsigned mrs, uint64
 	reply.id = id;
 	reply.body_case = ODPD__REPLY__BODY_FLUSH;
 	reply.flush = &fr;
-	odpd_client_send(c, &reply);
+	odpd_out_reply(o, &reply, -1);
 }
 
 static void flush_cb(void *arg, unsigned mrs, uint64_t bytes)
 {
 	struct pending *p = arg;
-	struct odpd_client *c = p->c;
-
+	struct odpd_out o = { 0 };
 	char b[LOG_BYTES_LEN];
 
-	log_info(CLIENT_FMT ": flush: %u MR(s), %s invalidated", CLIENT_ARGS(c), mrs, log_bytes(bytes, b));
-	reply_flush(c, p->id, mrs, bytes);
+	log_info(CALLER_FMT ": flush: %u MR(s), %s invalidated", CALLER_ARGS(&p->k), mrs, log_bytes(bytes, b));
+	reply_flush(&o, p->k.id, mrs, bytes);
+	odpd_complete(&p->k, &o);
 	free(p);
-	odpd_client_job_done(c);
 }
 
 /* A client's flush covers its own PDs; all, pid and pd are for admins. */
-void odpd_flush(struct odpd_client *c, uint64_t id, const Odpd__Flush *req)
+int odpd_flush(const struct odpd_caller *k, const Odpd__Flush *req, struct odpd_out *o)
 {
 	struct odpd_flush_sel sel = { 0 };
 	struct pending *p;
 
 	if ((req->has_all && req->all) || req->has_pid || (req->pd && *req->pd)) {
-		if (!c->admin) {
-			odpd_client_send_error(c, id, EPERM, "flush of other clients' MRs (all, pid, pd) is "
-					       "an admin request: root or the admin group only");
-			return;
+		if (!k->admin) {
+			odpd_out_error(o, k, EPERM, "flush of other clients' MRs (all, pid, pd) is "
+				       "an admin request: root or the admin group only");
+			return ODPD_DONE;
 		}
 		sel.all = req->has_all && req->all;
 		sel.has_pid = req->has_pid;
 		sel.pid = req->pid;
 		sel.pd = req->pd && *req->pd ? req->pd : NULL;
 	} else {
-		sel.holder = &c->holder;
+		sel.holder = k->holder;
 	}
-	p = pending_new(c, id);
+	p = pending_new(k, o);
 	if (!p)
-		return;
-	if (odpd_registry_flush(&c->m->registry, &sel, flush_cb, p) == 1) {
-		odpd_client_wait(c);
-		return;
-	}
+		return ODPD_DONE;
+	if (odpd_registry_flush(&k->m->registry, &sel, flush_cb, p) == 1)
+		return ODPD_PENDING;
 	free(p);
-	reply_flush(c, id, 0, 0);
+	reply_flush(o, k->id, 0, 0);
+	return ODPD_DONE;
 }
 
 /* ---------------------------------------------------------------- the client's cache */
 
-void odpd_open_hit_table(struct odpd_client *c, uint64_t id, const Odpd__OpenHitTable *req, int fd)
+int odpd_open_hit_table(const struct odpd_caller *k, const Odpd__OpenHitTable *req, int fd, struct odpd_out *o)
 {
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__HitTableReply ht = ODPD__HIT_TABLE_REPLY__INIT;
 	struct odpd_err err = { 0 };
 	int gen_fd = -1;
 
-	if (odpd_registry_open_hits(&c->m->registry, &c->holder, req->has_slots ? req->slots : 0, fd,
+	if (odpd_registry_open_hits(&k->m->registry, k->holder, req->has_slots ? req->slots : 0, fd,
 				    &gen_fd, &err) < 0) {
 		close(fd);
-		odpd_reply_err(c, id, &err);
-		return;
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
 	close(fd);                           /* mapped */
 	ht.has_slots = 1;
-	ht.slots = odpd_hittab_slots(c->holder.hits);
+	ht.slots = odpd_hittab_slots(k->holder->hits);
 	reply.has_id = reply.has_status = 1;
-	reply.id = id;
+	reply.id = k->id;
 	reply.body_case = ODPD__REPLY__BODY_HIT_TABLE;
 	reply.hit_table = &ht;
-	odpd_client_send_fd(c, &reply, gen_fd);
+	odpd_out_reply(o, &reply, gen_fd);
+	return ODPD_DONE;
 }
 
 /* ---------------------------------------------------------------- import (daemon-PD mode) */
@@ -818,57 +813,57 @@ void odpd_open_hit_table(struct odpd_client *c, uint64_t id, const Odpd__OpenHit
 static void export_cb(void *arg, int rc, const struct odpd_err *err, int fd, uint32_t pd_handle)
 {
 	struct pending *p = arg;
-	struct odpd_client *c = p->c;
+	const struct odpd_caller *k = &p->k;
+	struct odpd_out o = { 0 };
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__ImportPdReply ir = ODPD__IMPORT_PD_REPLY__INIT;
 	const struct odpd_device *dev = p->dev;
 
-	if (rc == 0 && odpd_manager_fd_short(c->m, fd, false)) {
+	if (rc == 0 && odpd_fd_short(k->m->nofile, fd, false)) {
 		/* the reply would hold it until the client reads it */
 		close(fd);
-		odpd_client_send_error(c, p->id, EMFILE, "odpd is short of file descriptors: "
-				       "try again later");
+		odpd_out_error(&o, k, EMFILE, "odpd is short of file descriptors: try again later");
 	} else if (rc < 0) {
-		odpd_reply_err(c, p->id, err);
+		odpd_out_err(&o, k, err);
 	} else {
 		ir.has_pd_handle = 1;
 		ir.pd_handle = pd_handle;
 		ir.device = (char *)dev->name;
-		ir.pd = c->holder.spd ? c->holder.spd->name : NULL;
+		ir.pd = k->holder->spd ? k->holder->spd->name : NULL;
 		reply.has_id = reply.has_status = 1;
-		reply.id = p->id;
+		reply.id = k->id;
 		reply.body_case = ODPD__REPLY__BODY_IMPORT_PD;
 		reply.import_pd = &ir;
-		log_info(CLIENT_FMT ": handed over %s PD %u of %s%s%s", CLIENT_ARGS(c),
+		log_info(CALLER_FMT ": handed over %s PD %u of %s%s%s", CALLER_ARGS(k),
 			 ir.pd ? "shared" : "its", pd_handle, dev->name, ir.pd ? " " : "",
 			 ir.pd ? ir.pd : "");
-		odpd_client_send_fd(c, &reply, fd);
+		odpd_out_reply(&o, &reply, fd);
 	}
+	odpd_complete(k, &o);
 	free(p);
-	odpd_client_job_done(c);
 }
 
-void odpd_import_pd(struct odpd_client *c, uint64_t id, const Odpd__ImportPd *req)
+int odpd_import_pd(const struct odpd_caller *k, const Odpd__ImportPd *req, struct odpd_out *o)
 {
-	struct odpd_manager *m = c->m;
+	struct odpd_manager *m = k->m;
 	struct odpd_err err = { 0 };
 	struct odpd_device *dev = odpd_hotplug_device(&m->hotplug, req->device, &err);
 	struct pending *p;
 
 	if (!dev) {
-		odpd_reply_err(c, id, &err);
-		return;
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
-	p = pending_new(c, id);
+	p = pending_new(k, o);
 	if (!p)
-		return;
+		return ODPD_DONE;
 	p->dev = dev;
-	if (odpd_registry_export_pd(&m->registry, &c->holder, dev, export_cb, p, &err) < 0) {
+	if (odpd_registry_export_pd(&m->registry, k->holder, dev, export_cb, p, &err) < 0) {
 		free(p);
-		odpd_reply_err(c, id, &err);
-		return;
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
-	odpd_client_wait(c);
+	return ODPD_PENDING;
 }
 
 /* ---------------------------------------------------------------- prefetch */
@@ -876,20 +871,20 @@ void odpd_import_pd(struct odpd_client *c, uint64_t id, const Odpd__ImportPd *re
 static void advise_cb(void *arg, int rc, const struct odpd_err *err, uint64_t bytes)
 {
 	struct pending *p = arg;
-	struct odpd_client *c = p->c;
+	struct odpd_out o = { 0 };
 
 	/* Without FLUSH the client had its answer when the daemon accepted. */
 	if (p->flush) {
 		if (rc < 0)
-			odpd_reply_err(c, p->id, err);
+			odpd_out_err(&o, &p->k, err);
 		else
-			reply_advise(c, p->id, bytes, true);
+			reply_advise(&o, p->k.id, bytes, true);
 	}
+	odpd_complete(&p->k, &o);
 	free(p);
-	odpd_client_job_done(c);
 }
 
-void odpd_advise_mr(struct odpd_client *c, uint64_t id, const Odpd__AdviseMr *req)
+int odpd_advise_mr(const struct odpd_caller *k, const Odpd__AdviseMr *req, struct odpd_out *o)
 {
 	struct odpd_sge sges[ODPD_ADVISE_MAX_SGE];
 	struct odpd_err err = { 0 };
@@ -897,24 +892,24 @@ void odpd_advise_mr(struct odpd_client *c, uint64_t id, const Odpd__AdviseMr *re
 	uint64_t bytes = 0;
 
 	if (req->n_sges > ODPD_ADVISE_MAX_SGE) {
-		odpd_client_send_error(c, id, EINVAL, "AdviseMr takes 1 to 64 ranges");
-		return;
+		odpd_out_error(o, k, EINVAL, "AdviseMr takes 1 to 64 ranges");
+		return ODPD_DONE;
 	}
 	for (size_t i = 0; i < req->n_sges; i++) {
 		sges[i] = (struct odpd_sge){ req->sges[i]->addr, req->sges[i]->length, req->sges[i]->lkey };
 		bytes += sges[i].length;
 	}
-	p = pending_new(c, id);
+	p = pending_new(k, o);
 	if (!p)
-		return;
+		return ODPD_DONE;
 	p->flush = (req->flags & IBV_ADVISE_MR_FLAG_FLUSH) != 0;
-	if (odpd_registry_advise(&c->m->registry, &c->holder, req->advice, req->flags, sges,
+	if (odpd_registry_advise(&k->m->registry, k->holder, req->advice, req->flags, sges,
 				 (unsigned)req->n_sges, advise_cb, p, &err) < 0) {
 		free(p);
-		odpd_reply_err(c, id, &err);
-		return;
+		odpd_out_err(o, k, &err);
+		return ODPD_DONE;
 	}
 	if (!p->flush)
-		reply_advise(c, id, bytes, false);  /* accepted; it runs on a worker */
-	odpd_client_wait(c);
+		reply_advise(o, k->id, bytes, false);  /* accepted; it runs on a worker: answered now, done later */
+	return ODPD_PENDING;
 }

@@ -69,6 +69,17 @@ struct odpd_budget {
 	uint64_t window_size;       /* bytes */
 };
 
+/* Is @fd (just received or accepted: the kernel gives the lowest free
+ * number) so high, under a limit of @nofile fds (0: none), that odpd must
+ * keep the rest for the clients it serves? @segment: a segment's fd, which
+ * odpd would keep (a larger reserve). */
+static inline bool odpd_fd_short(uint64_t nofile, int fd, bool segment)
+{
+	uint64_t reserve = segment ? 32 + nofile / 64 : 8 + nofile / 256;
+
+	return nofile && (uint64_t)fd + reserve >= nofile;
+}
+
 /*
  * fds one connection may make odpd hold, as the auto defaults count them:
  * its socket and pidfd; for a device, its context (the command fd and the

@@ -88,60 +88,69 @@ static void dispatch(struct odpd_client *c, const Odpd__Request *req, struct odp
 {
 	uint64_t id = req->id;
 	int fd = pkt->nfds ? pkt->fds[0] : -1;
+	struct odpd_out o = { 0 };
+	struct odpd_caller k;
+	int r;
 
+	/* The handler gets who asked, not the connection; it answers in @o,
+	 * or later through odpd_complete (handler.h). */
+	odpd_client_caller(c, id, &k);
+	odpd_client_begin(c);
 	switch (req->body_case) {
 	case ODPD__REQUEST__BODY_ATTACH_SEGMENT:
 		pkt->nfds = 0;                   /* consumed */
-		odpd_attach_segment(c, id, req->attach_segment, fd);
+		r = odpd_attach_segment(&k, req->attach_segment, fd, &o);
 		break;
 	case ODPD__REQUEST__BODY_DETACH_SEGMENT:
-		odpd_detach_segment(c, id, req->detach_segment);
+		r = odpd_detach_segment(&k, req->detach_segment, &o);
 		break;
 	case ODPD__REQUEST__BODY_MAP_SEGMENT:
-		odpd_map_segment(c, id, req->map_segment);
+		r = odpd_map_segment(&k, req->map_segment, &o);
 		break;
 	case ODPD__REQUEST__BODY_REG_MR:
 		pkt->nfds = 0;
-		odpd_reg_mr(c, id, req->reg_mr, fd);
+		r = odpd_reg_mr(&k, req->reg_mr, fd, &o);
 		break;
 	case ODPD__REQUEST__BODY_DEREG_MR:
-		odpd_dereg_mr(c, id, req->dereg_mr);
+		r = odpd_dereg_mr(&k, req->dereg_mr, &o);
 		break;
 	case ODPD__REQUEST__BODY_VERIFY:
-		odpd_verify(c, id, req->verify);
+		r = odpd_verify(&k, req->verify, &o);
 		break;
 	case ODPD__REQUEST__BODY_STATUS:
-		odpd_admin_status(c, id);
-		break;
-	case ODPD__REQUEST__BODY_JOIN_PD:
-		odpd_join_pd(c, id, req->join_pd);
-		break;
-	case ODPD__REQUEST__BODY_FLUSH:
-		odpd_flush(c, id, req->flush);
+		r = odpd_admin_status(&k, &o);
 		break;
 	case ODPD__REQUEST__BODY_LIST_MRS:
-		odpd_admin_list_mrs(c, id, req->list_mrs);
-		break;
-	case ODPD__REQUEST__BODY_IMPORT_PD:
-		odpd_import_pd(c, id, req->import_pd);
-		break;
-	case ODPD__REQUEST__BODY_ADVISE_MR:
-		odpd_advise_mr(c, id, req->advise_mr);
+		r = odpd_admin_list_mrs(&k, req->list_mrs, &o);
 		break;
 	case ODPD__REQUEST__BODY_RELOAD:
-		odpd_admin_reload(c, id);
+		r = odpd_admin_reload(&k, &o);
+		break;
+	case ODPD__REQUEST__BODY_JOIN_PD:
+		r = odpd_join_pd(&k, req->join_pd, &o);
+		break;
+	case ODPD__REQUEST__BODY_FLUSH:
+		r = odpd_flush(&k, req->flush, &o);
+		break;
+	case ODPD__REQUEST__BODY_IMPORT_PD:
+		r = odpd_import_pd(&k, req->import_pd, &o);
+		break;
+	case ODPD__REQUEST__BODY_ADVISE_MR:
+		r = odpd_advise_mr(&k, req->advise_mr, &o);
 		break;
 	case ODPD__REQUEST__BODY_ADMIN_VERIFY:
-		odpd_admin_verify(c, id, req->admin_verify);
+		r = odpd_admin_verify(&k, req->admin_verify, &o);
 		break;
 	case ODPD__REQUEST__BODY_OPEN_HIT_TABLE:
 		pkt->nfds = 0;
-		odpd_open_hit_table(c, id, req->open_hit_table, fd);
+		r = odpd_open_hit_table(&k, req->open_hit_table, fd, &o);
 		break;
 	default:
-		odpd_client_send_error(c, id, EOPNOTSUPP, "unknown request type (a newer client?)");
+		odpd_out_error(&o, &k, EOPNOTSUPP, "unknown request type (a newer client?)");
+		r = ODPD_DONE;
 		break;
 	}
+	odpd_client_end(c, &o, r);
 }
 
 /* protobuf-c's allocations for a request, through odpd's own malloc, so that
