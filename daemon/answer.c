@@ -62,6 +62,11 @@ void odpd_out_error(struct odpd_out *o, const struct odpd_caller *k, int code, c
 	odpd_out_reply(o, &reply, -1);
 }
 
+void odpd_out_err(struct odpd_out *o, const struct odpd_caller *k, const struct odpd_err *err)
+{
+	odpd_out_error(o, k, err->code, err->msg);
+}
+
 void odpd_complete(const struct odpd_caller *k, struct odpd_out *o)
 {
 	const struct odpd_notify *n = &k->m->notify;

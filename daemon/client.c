@@ -16,11 +16,10 @@
 #include "domain.h"
 #include "log.h"
 #include "odpd-wire.h"
+#include "peer.h"
+#include "config.h"
 #include "request.h"
 
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77
-#endif
 
 #define OUTQ_MAX 64                  /* replies queued for a slow reader */
 #define ACCEPT_PAUSE_MS 200          /* accept4 out of fds or memory: stop listening this long */
@@ -36,117 +35,6 @@ static void outq_push(struct odpd_client *c, struct odpd_answer *it);
 static void notify_complete(void *ctx, uint64_t conn, uint64_t id, struct odpd_out *o);
 static bool notify_connected(void *ctx, uint64_t conn);
 static unsigned notify_clients(void *ctx, struct odpd_conn_view *v, unsigned cap, unsigned *monitors);
-
-/* A pidfd names the peer process even after its pid is reused. */
-static int peer_pidfd(int fd, pid_t pid)
-{
-	int pidfd = -1;
-	socklen_t len = sizeof(pidfd);
-
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0)
-		return pidfd;
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (pidfd < 0 && errno == ENOSYS)          /* before Linux 5.3: say so, once */
-		log_ratelimited(LOG_WARNING, "no pidfd in this kernel: a connection whose process "
-				"exited is ended only when its socket closes (a forked child may keep it)");
-	return pidfd;
-}
-
-/* What /proc/PID/stat says of a process (proc(5)): 0, or -errno. */
-struct peer_stat {
-	char state;                     /* R, S, D, Z, X, ... */
-	unsigned long flags;            /* PF_*: PF_EXITING 0x4 */
-	unsigned long long starttime;
-	int exit_code;                  /* as waitpid(2) reports it; 0 unless odpd may ptrace it */
-};
-#define PF_EXITING 0x00000004UL
-
-static int peer_stat_read(pid_t pid, struct peer_stat *ret)
-{
-	char path[32], buf[1024], *p;
-	unsigned field = 3;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return n < 0 ? -errno : -ESRCH;
-	buf[n] = 0;
-	p = strrchr(buf, ')');           /* comm may hold spaces and parentheses */
-	if (!p || p[1] != ' ')
-		return -EINVAL;
-	*ret = (struct peer_stat){ .state = p[2] };
-	for (p += 2; (p = strchr(p, ' ')); field++) {
-		p++;
-		if (field + 1 == 9)
-			ret->flags = strtoul(p, NULL, 10);
-		else if (field + 1 == 22)
-			ret->starttime = strtoull(p, NULL, 10);
-		else if (field + 1 == 52)
-			ret->exit_code = (int)strtol(p, NULL, 10);
-	}
-	return 0;
-}
-
-/*
- * Has the client's process exited (or is it exiting: its fds, the socket
- * among them, close before it is a zombie)? Then true, and @buf says how,
- * with the signal or exit status where odpd may read it: "its process was
- * killed by SIGKILL", "its process exited with status 3", "its process
- * exited".
- */
-static bool peer_exit_text(const struct odpd_client *c, char *buf, size_t len)
-{
-	struct pollfd pfd = { .fd = c->pidfd, .events = POLLIN };
-	bool gone = c->pidfd >= 0 && poll(&pfd, 1, 0) == 1;
-	struct peer_stat st;
-	int r = peer_stat_read(c->cred.pid, &st);
-
-	if (r == 0 && c->starttime && st.starttime != c->starttime)
-		r = -ESRCH;                     /* its pid is another process's now */
-	if (r == -ENOENT || r == -ESRCH)
-		gone = true;
-	else if (r == 0 && (st.state == 'Z' || st.state == 'X' || (st.flags & PF_EXITING)))
-		gone = true;
-	if (!gone)
-		return false;
-	if (r == 0 && st.exit_code && WIFSIGNALED(st.exit_code))
-		snprintf(buf, len, "its process was killed by SIG%s%s", sigabbrev_np(WTERMSIG(st.exit_code)) ?
-			 sigabbrev_np(WTERMSIG(st.exit_code)) : "?",
-			 WCOREDUMP(st.exit_code) ? " (core dumped)" : "");
-	else if (r == 0 && st.exit_code && WIFEXITED(st.exit_code))
-		snprintf(buf, len, "its process exited with status %d", WEXITSTATUS(st.exit_code));
-	else
-		snprintf(buf, len, "its process exited");
-	return true;
-}
-
-/* The peer's supplementary groups (SO_PEERGROUPS), sized by the kernel. */
-static int peer_groups(int fd, gid_t **ret, unsigned *ret_n)
-{
-	socklen_t len = 0;
-	gid_t *groups;
-
-	/* SO_PEERGROUPS with no room answers ERANGE and the size it needs. */
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) < 0 && errno != ERANGE)
-		return -errno;
-	groups = malloc(len ? len : 1);
-	if (!groups)
-		return -ENOMEM;
-	if (len && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
-		int r = -errno;
-		free(groups);
-		return r;
-	}
-	*ret = groups;
-	*ret_n = (unsigned)(len / sizeof(gid_t));
-	return 0;
-}
 
 static bool peer_is_admin(const struct odpd_manager *m, const struct odpd_client *c)
 {
@@ -236,14 +124,14 @@ static int client_identify(struct odpd_manager *m, struct odpd_client *c)
 
 	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
 		return -errno;
-	r = peer_groups(c->fd, &c->groups, &c->n_groups);
+	r = odpd_peer_groups(c->fd, &c->groups, &c->n_groups);
 	if (r < 0)
 		return r;
-	c->pidfd = peer_pidfd(c->fd, c->cred.pid);
+	c->pidfd = odpd_peer_pidfd(c->fd, c->cred.pid);
 	{
-		struct peer_stat st;
+		struct odpd_peer_stat st;
 
-		if (peer_stat_read(c->cred.pid, &st) == 0)
+		if (odpd_peer_stat_read(c->cred.pid, &st) == 0)
 			c->starttime = st.starttime;
 	}
 	c->admin = peer_is_admin(m, c);
@@ -297,7 +185,7 @@ static void client_on_peer_exit(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (!peer_exit_text(c, how, sizeof(how)))
+	if (!odpd_peer_exit_text(c->pidfd, c->cred.pid, c->starttime, how, sizeof(how)))
 		snprintf(how, sizeof(how), "its process exited");
 	snprintf(why, sizeof(why), "%s (pidfd); another process still held the socket", how);
 	odpd_client_disconnect(c, why);
@@ -573,6 +461,164 @@ void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const 
 
 /* ---------------------------------------------------------------- input */
 
+/*
+ * Hello. Its reply's framing (Reply.id/status/message/hello and
+ * HelloReply.version/version_min/version_max) is frozen, so a client of any
+ * version can read a refusal.
+ */
+static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *req)
+{
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__HelloReply hr = ODPD__HELLO_REPLY__INIT;
+	Odpd__Device **devs = NULL;
+	char msg[160];
+
+	reply.has_id = 1;
+	reply.id = id;
+	reply.body_case = ODPD__REPLY__BODY_HELLO;
+	reply.hello = &hr;
+	hr.has_version = hr.has_version_min = hr.has_version_max = 1;
+	hr.version_min = ODPD_PROTOCOL_VERSION_MIN;
+	hr.version_max = ODPD_PROTOCOL_VERSION_MAX;
+	reply.has_status = 1;
+	if (c->hello) {
+		reply.status = EALREADY;
+		reply.message = (char *)"Hello was already answered on this connection";
+	} else if (c->refused) {                 /* then closed (client.c) */
+		reply.status = c->refused;
+		reply.message = c->refused_msg;
+	} else if (!req->has_version || req->version < ODPD_PROTOCOL_VERSION_MIN ||
+		   req->version > ODPD_PROTOCOL_VERSION_MAX) {
+		snprintf(msg, sizeof(msg), "protocol version %u is not supported; this daemon speaks %u..%u",
+			 req->version, ODPD_PROTOCOL_VERSION_MIN, ODPD_PROTOCOL_VERSION_MAX);
+		reply.status = EPROTONOSUPPORT;
+		reply.message = msg;
+	} else if (req->has_monitor && req->monitor && !c->admin) {
+		/* A monitor is left out of the clients an operator sees
+		 * (odpctl clients, D-Bus): only admin tools may be one. The
+		 * connection may say Hello again, as a plain client. */
+		reply.status = EPERM;
+		reply.message = (char *)"Hello.monitor is for admin tools (root or odpd's admin group): "
+				       "say Hello without it, as a client";
+	} else if (odpd_devices_to_proto(&c->m->devices, &devs) < 0) {
+		reply.status = ENOMEM;
+		reply.message = (char *)"out of memory";
+	} else {
+		c->hello = true;
+		hr.version = req->version;
+		hr.devices = devs;
+		hr.n_devices = c->m->devices.n_live;
+		hr.has_max_packet = 1;
+		hr.max_packet = ODPD_MAX_PACKET;
+		hr.has_client_id = 1;
+		hr.client_id = c->id;
+		hr.daemon_version = (char *)ODPD_VERSION;
+		if (req->client_name && *req->client_name)
+			snprintf(c->name, sizeof(c->name), "%s", req->client_name);
+		c->monitor = req->has_monitor && req->monitor;
+		odpd_client_log_hello(c);
+	}
+	odpd_client_send(c, &reply);
+	free(devs);
+}
+
+/* How many fds a request must carry. */
+static unsigned fds_wanted(const Odpd__Request *req)
+{
+	switch (req->body_case) {
+	case ODPD__REQUEST__BODY_ATTACH_SEGMENT:
+	case ODPD__REQUEST__BODY_OPEN_HIT_TABLE:
+		return 1;
+	case ODPD__REQUEST__BODY_REG_MR:
+		return req->reg_mr->has_client_pd && req->reg_mr->client_pd ? 1 : 0;
+	default:
+		return 0;
+	}
+}
+
+/* The handler gets who asked, not the connection; it answers in @o, or
+ * later through odpd_complete (handler.h). Reading stops until then. */
+static void client_dispatch(struct odpd_client *c, const Odpd__Request *req, struct odpd_packet *pkt)
+{
+	int fd = pkt->nfds ? pkt->fds[0] : -1;
+	struct odpd_out o = { 0 };
+	struct odpd_caller k;
+	int r;
+
+	pkt->nfds = 0;                       /* consumed by the handler */
+	odpd_client_caller(c, req->id, &k);
+	odpd_client_begin(c);
+	r = odpd_request_dispatch(&k, req, fd, &o);
+	odpd_client_end(c, &o, r);
+}
+
+/* protobuf-c's allocations for a request, through odpd's own malloc, so that
+ * running out of memory is told apart from a malformed packet. */
+static bool unpack_oom;
+
+static void *pb_alloc(void *data, size_t size)
+{
+	void *p = malloc(size);
+
+	(void)data;
+	if (!p)
+		unpack_oom = true;
+	return p;
+}
+
+static void pb_free(void *data, void *p)
+{
+	(void)data;
+	free(p);
+}
+
+static ProtobufCAllocator pb_allocator = { .alloc = pb_alloc, .free = pb_free };
+
+/* Decode and act on one packet of @c. Consumes @pkt's fds on every path. */
+static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt)
+{
+	Odpd__Request *req;
+	char msg[128];
+
+	if (len == 0) {
+		odpd_client_send_error(c, 0, EBADMSG, "empty packet: expected one odpd.Request");
+		goto out;
+	}
+	unpack_oom = false;
+	req = odpd__request__unpack(&pb_allocator, len, buf);
+	if (!req && unpack_oom) {
+		odpd_client_send_error(c, 0, ENOMEM, "odpd is out of memory: the request was not read");
+		goto out;
+	}
+	if (!req) {
+		odpd_client_send_error(c, 0, EBADMSG, "cannot parse the packet as an odpd.Request");
+		goto out;
+	}
+	log_debug(CLIENT_FMT ": request %llu: %s", CLIENT_ARGS(c),
+		  (unsigned long long)req->id, odpd_request_name(req->body_case));
+	if (!req->has_id || req->id == 0)
+		odpd_client_send_error(c, 0, EINVAL, "request id 0 is reserved for events");
+	else if (req->body_case == ODPD__REQUEST__BODY_HELLO)
+		handle_hello(c, req->id, req->hello);
+	else if (!c->hello)
+		odpd_client_send_error(c, req->id, EPROTO, "send Hello first");
+	else if (pkt->nfds != fds_wanted(req)) {
+		snprintf(msg, sizeof(msg), "%s takes %u file descriptor(s), the packet carried %u",
+			 odpd_request_name(req->body_case), fds_wanted(req), pkt->nfds);
+		odpd_client_send_error(c, req->id, EINVAL, msg);
+	} else {
+		if (c->has_holder)
+			odpd_registry_hits_report(&c->m->registry, &c->holder, req->has_local_hits,
+						  req->local_hits, req->has_revocations_seen,
+						  req->revocations_seen);
+		client_dispatch(c, req, pkt);
+	}
+	odpd__request__free_unpacked(req, &pb_allocator);
+out:
+	odpd_packet_close_fds(pkt);
+}
+
+
 /* Read one packet and act on it. Returns false when reading must stop. */
 static bool client_read_one(struct odpd_client *c)
 {
@@ -599,7 +645,7 @@ static bool client_read_one(struct odpd_client *c)
 		char how[96];
 
 		/* it closed the connection, or its process died (and the kernel closed it) */
-		odpd_client_disconnect(c, peer_exit_text(c, how, sizeof(how)) ? how :
+		odpd_client_disconnect(c, odpd_peer_exit_text(c->pidfd, c->cred.pid, c->starttime, how, sizeof(how)) ? how :
 					  "it closed the connection");
 		return false;
 	}
@@ -614,7 +660,7 @@ static bool client_read_one(struct odpd_client *c)
 	 * handler, and a job may complete there too: neither frees @c under
 	 * us; this function finishes what they started. */
 	c->handling = true;
-	odpd_request_handle(c, m->rbuf, pkt.len, &pkt);  /* consumes pkt's fds */
+	client_request(c, m->rbuf, pkt.len, &pkt);  /* consumes pkt's fds */
 	c->handling = false;
 	if (c->dead) {
 		if (!c->busy)

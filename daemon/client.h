@@ -24,7 +24,7 @@ struct odpd_client {
 	bool monitor;                   /* Hello.monitor: an admin tool, not listed as a client */
 	bool busy;                      /* a job of this client is queued or running */
 	bool dead;                      /* disconnected; torn down when not busy */
-	bool handling;                  /* inside odpd_request_handle: client_read_one tears down */
+	bool handling;                  /* inside client_request: client_read_one tears down */
 	bool resume;                    /* a job completed meanwhile: read again after it */
 	bool read_paused;               /* ev_read deleted: readable while a job ran */
 	struct event *ev_read, *ev_write;

@@ -97,10 +97,7 @@ enum {
 void odpd_out_reply(struct odpd_out *o, const Odpd__Reply *reply, int fd);
 /* An error reply for @k's request. */
 void odpd_out_error(struct odpd_out *o, const struct odpd_caller *k, int code, const char *msg);
-static inline void odpd_out_err(struct odpd_out *o, const struct odpd_caller *k, const struct odpd_err *err)
-{
-	odpd_out_error(o, k, err->code, err->msg);
-}
+void odpd_out_err(struct odpd_out *o, const struct odpd_caller *k, const struct odpd_err *err);
 /* Free what @o holds (an answer not handed on). */
 void odpd_out_clear(struct odpd_out *o);
 void odpd_answer_free(struct odpd_answer *a);

@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-#include <stddef.h>
-#include <stdint.h>
-
-#include "client.h"
-#include "error.h"
 #include "handler.h"
-#include "odpd-wire.h"
 
-/* Decode and act on one packet of @c. Consumes @pkt's fds on every path. */
-void odpd_request_handle(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt);
+/*
+ * Call the handler of @req (decoded, Hello answered and the fd count
+ * checked by the connection layer) for caller @k. @fd, the request's one
+ * fd or -1, is consumed on every path. Returns the handler's ODPD_DONE
+ * (its answer, if any, in @o) or ODPD_PENDING (handler.h).
+ */
+int odpd_request_dispatch(const struct odpd_caller *k, const Odpd__Request *req, int fd, struct odpd_out *o);
