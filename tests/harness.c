@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -804,4 +805,18 @@ void rdma_link(char *dev, char *netdev)
 	}
 	pclose(p);
 	assert_true(found);
+}
+
+bool kernel_holds(void *arg)
+{
+	const struct kernel_want *w = arg;
+
+	return kernel_mr_count(w->pid) == w->mrs;
+}
+
+bool hit_revoked(void *arg)
+{
+	const _Atomic uint64_t *gen = arg;
+
+	return atomic_load(&gen[0]) != 0;
 }

@@ -162,3 +162,13 @@ int run_tool(uid_t uid, char *out, size_t cap, const char *const *argv);
 int run_cmd(const char *cmd, int timeout_s);
 /* The first rxe link and its netdev, from `rdma link show`. */
 void rdma_link(char *dev, char *netdev);
+
+/* wait_until() conditions: the kernel holds @mrs MRs of @pid; odpd has
+ * revoked a reference of the hit table whose generation words @arg maps
+ * (its header word moved). */
+struct kernel_want {
+	pid_t pid;
+	int mrs;
+};
+bool kernel_holds(void *arg);
+bool hit_revoked(void *arg);

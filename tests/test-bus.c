@@ -831,26 +831,6 @@ static bool fds_are(void *arg)
 	return fd_count(w->pid) == w->n;
 }
 
-struct kernel_want {
-	pid_t pid;
-	int mrs;
-};
-
-static bool kernel_holds(void *arg)
-{
-	const struct kernel_want *w = arg;
-
-	return kernel_mr_count(w->pid) == w->mrs;
-}
-
-/* Has odpd revoked a reference of this hit table (its header word)? */
-static bool hit_revoked(void *arg)
-{
-	const _Atomic uint64_t *gen = arg;
-
-	return atomic_load(&gen[0]) != 0;
-}
-
 /* Fail if odpd @d exited (or was killed), saying how. */
 static void daemon_alive(struct test_daemon *d)
 {

@@ -853,27 +853,6 @@ static void test_mr_list_pages(void **state)
 
 #define REVOKE_MR_BYTES (128 * MIB)
 
-/* The kernel holds @mrs MRs of the daemon @pid. */
-struct kernel_want {
-	pid_t pid;
-	int mrs;
-};
-
-static bool kernel_holds(void *arg)
-{
-	const struct kernel_want *w = arg;
-
-	return kernel_mr_count(w->pid) == w->mrs;
-}
-
-/* Has the daemon revoked a reference of this hit table (its header word)? */
-static bool hit_revoked(void *arg)
-{
-	const _Atomic uint64_t *gen = arg;
-
-	return atomic_load(&gen[0]) != 0;
-}
-
 static double secs_since(const struct timespec *t0)
 {
 	struct timespec t;
