@@ -81,6 +81,13 @@ uint64_t raw_attach(int fd_conn, uint64_t id, int fd);
  * client's PD @pd_handle (the cmd_fd goes along as the packet's fd); @m is its body. */
 void raw_client_pd_req(Odpd__Request *req, Odpd__RegMr *m, uint64_t addr, uint32_t pd_handle);
 
+/* OpenHitTable as request @id with @slots slots over a new 4 KiB use table:
+ * the use table's fd and mapping (the client's use words, read-write) in
+ * *@use_fd and *@use, the daemon's generation table's in *@gen_fd and *@gen
+ * (read-only). */
+void raw_open_hit_table(int fd, uint64_t id, uint32_t slots, int *use_fd, _Atomic uint64_t **use,
+			int *gen_fd, const _Atomic uint64_t **gen);
+
 /* Expect an error reply to id @id with @status. */
 void raw_expect_error(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,
 		      int status);

@@ -928,7 +928,6 @@ static void test_bus_lost_mid_flush(void **state)
 	const uint64_t len = LOST_MR_BYTES;
 	struct test_daemon d = { 0 };
 	Odpd__Request req = ODPD__REQUEST__INIT;
-	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
 	Odpd__Verify v = ODPD__VERIFY__INIT;
 	Odpd__StatusReply *sr;
 	Odpd__Reply *r;
@@ -959,18 +958,7 @@ static void test_bus_lost_mid_flush(void **state)
 	}
 	conn = raw_connect_hello(d.sock);
 	/* the hit table: the client's use words, the daemon's generations */
-	use_fd = sealed_memfd(4096);
-	o.has_slots = 1;
-	o.slots = 64;
-	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
-	req.open_hit_table = &o;
-	r = raw_call_fd(conn, 2, &req, &use_fd, 1, &gen_fd);
-	assert_int_equal(r->status, 0);
-	odpd__reply__free_unpacked(r, NULL);
-	assert_true(gen_fd >= 0);
-	use = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, use_fd, 0);
-	gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, gen_fd, 0);
-	assert_true(use != MAP_FAILED && gen != MAP_FAILED);
+	raw_open_hit_table(conn, 2, 64, &use_fd, &use, &gen_fd, &gen);
 
 	/* one large MR over known bytes */
 	seg_fd = sealed_memfd(len);

@@ -932,7 +932,6 @@ static void revoked_during_verify(enum revoke_then then)
 	char path[128];
 	struct test_daemon d = { 0 };
 	Odpd__Request req = ODPD__REQUEST__INIT;
-	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
 	Odpd__Verify v = ODPD__VERIFY__INIT;
 	Odpd__StatusReply *sr;
 	Odpd__Reply *r;
@@ -961,18 +960,7 @@ static void revoked_during_verify(enum revoke_then then)
 		raw_join(other, 90, "revoke");
 	}
 	/* the hit table: the client's use words, the daemon's generations */
-	use_fd = sealed_memfd(4096);
-	o.has_slots = 1;
-	o.slots = 64;
-	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
-	req.open_hit_table = &o;
-	r = raw_call_fd(conn, 2, &req, &use_fd, 1, &gen_fd);
-	assert_int_equal(r->status, 0);
-	odpd__reply__free_unpacked(r, NULL);
-	assert_true(gen_fd >= 0);
-	use = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, use_fd, 0);
-	gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, gen_fd, 0);
-	assert_true(use != MAP_FAILED && gen != MAP_FAILED);
+	raw_open_hit_table(conn, 2, 64, &use_fd, &use, &gen_fd, &gen);
 
 	/* one large pinned MR over known bytes */
 	seg_fd = sealed_memfd(len);
@@ -2263,7 +2251,6 @@ static void test_hit_table_garbage(void **state)
 	enum { SLOTS = 16, FIRST = 6 };
 	const uint64_t len = 1 << 20;
 	Odpd__Request req = ODPD__REQUEST__INIT;
-	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
 	Odpd__Flush fl = ODPD__FLUSH__INIT;
 	Odpd__RegMr rm = ODPD__REG_MR__INIT;
 	struct raw_mr m[FIRST];
@@ -2279,17 +2266,7 @@ static void test_hit_table_garbage(void **state)
 	(void)state;
 	snapshot_take(&test_daemon, test_admin_fd, &base);
 	conn = raw_connect_hello(test_daemon.sock);
-	use_fd = sealed_memfd(4096);
-	o.has_slots = 1;
-	o.slots = SLOTS;
-	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
-	req.open_hit_table = &o;
-	r = raw_call_fd(conn, 2, &req, &use_fd, 1, &gen_fd);
-	assert_int_equal(r->status, 0);
-	odpd__reply__free_unpacked(r, NULL);
-	use = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, use_fd, 0);
-	gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, gen_fd, 0);
-	assert_true(use != MAP_FAILED && gen != MAP_FAILED);
+	raw_open_hit_table(conn, 2, SLOTS, &use_fd, &use, &gen_fd, &gen);
 	seg_fd = sealed_memfd(len);
 	addr = raw_attach(conn, 3, seg_fd);
 	for (unsigned i = 0; i < FIRST; i++) {
