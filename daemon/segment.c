@@ -136,6 +136,16 @@ static int mapping_reserve(struct odpd_segtable *t)
 	return 0;
 }
 
+/* No mapping listed: no table either. */
+static void mapping_table_trim(struct odpd_segtable *t)
+{
+	if (t->n_listed)
+		return;
+	free(t->buckets);
+	t->buckets = NULL;
+	t->n_buckets = 0;
+}
+
 static void mapping_unlist(struct odpd_segtable *t, struct odpd_mapping *m)
 {
 	for (struct odpd_mapping **pm = &t->buckets[mapping_bucket(t->n_buckets, m->dev, m->ino)]; *pm;
@@ -144,11 +154,8 @@ static void mapping_unlist(struct odpd_segtable *t, struct odpd_mapping *m)
 			*pm = m->next;
 			break;
 		}
-	if (--t->n_listed == 0) {
-		free(t->buckets);
-		t->buckets = NULL;
-		t->n_buckets = 0;
-	}
+	t->n_listed--;
+	mapping_table_trim(t);
 }
 
 /* Map the file at @want (MAP_FIXED_NOREPLACE), or in the window. */
@@ -251,11 +258,7 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	if (r < 0) {
 		close(fd);
 		free(m);
-		if (!t->n_listed) {              /* (the table mapping_reserve made) */
-			free(t->buckets);
-			t->buckets = NULL;
-			t->n_buckets = 0;
-		}
+		mapping_table_trim(t);           /* (the table mapping_reserve made) */
 		return r;
 	}
 	mapping_dontdump(m);
