@@ -1,23 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench-path: what one request costs odpd in system calls and context
- * switches (issue 11: "measure system calls and context switches per
- * request before and after"). One client, three phases of N pairs each of
- * a 4 KiB odpd_reg + odpd_dereg:
- *   miss         of a page no MR covers, libodpd's cache off: a worker
- *                registers and another job deregisters (2 requests, 2 jobs);
- *   daemon hit   of a page an MR we hold covers, cache off (ODPD_CACHE=0):
- *                2 requests answered on odpd's loop, no job;
- *   local hit    the same with the cache on: libodpd answers, no request.
- * For each phase, odpd's threads' context switches (voluntary + involuntary,
- * /proc/PID/task/TID/status) and, with --strace, its system calls (strace -c
- * -f attached for the phase), divided by 2 N. Then each phase again idle and
+ * switches (issues 11 and 26: count system calls and context switches per
+ * request rather than microseconds). One client, N operations per phase:
+ *   miss         a 4 KiB odpd_reg + odpd_dereg of a page no MR covers
+ *                (resident, and mapped in odpd's view since the attach),
+ *                with libodpd's cache on: 2 requests;
+ *   daemon hit   the same of a page an MR we hold covers, cache off
+ *                (ODPD_CACHE=0): 2 requests answered on odpd's loop;
+ *   local hit    the same with the cache on: libodpd answers, no request;
+ *   refusal      odpd_join_pd on a connection that has registered: odpd
+ *                refuses it at once (EBUSY), 1 request, no cache work;
+ *   verbs        ibv_reg_mr + ibv_dereg_mr of a resident page in-process.
+ * For each phase, the context switches of odpd's threads (/proc/PID/task/
+ * TID/status) and of this process (getrusage), and, with --strace, the
+ * system calls of odpd (strace -c -f attached for the phase) and of this
+ * process (strace -c attached to it), per request. Then issue 26's figures,
+ * each a count or a ratio of two medians from this run. Then each phase again idle and
  * while another client registers and deregisters 256 MiB pinned again and
  * again: median, p99 and the p99 ratio (issue 11's fairness target).
  * A benchmark: it reports, never asserts.
  *
  * bench-path --socket PATH [--iters N] [--strace]   (ODPD_BENCH_ODPD_PID: odpd)
- * With --strace, strace's tables go to build/bench-path-{miss,hit,local}.strace.
+ * With --strace, strace's tables go to build/bench-path-PHASE{,-client}.strace.
  * bench/run-path runs it in the VM.
  */
 #include <dirent.h>
@@ -29,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,13 +75,22 @@ static unsigned long ctx_switches(void)
 	return sum;
 }
 
-/* strace -c -f attached to odpd (every thread) while a phase runs. */
-static pid_t strace_start(const char *out)
+/* This process's context switches so far. */
+static unsigned long own_ctx_switches(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (unsigned long)(ru.ru_nvcsw + ru.ru_nivcsw);
+}
+
+/* strace -c -f attached to @target (every thread) while a phase runs. */
+static pid_t strace_start(pid_t target, const char *out)
 {
 	char pid[16];
 	pid_t p;
 
-	snprintf(pid, sizeof(pid), "%d", (int)odpd_pid);
+	snprintf(pid, sizeof(pid), "%d", (int)target);
 	p = fork();
 	if (p < 0)
 		die("fork: %s", strerror(errno));
@@ -119,34 +134,56 @@ static unsigned long strace_stop(pid_t p, const char *out)
  * and the control, 2 bare SEQPACKET round trips to an echoing process: what
  * the guest's CPUs do to any request/reply pair under load, odpd or not.
  */
-enum { PH_MISS, PH_DHIT, PH_LHIT, PH_RTT, N_PH };
+enum { PH_MISS, PH_DHIT, PH_LHIT, PH_REFUSAL, PH_VERBS, PH_RTT, N_PH };
 static const char *const ph_names[N_PH] = {
-	"miss (reg+dereg, 2 jobs)", "daemon hit (reg+dereg, loop)", "local hit (reg+dereg, libodpd)",
-	"2 bare round trips (no odpd)",
+	"miss (reg+dereg)", "daemon hit (reg+dereg)", "local hit (reg+dereg, libodpd)",
+	"refusal (1 request)", "ibv_reg_mr+ibv_dereg_mr", "2 bare round trips (no odpd)",
 };
+static const char *const ph_files[N_PH] = { "miss", "hit", "local", "refusal", "verbs", "rtt" };
+/* requests to odpd per operation (0: none; counts are then per operation) */
+static const unsigned ph_requests[N_PH] = { 2, 2, 0, 1, 0, 0 };
 
 struct client {
 	struct odpd_conn *uncached, *cached;
-	char *base, *local;                     /* iters + 1 pages; one page */
+	char *base, *hitpage, *local;            /* iters pages of the cached connection's segment;
+						  * one page held by uncached; one local */
+	void *verbs_page;
+	struct verbs verbs;
 	unsigned iters;
 	int echo_fd;
 };
 
 static void one_op(const struct client *cl, int ph, unsigned i)
 {
-	if (ph == PH_RTT) {
+	struct odpd_conn *c = cl->uncached;
+	char *p = cl->hitpage;
+	struct odpd_mr *mr;
+	double t[3];
+
+	switch (ph) {
+	case PH_RTT:
 		echo_rtt(cl->echo_fd);
 		echo_rtt(cl->echo_fd);
 		return;
+	case PH_REFUSAL:
+		if (odpd_join_pd(cl->uncached, "bench-path") != -1 || errno != EBUSY)
+			die("odpd_join_pd after a registration: expected EBUSY, got %s", strerror(errno));
+		return;
+	case PH_VERBS:
+		verbs_reg_dereg(&cl->verbs, cl->verbs_page, 4096, IBV_ACCESS_LOCAL_WRITE, t);
+		return;
+	case PH_MISS:
+		c = cl->cached;
+		p = cl->base + (size_t)(i % cl->iters) * 4096;
+		break;
+	case PH_LHIT:
+		c = cl->cached;
+		p = cl->local;
+		break;
 	}
-	{
-	struct odpd_conn *c = ph == PH_LHIT ? cl->cached : cl->uncached;
-	char *p = ph == PH_LHIT ? cl->local : cl->base + (size_t)(ph == PH_MISS ? i : cl->iters) * 4096;
-	struct odpd_mr *mr = odpd_reg(c, p, 4096, IBV_ACCESS_LOCAL_WRITE);
-
+	mr = odpd_reg(c, p, 4096, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr || odpd_dereg(mr) < 0)
 		die("%s: %s", ph_names[ph], odpd_errmsg());
-	}
 }
 
 static struct series *timed(const struct client *cl, int ph, const char *suffix)
@@ -231,6 +268,43 @@ static void big_neighbour(const char *sock, const struct client *cl)
 	       (busy[PH_DHIT]->p99 / idle[PH_DHIT]->p99) / (busy[PH_RTT]->p99 / idle[PH_RTT]->p99));
 }
 
+/* One phase of @cl's: its median, and per request (per operation where it
+ * makes none) odpd's and this process's context switches and, with
+ * --strace (a second pass: ptrace stops switch too), system calls. */
+struct figures {
+	double median, odpd_calls, client_calls, odpd_cs, client_cs;
+};
+
+static struct figures phase(const struct client *cl, int ph, bool use_strace)
+{
+	struct figures f = { 0 };
+	double per = ph_requests[ph] ? ph_requests[ph] * (double)cl->iters : (double)cl->iters;
+	unsigned long cs0 = ctx_switches(), own0 = own_ctx_switches();
+	struct series *s = timed(cl, ph, "");
+
+	f.odpd_cs = (double)(ctx_switches() - cs0) / per;
+	f.client_cs = (double)(own_ctx_switches() - own0) / per;
+	f.median = s->median;
+	if (use_strace && ph != PH_RTT) {
+		char out[64], own[64];
+		pid_t st, so;
+
+		snprintf(out, sizeof(out), "build/bench-path-%s.strace", ph_files[ph]);
+		snprintf(own, sizeof(own), "build/bench-path-%s-client.strace", ph_files[ph]);
+		st = strace_start(odpd_pid, out);
+		so = strace_start(getpid(), own);
+		timed(cl, ph, " (strace)");
+		f.client_calls = (double)strace_stop(so, own) / per;
+		f.odpd_calls = (double)strace_stop(st, out) / per;
+	}
+	return f;
+}
+
+static void target(const char *what, double v, double goal, const char *unit)
+{
+	printf("  %-66s %7.2f%s  target <= %.2f%s: %s\n", what, v, unit, goal, unit, v <= goal ? "met" : "MISSED");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -243,8 +317,9 @@ int main(int argc, char **argv)
 	unsigned iters = 200;
 	bool use_strace = false;
 	struct client cl;
-	struct odpd_segment *seg, *lseg;
+	struct odpd_segment *seg, *hseg, *lseg;
 	struct odpd_mr *hold, *lhold;
+	struct figures f[N_PH];
 	pid_t echo_pid;
 	int o;
 
@@ -261,7 +336,8 @@ int main(int argc, char **argv)
 	odpd_pid = (pid_t)atoi(pid_env);
 	print_command(argc, argv);
 	printf("\n");
-	/* the cache off for the miss and the daemon hit; on for the local hit */
+	/* the cache off for the daemon hit and the refusal; on for the miss
+	 * and the local hit (a miss then reaches odpd as in a real program) */
 	setenv("ODPD_CACHE", "0", 1);
 	cl.uncached = odpd_connect(sock, NULL);
 	unsetenv("ODPD_CACHE");
@@ -269,48 +345,53 @@ int main(int argc, char **argv)
 	if (!cl.uncached || !cl.cached)
 		die("odpd_connect: %s", odpd_errmsg());
 	cl.iters = iters;
-	seg = odpd_alloc(cl.uncached, (size_t)(iters + 1) * 4096, 0);
+	seg = odpd_alloc(cl.cached, (size_t)iters * 4096, 0);
+	hseg = odpd_alloc(cl.uncached, 4096, 0);
 	lseg = odpd_alloc(cl.cached, 4096, 0);
-	if (!seg || !lseg)
+	if (!seg || !hseg || !lseg)
 		die("odpd_alloc: %s", odpd_errmsg());
 	cl.base = odpd_segment_addr(seg);
+	cl.hitpage = odpd_segment_addr(hseg);
 	cl.local = odpd_segment_addr(lseg);
-	memset(cl.base, 1, (size_t)(iters + 1) * 4096);
+	memset(cl.base, 1, (size_t)iters * 4096);
+	memset(cl.hitpage, 1, 4096);
 	memset(cl.local, 1, 4096);
-	hold = odpd_reg(cl.uncached, cl.base + (size_t)iters * 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+	hold = odpd_reg(cl.uncached, cl.hitpage, 4096, IBV_ACCESS_LOCAL_WRITE);
 	lhold = odpd_reg(cl.cached, cl.local, 4096, IBV_ACCESS_LOCAL_WRITE);
 	if (!hold || !lhold)
 		die("odpd_reg: %s", odpd_errmsg());
-	printf("%-32s %10s %12s %14s\n", "phase (N requests)", "median µs", "syscalls/req", "ctx switches/req");
-	for (int ph = 0; ph < PH_RTT; ph++) {
-		/* first plain (latency, context switches), then under strace
-		 * (system calls: ptrace stops add switches of their own) */
-		for (int traced = 0; traced <= (int)use_strace; traced++) {
-			unsigned long cs0, cs1, calls;
-			struct series *s;
-			pid_t st = 0;
-			char trace_file[64];
-
-			snprintf(trace_file, sizeof(trace_file), "build/bench-path-%s.strace",
-				 ph == PH_MISS ? "miss" : ph == PH_DHIT ? "hit" : "local");
-			if (traced)
-				st = strace_start(trace_file);
-			cs0 = ctx_switches();
-			s = timed(&cl, ph, "");
-			cs1 = ctx_switches();
-			if (traced) {
-				calls = strace_stop(st, trace_file);
-				printf("%-32s %10s %12.2f %14s\n", "  (under strace)", "",
-				       (double)calls / (2.0 * iters), "");
-				continue;
-			}
-			printf("%-32s %10.1f %12s %14.2f\n", ph_names[ph], s->median, "",
-			       (double)(cs1 - cs0) / (2.0 * iters));
-		}
-	}
+	verbs_open(&cl.verbs);
+	cl.verbs_page = memfd_buffer(4096);
 	cl.echo_fd = echo_start(&echo_pid);
+	printf("%-32s %10s %14s %14s %14s\n", "phase", "median µs", "odpd calls", "client calls",
+	       "ctx switches");
+	printf("%-32s %10s %14s %14s %14s\n", "(per request; per op if none)", "", "(strace)", "(strace)",
+	       "odpd+client");
+	for (int ph = 0; ph < N_PH; ph++) {
+		f[ph] = phase(&cl, ph, use_strace);
+		if (use_strace && ph != PH_RTT)
+			printf("%-32s %10.1f %14.2f %14.2f %14.2f\n", ph_names[ph], f[ph].median, f[ph].odpd_calls,
+			       f[ph].client_calls, f[ph].odpd_cs + f[ph].client_cs);
+		else
+			printf("%-32s %10.1f %14s %14s %14.2f\n", ph_names[ph], f[ph].median, "-", "-",
+			       f[ph].odpd_cs + f[ph].client_cs);
+	}
+	printf("\nissue 26's figures (a 4 KiB miss = odpd_reg + odpd_dereg of resident pages, 2 requests):\n");
+	if (use_strace) {
+		target("system calls in odpd per request of a miss", f[PH_MISS].odpd_calls, 5, "");
+		target("system calls in the client per request of a miss", f[PH_MISS].client_calls, 2, "");
+	}
+	target("context switches per request of a miss, odpd and client", f[PH_MISS].odpd_cs + f[PH_MISS].client_cs,
+	       2, "");
+	target("miss / (refusal + ibv_reg_mr + ibv_dereg_mr), medians",
+	       f[PH_MISS].median / (f[PH_REFUSAL].median + f[PH_VERBS].median), 1.5, " ×");
+	target("daemon hit per request / refusal, medians", f[PH_DHIT].median / 2 / f[PH_REFUSAL].median, 1.1,
+	       " ×");
+	printf("  %-66s %7.2f ×\n", "(refusal / bare SEQPACKET round trip, medians)",
+	       f[PH_REFUSAL].median / (f[PH_RTT].median / 2));
 	big_neighbour(sock, &cl);
 	echo_stop(cl.echo_fd, echo_pid);
+	verbs_close(&cl.verbs);
 	odpd_dereg(hold);
 	odpd_dereg(lhold);
 	odpd_disconnect(cl.cached);

@@ -111,6 +111,9 @@ static void cache_stats(const struct odpd_registry *r, Odpd__CacheStats *o)
 	o->invalidated_expired = s->inv_expired;
 	o->invalidated_device = s->killed;
 	o->registered_bytes = s->registered_bytes;
+	o->has_registrations_on_loop = o->has_deregistrations_on_loop = 1;
+	o->registrations_on_loop = s->loop_registrations;
+	o->deregistrations_on_loop = s->loop_deregistrations;
 	o->n_registration_sizes = ODPD_REG_SIZE_BUCKETS;
 	o->registration_sizes = (uint64_t *)s->reg_sizes;   /* (the reply is packed at once) */
 }

@@ -89,6 +89,7 @@ static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 		"LocalHits", "Revoked", "InvalidationBatches",
 		"Gets", "InvalidatedFlush", "InvalidatedEviction", "InvalidatedHole",
 		"InvalidatedDevice", "InvalidatedExpired", "RegisteredBytes",
+		"RegistrationsOnLoop", "DeregistrationsOnLoop",
 	};
 	const uint64_t values[] = {
 		m->devices.n_live, n_clients(m), m->segs.count, m->segs.bytes, r->n_mrs, r->pinned,
@@ -102,6 +103,7 @@ static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 		r->stats.replaced,          /* InvalidatedHole: MRs a punched hole retired */
 		r->stats.killed,            /* InvalidatedDevice: MRs that went with a device */
 		r->stats.inv_expired, r->stats.registered_bytes,
+		r->stats.loop_registrations, r->stats.loop_deregistrations,
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(values) / sizeof(values[0]),
 		       "a value per name");
@@ -548,6 +550,8 @@ static const sd_bus_vtable manager_vtable[] = {
 	COUNTER("Gets"), COUNTER("InvalidatedFlush"), COUNTER("InvalidatedEviction"),
 	COUNTER("InvalidatedHole"), COUNTER("InvalidatedDevice"), COUNTER("InvalidatedExpired"),
 	COUNTER("RegisteredBytes"),
+	COUNTER("RegistrationsOnLoop"),
+	COUNTER("DeregistrationsOnLoop"),
 #define SIZE_COUNTER(n) COUNTER(n),
 	SIZE_BUCKETS(SIZE_COUNTER)
 #undef SIZE_COUNTER

@@ -25,7 +25,11 @@
 #define ACCEPT_PAUSE_MS 200          /* accept4 out of fds or memory: stop listening this long */
 #define REFUSED_MS 100               /* a refused connection waits this long for its Hello */
 #define REFUSING_MAX 4               /* refused connections of one user waiting for that; beyond: closed */
-#define PACKETS_PER_WAKEUP 16        /* fairness between clients */
+/* One packet per wake-up: a client that waits for each answer (libodpd)
+ * then costs no recvmsg that finds nothing, and the loop takes turns
+ * between clients (its epoll is level-triggered: a client with more
+ * packets wakes it again at once). */
+#define PACKETS_PER_WAKEUP 1
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg);
 static void client_teardown(struct odpd_client *c);

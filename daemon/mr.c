@@ -375,7 +375,7 @@ static int reg_submit(const struct odpd_caller *k, struct odpd_out *o, struct od
 	if (r < 0)
 		odpd_out_err(o, k, &err);
 	else
-		reg_accepted(k, o, ref, true);
+		reg_accepted(k, o, ref, r == 0);     /* (ODPD_REG_MADE: a miss) */
 	if (q->implicit)
 		implicit_end(k);
 	return ODPD_DONE;

@@ -279,6 +279,8 @@ struct odpd_cache_stats {
 					     * and relaxed-max-mrs / relaxed-max-bytes passed */
 	uint64_t inv_expired;               /* relaxed MRs invalidated as the window passed */
 	uint64_t registered_bytes;          /* the lengths of the registrations, added up */
+	uint64_t loop_registrations;        /* registrations made on the loop (reg_on_loop) */
+	uint64_t loop_deregistrations;      /* deregistrations made on the loop (batch_on_loop) */
 	uint64_t reg_sizes[ODPD_REG_SIZE_BUCKETS];
 };
 
@@ -417,10 +419,12 @@ typedef void (*odpd_reg_cb)(void *arg, int rc, const struct odpd_err *err, struc
 
 /*
  * Register, or find in the cache. Returns 0 with *@ret_ref on a cache hit
- * (answered here, no worker), 1 when the answer will come through @cb, or a
- * negative errno with @err (nothing changed). q->cmd_fd is consumed on every
- * path.
+ * (answered here, no worker), ODPD_REG_MADE with *@ret_ref for a miss
+ * registered here on the loop (a small pinned MR of resident pages), 1 when
+ * the answer will come through @cb, or a negative errno with @err (nothing
+ * changed). q->cmd_fd is consumed on every path.
  */
+#define ODPD_REG_MADE 2
 int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const struct odpd_reg_req *q,
 		      odpd_reg_cb cb, void *arg, struct odpd_ref **ret_ref, struct odpd_err *err);
 

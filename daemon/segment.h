@@ -84,6 +84,13 @@ struct odpd_mapping {
 	 * and put them back: MRs pinned before never prove current again. */
 	_Atomic uint32_t witness_epoch;
 	pthread_mutex_t witness_lock;
+	/* Under witness_lock: the file's ctime as last read for a
+	 * registration's baseline, settled when read, and the second of the
+	 * coarse clock it was read in (0: never). A baseline older than the
+	 * pin is safe, only less often useful: witness_begin reads it again
+	 * once a second at most. */
+	uint64_t base_ctime_ns;
+	int64_t base_ctime_at;
 	/* The registry's hole check (loop thread): its ctime, read once a pass. */
 	uint64_t hole_pass;
 	struct timespec hole_ctime;

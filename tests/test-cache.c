@@ -1997,6 +1997,66 @@ static void odpctl_out(const char *args, char *out, size_t cap)
 	out[n] = 0;
 }
 
+/* How far counter @key moved from @j0 to @j1 (odpctl stats --json). */
+static uint64_t jdelta(json_object *j0, json_object *j1, const char *key)
+{
+	return jstat(j1, key) - jstat(j0, key);
+}
+
+/*
+ * A small pinned miss of resident pages is registered on odpd's event loop,
+ * with no worker (issue 26), and the last release of such an MR is
+ * deregistered there too; the MR is a real one: an RDMA READ through it
+ * (verify) reads the segment's bytes. The first registration of a range
+ * goes to a worker (the witness view has not mapped those pages yet), the
+ * next on the loop; a range over 64 KiB always goes to a worker.
+ */
+static void test_small_miss_on_loop(void **state)
+{
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE;
+	struct odpd_conn *c = connect_cache(false);
+	struct odpd_segment *s = odpd_alloc(c, MIB, 0);
+	uint8_t *p = odpd_segment_addr(s);
+	json_object *j[4];
+	struct odpd_mr *mr;
+
+	(void)state;
+	fill(p, MIB, 11);
+	j[0] = odpctl_json("stats");
+	mr = reg_or_fail(c, p, 4096, lw);                        /* first: a worker */
+	assert_int_equal(verify_or_fail(mr), crc_of(p, 4096));
+	assert_int_equal(odpd_dereg(mr), 0);                    /* deregistered on the loop */
+	j[1] = odpctl_json("stats");
+	assert_int_equal(jdelta(j[0], j[1], "registrations"), 1);
+	assert_int_equal(jdelta(j[0], j[1], "registrations_on_loop"), 0);
+	assert_int_equal(jdelta(j[0], j[1], "deregistrations"), 1);
+	assert_int_equal(jdelta(j[0], j[1], "deregistrations_on_loop"), 1);
+	for (int i = 0; i < 3; i++) {                            /* then on the loop */
+		mr = reg_or_fail(c, p, 4096, lw);
+		assert_false(mr->cache_hit);
+		assert_int_equal(verify_or_fail(mr), crc_of(p, 4096));
+		assert_int_equal(odpd_dereg(mr), 0);
+	}
+	j[2] = odpctl_json("stats");
+	assert_int_equal(jdelta(j[1], j[2], "registrations"), 3);
+	assert_int_equal(jdelta(j[1], j[2], "registrations_on_loop"), 3);
+	assert_int_equal(jdelta(j[1], j[2], "deregistrations_on_loop"), 3);
+	for (int i = 0; i < 2; i++) {                            /* 128 KiB: a worker, each time */
+		mr = reg_or_fail(c, p + 256 * 1024, 128 * 1024, lw);
+		assert_int_equal(verify_or_fail(mr), crc_of(p + 256 * 1024, 128 * 1024));
+		assert_int_equal(odpd_dereg(mr), 0);
+	}
+	j[3] = odpctl_json("stats");
+	assert_int_equal(jdelta(j[2], j[3], "registrations"), 2);
+	assert_int_equal(jdelta(j[2], j[3], "registrations_on_loop"), 0);
+	assert_int_equal(jdelta(j[2], j[3], "deregistrations"), 2);
+	assert_int_equal(jdelta(j[2], j[3], "deregistrations_on_loop"), 0);
+	for (int i = 0; i < 4; i++)
+		json_object_put(j[i]);
+	assert_int_equal(odpd_detach(s), 0);
+	odpd_disconnect(c);
+}
+
 /*
  * The counters users compare with UCX's rcache (odpctl(8)), each moved by
  * exactly what the test does: on a connection that asks the daemon every
@@ -2407,6 +2467,7 @@ int main(void)
 		cmocka_unit_test_setup(test_sigkill_with_live_and_relaxed_mrs, harness_test_setup),
 		cmocka_unit_test_setup(test_odpctl_flush, harness_test_setup),
 		cmocka_unit_test_setup(test_ucx_counters, harness_test_setup),
+		cmocka_unit_test_setup(test_small_miss_on_loop, harness_test_setup),
 		cmocka_unit_test_setup(test_pages_charged_to_client_cgroup, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};

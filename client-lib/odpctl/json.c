@@ -143,6 +143,8 @@ static json_object *json_cache(const Odpd__CacheStats *c)
 	put_u64_str(o, "invalidated_device", c->invalidated_device);
 	put_u64_str(o, "invalidated_expired", c->invalidated_expired);
 	put_u64_str(o, "registered_bytes", c->registered_bytes);
+	put_u64_str(o, "registrations_on_loop", c->registrations_on_loop);
+	put_u64_str(o, "deregistrations_on_loop", c->deregistrations_on_loop);
 	{
 		json_object *a = json_object_new_array();
 

@@ -97,6 +97,35 @@ static void implicit_dereg_start(struct odpd_batch *b, struct odpd_mr *list)
 		implicit_dereg_answered(b, 0, NULL, 0);
 }
 
+static void batch_run(struct odpd_job *job);
+static void batch_mr_done(struct odpd_registry *r, struct odpd_mr *mr);
+
+/*
+ * The last reference to one small pinned MR went: deregistered here, on the
+ * loop, rather than in a batch on a worker, when nothing can make the loop
+ * wait (no worker holds the segment's witness lock). True when done.
+ */
+bool batch_on_loop(struct odpd_registry *r, struct odpd_mr *list)
+{
+	struct odpd_mr *mr = list;
+	struct odpd_batch tmp = { .r = r, .mrs = list };
+
+	if (!mr || mr->batch_next || !mr->mr || !mr->pinned || mr->implicit || mr_cctx(mr) ||
+	    odpd_mr_length(mr) > ODPD_LOOP_REG_MAX)
+		return false;
+	if (mr->witnessed) {
+		/* witness_end takes the lock; a worker pinning in the segment holds it */
+		if (pthread_mutex_trylock(&mr->map->witness_lock) != 0)
+			return false;
+		pthread_mutex_unlock(&mr->map->witness_lock);
+	}
+	batch_run(&tmp.job);
+	batch_mr_done(r, mr);
+	r->stats.deregistrations++;
+	r->stats.loop_deregistrations++;
+	return true;
+}
+
 static void batch_run(struct odpd_job *job)
 {
 	struct odpd_batch *b = (struct odpd_batch *)job;

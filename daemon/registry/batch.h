@@ -65,3 +65,4 @@ void waiters_check(struct odpd_registry *r, bool later);
 void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w,
 			    uint64_t seq);
 void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w);
+bool batch_on_loop(struct odpd_registry *r, struct odpd_mr *list);

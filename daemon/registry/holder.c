@@ -158,6 +158,8 @@ int odpd_registry_release(struct odpd_registry *r, struct odpd_ref *ref, bool re
 	uint64_t seq = 0;
 
 	ref_drop(r, ref, relaxed, &list);
+	if (list && !deferred && batch_on_loop(r, list))
+		return 0;
 	if (deferred)
 		for (const struct odpd_deferred *d = r->deferred; d && !seq; d = d->next)
 			seq = d->mr == mr ? d->seq : 0;

@@ -27,6 +27,7 @@
 #include "internal.h"
 
 static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_err *err);
+static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd);
 static int reg_hit(struct reg_op *op, struct odpd_mr *mr, struct odpd_ref **ret_ref, struct odpd_err *err);
 
 static int access_to_ibv(uint32_t a)
@@ -99,7 +100,6 @@ static void reg_run(struct odpd_job *job)
 	struct reg_op *op = (struct reg_op *)job;
 	struct odpd_mr *mr = op->mr;
 	struct ibv_pd *pd;
-	int e;
 
 	if (mr_cctx(mr)) {                     /* client-PD mode */
 		op->rc = reg_import(op);
@@ -140,6 +140,18 @@ static void reg_run(struct odpd_job *job)
 	/* Witness, then pin, as one step among the segment's registrations. */
 	pthread_mutex_lock(&mr->map->witness_lock);
 	witness_begin(op->r, mr);
+	reg_pin_locked(op, pd);
+}
+
+/*
+ * The pin of a pinned MR, witness_lock held (released here) and its
+ * witness begun: the verb. A worker, or the loop (reg_on_loop).
+ */
+static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd)
+{
+	struct odpd_mr *mr = op->mr;
+	int e;
+
 	if ((uintptr_t)op->daemon_addr == mr->iova)
 		mr->mr = ibv_reg_mr(pd, op->daemon_addr, odpd_mr_length(mr), op->ibv_access);
 	else
@@ -170,14 +182,19 @@ static void joiners_answer(struct reg_op *list, struct odpd_mr *mr)
 		rc = mr ? reg_hit(op, mr, &ref, &err) : reg_start(op, &ref, &err);
 		if (rc == 1)
 			continue;                   /* it waits again */
-		op->cb(op->arg, rc, &err, ref, rc == 0);
+		op->cb(op->arg, rc == ODPD_REG_MADE ? 0 : rc, &err, ref, rc == 0);
 		free(op);
 	}
 }
 
-static void reg_done(struct odpd_job *job)
+/*
+ * The registration of @op's MR has run: the MR goes LIVE and @op's holder
+ * gets its reference in *@ret_ref (0), or everything made for it goes
+ * (the errno, op->err saying why). The requests that waited for it are
+ * answered either way. The loop thread.
+ */
+static int reg_finish(struct reg_op *op, struct odpd_ref **ret_ref)
 {
-	struct reg_op *op = (struct reg_op *)job;
 	struct odpd_registry *r = op->r;
 	struct odpd_mr *mr = op->mr;
 	struct reg_op *joiners = mr->joiners;
@@ -220,28 +237,74 @@ static void reg_done(struct odpd_job *job)
 			mr_unindex(mr);
 			mr_dead(r, mr);          /* freed: nobody holds it */
 		}
-		op->cb(op->arg, op->rc, &op->err, NULL, false);
 		joiners_answer(joiners, NULL);
-	} else {
-		mr_set_state(mr, ODPD_MR_LIVE);
-		charge_find(mr, op->h->acct)->refs++;
-		r->stats.registrations++;
-		r->stats.registered_bytes += odpd_mr_length(mr);
-		r->stats.reg_sizes[odpd_reg_size_bucket(odpd_mr_length(mr))]++;
-		if (!mr->pinned)
-			r->odp.registrations++;
-		if (op->q.prefetch) {
-			prefetch_count(r, op->q.dev, op->prefetch_rc, odpd_mr_length(mr));
-			/* an errno (Linux's are below 256); anything else says EIO */
-			mr->prefetch_errno = op->prefetch_rc > 0 && op->prefetch_rc < 256 ?
-					     (uint8_t)op->prefetch_rc : op->prefetch_rc ? EIO : 0;
-		}
-		log_debug("registry: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
-			  mr->node.seq, mr->iova, odpd_mr_length(mr), mr->mr->lkey, mr->mr->rkey);
-		op->cb(op->arg, 0, NULL, ref, false);
-		joiners_answer(joiners, mr);
+		return op->rc;
 	}
+	mr_set_state(mr, ODPD_MR_LIVE);
+	charge_find(mr, op->h->acct)->refs++;
+	r->stats.registrations++;
+	r->stats.registered_bytes += odpd_mr_length(mr);
+	r->stats.reg_sizes[odpd_reg_size_bucket(odpd_mr_length(mr))]++;
+	if (!mr->pinned)
+		r->odp.registrations++;
+	if (op->q.prefetch) {
+		prefetch_count(r, op->q.dev, op->prefetch_rc, odpd_mr_length(mr));
+		/* an errno (Linux's are below 256); anything else says EIO */
+		mr->prefetch_errno = op->prefetch_rc > 0 && op->prefetch_rc < 256 ?
+				     (uint8_t)op->prefetch_rc : op->prefetch_rc ? EIO : 0;
+	}
+	log_debug("registry: MR %" PRIu64 " [%#" PRIx64 ", +%" PRIu64 ") lkey %#x rkey %#x",
+		  mr->node.seq, mr->iova, odpd_mr_length(mr), mr->mr->lkey, mr->mr->rkey);
+	*ret_ref = ref;
+	joiners_answer(joiners, mr);
+	return 0;
+}
+
+static void reg_done(struct odpd_job *job)
+{
+	struct reg_op *op = (struct reg_op *)job;
+	struct odpd_ref *ref = NULL;
+	int rc = reg_finish(op, &ref);
+
+	op->cb(op->arg, rc, rc < 0 ? &op->err : NULL, ref, false);
 	free(op);
+}
+
+/*
+ * A small pinned registration of resident pages is made here, on the loop:
+ * the pin is then a few microseconds of kernel time, less than handing the
+ * request to a worker and its answer back (two thread wake-ups;
+ * doc/design.md, "The request path"). Only when nothing can make the loop
+ * wait: the PD is open, no worker holds the segment's witness lock (a big
+ * pin in the same segment), and every page of the range is resident: its
+ * witness pages are mapped (a page reclaimed or punched out is unmapped
+ * from every view), which is also all that witness_begin would look at.
+ * Where odpd's own view lacks a page, the pin's fault is a minor one.
+ * True when it ran (op->rc says how), false for a worker.
+ */
+static bool reg_on_loop(struct reg_op *op)
+{
+	struct odpd_mr *mr = op->mr;
+	struct odpd_mapping *map = mr->map;
+	uint64_t len = odpd_mr_length(mr);
+	struct ibv_pd *pd;
+
+	if (!mr->pinned || mr_cctx(mr) || len > ODPD_LOOP_REG_MAX || op->q.dev->removed || !map->witness)
+		return false;
+	if (pthread_mutex_trylock(&mr->dom->lock) != 0)
+		return false;
+	pd = mr->dom->pd;
+	pthread_mutex_unlock(&mr->dom->lock);
+	if (!pd || pthread_mutex_trylock(&map->witness_lock) != 0)
+		return false;
+	if (!mapped_now(op->r, map->witness + mr->node.start, len)) {
+		pthread_mutex_unlock(&map->witness_lock);
+		return false;
+	}
+	witness_begin_present(mr);
+	reg_pin_locked(op, pd);
+	op->r->stats.loop_registrations++;
+	return true;
 }
 
 /* Relaxed MRs were invalidated to make room: try once more. */
@@ -259,7 +322,7 @@ static void reg_retry(void *arg, unsigned mrs, uint64_t bytes)
 	if (rc == 1)
 		return;
 	cctx_drop(op->r, op->h, op->cctx);
-	op->cb(op->arg, rc, &err, ref, rc == 0);
+	op->cb(op->arg, rc == ODPD_REG_MADE ? 0 : rc, &err, ref, rc == 0);
 	free(op);
 }
 
@@ -355,7 +418,8 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 	return mr;
 }
 
-static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64_t e, struct odpd_err *err)
+static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64_t e, struct odpd_ref **ret_ref,
+		    struct odpd_err *err)
 {
 	struct odpd_registry *r = op->r;
 	struct odpd_mr *mr, *evict = NULL;
@@ -411,6 +475,12 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	/* Pinning 16 MiB and more takes long: it leaves a worker to others. */
 	op->job.big = mr->pinned && odpd_mr_length(mr) >= (16u << 20);
 	op->job.lane = ODPD_LANE_USER(op->h->uid);
+	if (reg_on_loop(op)) {
+		rc = reg_finish(op, ret_ref);
+		if (rc < 0)
+			*err = op->err;
+		return rc < 0 ? rc : ODPD_REG_MADE;
+	}
 	odpd_pool_submit(r->pool, &op->job);
 	return 1;
 }
@@ -579,7 +649,7 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 		if (!op->evicted)
 			r->stats.misses++;
 	}
-	return reg_miss(op, d, s, e, err);
+	return reg_miss(op, d, s, e, ret_ref, err);
 }
 
 int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const struct odpd_reg_req *q,

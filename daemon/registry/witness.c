@@ -64,6 +64,13 @@ bool mapped_already(struct odpd_registry *r, const void *addr, uint64_t length)
 	return r->pagemap_scan && pages_present(r, (uintptr_t)addr, length, false);
 }
 
+/* Is every page of [@addr, +@length) mapped? One system call for a short
+ * range, with or without PAGEMAP_SCAN (else pagemap entries are read). */
+bool mapped_now(struct odpd_registry *r, const void *addr, uint64_t length)
+{
+	return pages_present(r, (uintptr_t)addr, length, false);
+}
+
 /*
  * A read fault maps the page cache pages around it too (fault-around, up to
  * the page table it lands in; a huge page maps whole), covered witness
@@ -177,16 +184,42 @@ static void witness_guard(struct odpd_registry *r, struct odpd_mapping *map, uin
 		atomic_fetch_add_explicit(&map->witness_epoch, 1, memory_order_acq_rel);
 }
 
+/*
+ * The baseline, read before the pin: a change since stamps a later ctime
+ * (settled: read after its clock tick ended), so the MR then proves
+ * current by its witness pages only. An older baseline is as safe: the
+ * file's ctime is read once a second at most for the registrations of a
+ * segment, not once each (a system call fewer per registration).
+ */
+static void ctime_baseline(struct odpd_mr *mr)
+{
+	struct odpd_mapping *map = mr->map;
+	struct timespec now;
+	struct stat st;
+
+	clock_gettime(CLOCK_REALTIME_COARSE, &now);
+	if (map->base_ctime_at != (int64_t)now.tv_sec && fstat(map->fd, &st) == 0) {
+		/* (open while the MR holds the mapping) */
+		map->base_ctime_at = ctime_settled(&st.st_ctim) ? (int64_t)now.tv_sec : 0;
+		map->base_ctime_ns = ts_ns(&st.st_ctim);
+	}
+	mr->ctime_ns = map->base_ctime_ns;
+	mr->ctime_ok = map->base_ctime_at != 0;
+}
+
+void witness_begin_present(struct odpd_mr *mr)
+{
+	ctime_baseline(mr);
+	mr->witness_epoch = atomic_load_explicit(&mr->map->witness_epoch, memory_order_acquire);
+	mr->witnessed = true;
+}
+
 void witness_begin(struct odpd_registry *r, struct odpd_mr *mr)
 {
 	struct odpd_mapping *map = mr->map;
 	uint8_t *w;
-	struct stat st;
 
-	if (fstat(map->fd, &st) == 0) {       /* open while the MR holds the mapping */
-		mr->ctime_ns = ts_ns(&st.st_ctim);
-		mr->ctime_ok = ctime_settled(&st.st_ctim);
-	}
+	ctime_baseline(mr);
 	if (!map->witness)
 		return;
 	w = map->witness + mr->node.start;
