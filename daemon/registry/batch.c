@@ -114,12 +114,15 @@ bool batch_on_loop(struct odpd_registry *r, struct odpd_mr *list)
 	    odpd_mr_length(mr) > ODPD_LOOP_REG_MAX)
 		return false;
 	if (mr->witnessed) {
-		/* witness_end takes the lock; a worker pinning in the segment holds it */
+		/* witness_end, without waiting: a worker pinning in the segment
+		 * holds the lock. Early is harmless: the MR is out of the cache,
+		 * nothing asks whether it is current. */
 		if (pthread_mutex_trylock(&mr->map->witness_lock) != 0)
 			return false;
+		mr->witnessed = false;
 		pthread_mutex_unlock(&mr->map->witness_lock);
 	}
-	batch_run(&tmp.job);
+	batch_run(&tmp.job);                 /* (witness_end: nothing left to do) */
 	batch_mr_done(r, mr);
 	r->stats.deregistrations++;
 	r->stats.loop_deregistrations++;

@@ -157,9 +157,9 @@ static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd)
 	else
 		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, odpd_mr_length(mr), mr->iova, op->ibv_access);
 	e = errno;                           /* the verb's, before anything else can set it */
-	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (!mr->mr)
-		witness_end(mr);                 /* nothing relies on those pages */
+		mr->witnessed = false;           /* (witness_end) nothing relies on those pages */
+	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (!mr->mr)
 		op->rc = err_set(&op->err, e, "ibv_reg_mr%s on %s: %s%s",
 				 (uintptr_t)op->daemon_addr == mr->iova ? "" : "_iova", op->q.dev->name,
