@@ -452,6 +452,7 @@ static int conn_hello(struct odpd_conn *c)
 	else
 		r = conn_store_devices(c, h);
 	c->client_id = h->client_id;
+	c->resident_check_max = h->has_resident_check_max ? h->resident_check_max : 0;
 	odpd__reply__free_unpacked(reply, NULL);
 	return r;
 }

@@ -149,6 +149,9 @@ struct odpd_conn {
 	char lost_device[64];
 	unsigned lost_mrs;
 	uint64_t client_id;
+	/* HelloReply.resident_check_max: pinned ranges up to this long are
+	 * registered with REG_UNPOPULATED (0: never) */
+	uint64_t resident_check_max;
 	struct odpd_link segments;      /* struct odpd_segment */
 	struct odpd_link mrs;           /* struct mr_entry (mr.c) */
 	/* Entries of MRs released in-process, for the next local hit: no

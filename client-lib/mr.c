@@ -227,6 +227,8 @@ static int mr_reg_locked(struct odpd_conn *c, const char *what, void *addr, size
 			 struct mr_entry *e)
 {
 	struct odpd_segment *seg = NULL;
+	struct mr_request unpop = *q;
+	bool populate = false, asked = false;
 	struct mr_result res;
 	int r;
 
@@ -235,8 +237,25 @@ static int mr_reg_locked(struct odpd_conn *c, const char *what, void *addr, size
 		r = segment_lookup(c, what, addr, length, &seg);
 	if (r >= 0 && q->kind == ODPD__MR_KIND__MR_PINNED && !(a->flags & ODPD_REG_NO_POPULATE) &&
 	    !seg->no_populate)
+		populate = true;
+	/*
+	 * A short range: the daemon looks whether its pages are resident
+	 * (it must look at them anyway) and answers ENODATA if not; only then
+	 * does this process fault them in and ask again. Saves the mincore(2)
+	 * of every such registration of memory already used.
+	 */
+	if (r >= 0 && populate && length <= c->resident_check_max) {
+		unpop.flags |= ODPD__REG_FLAGS__REG_UNPOPULATED;
+		r = mr_register(c, what, addr, length, &unpop, &res);
+		asked = r != -ENODATA;
+		if (!asked) {                   /* not resident: fault in, ask again */
+			errmsg_clear();
+			r = 0;
+		}
+	}
+	if (r >= 0 && !asked && populate)
 		r = segment_populate(seg, what, addr, length);
-	if (r >= 0)
+	if (r >= 0 && !asked)
 		r = mr_register(c, what, addr, length, q, &res);
 	/* What this process keeps unused counts against its user's limits:
 	 * give it back and ask once more. */

@@ -94,6 +94,8 @@ struct fake_log {
 	uint32_t reg_flags;
 	unsigned reg_pages;             /* of the range rounded out to pages */
 	unsigned reg_resident;          /* of those, in the page cache at RegMr */
+	uint64_t resident_check_max;    /* for the next Hello (HelloReply.resident_check_max) */
+	unsigned reg_unpopulated;       /* RegMr requests with REG_UNPOPULATED */
 	int dereg_has_relaxed, dereg_relaxed;
 	unsigned flushes, flushed;      /* Flush requests; MRs they dropped */
 	int flush_fields;               /* the last Flush had a field set */
@@ -184,6 +186,10 @@ static void fake_hello(const Odpd__Hello *h, const struct fake_opts *o, struct f
 	}
 	f->hello.n_devices = 2;
 	f->hello.devices = f->devp;
+	if (flog->resident_check_max) {
+		f->hello.has_resident_check_max = true;
+		f->hello.resident_check_max = flog->resident_check_max;
+	}
 	f->r.body_case = ODPD__REPLY__BODY_HELLO;
 	f->r.hello = &f->hello;
 }
@@ -327,7 +333,11 @@ static bool fake_reg(struct fake_client *c, const Odpd__RegMr *m, const struct o
 			mr = &c->mrs[i];
 	if (m->length == HANGUP_LENGTH)
 		return false;
-	if (m->length == QUOTA_LENGTH)
+	if (m->flags & ODPD__REG_FLAGS__REG_UNPOPULATED)
+		flog->reg_unpopulated++;
+	if ((m->flags & ODPD__REG_FLAGS__REG_UNPOPULATED) && !hit && flog->reg_resident < flog->reg_pages)
+		fake_fail(f, ENODATA, "fake: pages not resident");
+	else if (m->length == QUOTA_LENGTH)
 		fake_fail(f, ENOMEM, "fake: pinned quota exceeded");
 	else if (m->client_pd)
 		fake_fail(f, EPERM, "fake: remote access not granted");
@@ -1286,6 +1296,58 @@ static size_t pages_present(const void *p, size_t n)
  * range is split over threads: every page of it and none beside it, and an
  * error in any part fails the call.
  */
+/*
+ * A daemon that says HelloReply.resident_check_max: a pinned range up to
+ * that long goes with REG_UNPOPULATED and no fault-in here; where pages
+ * are not resident, the daemon's ENODATA makes the library fault them in
+ * (here, for writing) and ask again without the flag; longer ranges are
+ * faulted in first, as before.
+ */
+static void test_reg_unpopulated(const char *path)
+{
+	struct odpd_conn *c;
+	size_t pg = page_size();
+	struct odpd_segment *seg;
+	struct odpd_mr *mr;
+	unsigned regs, unpop;
+	uint8_t *p;
+
+	flog->resident_check_max = 4 * pg;
+	c = odpd_connect(path, NULL);
+	flog->resident_check_max = 0;
+	CHECK(c);
+	seg = odpd_alloc(c, 16 * pg, 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	CHECK(!page_present(p) && !page_present(p + pg));
+	/* not resident: asked with the flag, refused, faulted in, asked again */
+	regs = flog->regs;
+	unpop = flog->reg_unpopulated;
+	mr = odpd_reg(c, p, 2 * pg, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && strcmp(odpd_errmsg(), "") == 0);
+	CHECK(flog->regs == regs + 2 && flog->reg_unpopulated == unpop + 1);
+	CHECK(!(flog->reg_flags & ODPD__REG_FLAGS__REG_UNPOPULATED));
+	CHECK(flog->reg_pages == 2 && flog->reg_resident == 2 && mapping_dirty(p) == 2 * pg);
+	CHECK(odpd_dereg(mr) == 0);
+	/* resident now: one request, with the flag */
+	mr = odpd_reg(c, p, 2 * pg, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && flog->regs == regs + 3 && flog->reg_unpopulated == unpop + 2);
+	CHECK(flog->reg_flags & ODPD__REG_FLAGS__REG_UNPOPULATED);
+	CHECK(odpd_dereg(mr) == 0);
+	/* longer than resident_check_max: faulted in first, no flag */
+	mr = odpd_reg(c, p + 4 * pg, 5 * pg, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && flog->regs == regs + 4 && flog->reg_unpopulated == unpop + 2);
+	CHECK(flog->reg_resident == 5 && !(flog->reg_flags & ODPD__REG_FLAGS__REG_UNPOPULATED));
+	CHECK(odpd_dereg(mr) == 0);
+	/* ODPD_REG_NO_POPULATE: no flag either (the daemon faults) */
+	mr = odpd_reg_attr(c, p + 12 * pg, pg, &(struct odpd_reg_attr){ .comp_mask = ODPD_REG_ATTR_FLAGS,
+				   .flags = ODPD_REG_NO_POPULATE });
+	CHECK(mr && flog->reg_unpopulated == unpop + 2 && flog->reg_resident == 0);
+	CHECK(odpd_dereg(mr) == 0);
+	CHECK(odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+}
+
 static void test_populate_policy(const char *path)
 {
 	struct odpd_conn *c = odpd_connect(path, NULL);
@@ -1715,6 +1777,7 @@ int main(void)
 	test_relaxed(path);
 	test_join_pd(path);
 	test_populate(path);
+	test_reg_unpopulated(path);
 	test_populate_policy(path);
 	test_daemon_error(path);
 	test_alloc_taken(path);

@@ -517,6 +517,8 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 		hr.has_client_id = 1;
 		hr.client_id = c->id;
 		hr.daemon_version = (char *)ODPD_VERSION;
+		hr.has_resident_check_max = 1;
+		hr.resident_check_max = ODPD_LOOP_REG_MAX;
 		if (req->client_name && *req->client_name)
 			snprintf(c->name, sizeof(c->name), "%s", req->client_name);
 		c->monitor = req->has_monitor && req->monitor;

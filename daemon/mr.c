@@ -187,7 +187,8 @@ static int find_segment(const struct odpd_caller *k, uint64_t addr, uint64_t len
 		       "with odpd_alloc() or attach its memfd with odpd_attach()", addr);
 }
 
-#define REG_FLAGS_KNOWN ((uint32_t)(ODPD__REG_FLAGS__REG_NO_CACHE | ODPD__REG_FLAGS__REG_PREFETCH))
+#define REG_FLAGS_KNOWN ((uint32_t)(ODPD__REG_FLAGS__REG_NO_CACHE | ODPD__REG_FLAGS__REG_PREFETCH | \
+				     ODPD__REG_FLAGS__REG_UNPOPULATED))
 
 /* The RC ODP capabilities an MR with @access needs: its pages as the local
  * buffer of sends and RDMA WRITE/READ requests (SEND), as where receives and
@@ -335,6 +336,10 @@ static int reg_check(const struct odpd_caller *k, const Odpd__RegMr *req, int fd
 	q->access = access;
 	q->no_cache = (req->flags & ODPD__REG_FLAGS__REG_NO_CACHE) != 0;
 	q->prefetch = (req->flags & ODPD__REG_FLAGS__REG_PREFETCH) != 0;
+	q->unpopulated = (req->flags & ODPD__REG_FLAGS__REG_UNPOPULATED) != 0;
+	if (q->unpopulated && (q->odp || req->length > ODPD_LOOP_REG_MAX))
+		return err_set(err, EINVAL, "REG_UNPOPULATED is for pinned ranges of at most %u bytes "
+			       "(HelloReply.resident_check_max)", ODPD_LOOP_REG_MAX);
 	/* [odp] prefetch-on-register: where the provider can (odpctl status says where not) */
 	if (q->odp && m->conf.prefetch_on_register && q->dev->advise_mr == ODPD__SUPPORT__SUPPORT_YES)
 		q->prefetch = true;

@@ -406,6 +406,7 @@ struct odpd_reg_req {
 					     * the holder's private PD has a registrar */
 	bool prefetch;                      /* ODP: prefetch (FLUSH) after registering */
 	bool no_cache;
+	bool unpopulated;                   /* REG_UNPOPULATED: ENODATA unless resident */
 	int cmd_fd;                         /* client-PD mode: consumed; else -1 */
 	uint32_t pd_handle;
 	uint64_t handle;                    /* for the new reference */
@@ -425,6 +426,12 @@ typedef void (*odpd_reg_cb)(void *arg, int rc, const struct odpd_err *err, struc
  * changed). q->cmd_fd is consumed on every path.
  */
 #define ODPD_REG_MADE 2
+
+/* The largest pinned MR odpd registers or deregisters on its event loop
+ * instead of a worker (reg_on_loop, batch_on_loop; doc/design.md, "The
+ * request path"), and the longest range a client may ask for with
+ * REG_UNPOPULATED (HelloReply.resident_check_max). */
+#define ODPD_LOOP_REG_MAX (64u << 10)
 int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const struct odpd_reg_req *q,
 		      odpd_reg_cb cb, void *arg, struct odpd_ref **ret_ref, struct odpd_err *err);
 

@@ -737,6 +737,60 @@ static void test_reg_bad_ranges_and_flags(void **state)
 	close(conn);
 }
 
+/*
+ * REG_UNPOPULATED (the client did not fault the range in): refused with
+ * ENODATA, nothing made, while a page of the range is not resident; served
+ * once the client has written its pages. Only for pinned ranges up to
+ * HelloReply.resident_check_max (64 KiB): EINVAL otherwise.
+ */
+static void test_reg_unpopulated(void **state)
+{
+	const uint32_t lw = ODPD__ACCESS__ACCESS_LOCAL_WRITE, flag = ODPD__REG_FLAGS__REG_UNPOPULATED;
+	const size_t len = 1 << 20;
+	int conn = raw_connect_hello(test_daemon.sock);
+	int fd = sealed_memfd(len);
+	Odpd__Reply *r = attach_ok(conn, fd);
+	uint64_t base = r->segment->addr;
+	Odpd__RegMr m;
+	Odpd__Request req;
+	struct snapshot before, after;
+	uint8_t *p;
+
+	(void)state;
+	odpd__reply__free_unpacked(r, NULL);
+	req = reg_req(&m, base + 8192, 8192, lw);
+	m.has_flags = 1;
+	m.flags = flag;
+	snapshot_take(&test_daemon, test_admin_fd, &before);
+	raw_expect_error(conn, 41, &req, NULL, 0, test_require_device() ? ENODATA : ENODEV);
+	snapshot_take(&test_daemon, test_admin_fd, &after);
+	snapshot_assert_equal(&before, &after);
+	/* the client writes the pages: resident, registered */
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(p != MAP_FAILED);
+	memset(p + 8192, 5, 8192);
+	req.id = 42;
+	req.has_id = 1;
+	r = raw_call(conn, 42, &req, NULL, 0);
+	assert_int_equal(r->status, test_require_device() ? 0 : ENODEV);
+	odpd__reply__free_unpacked(r, NULL);
+	/* too long for the flag, or ODP */
+	req = reg_req(&m, base, 128 * 1024, lw);
+	m.has_flags = 1;
+	m.flags = flag;
+	if (test_require_device()) {
+		raw_expect_error(conn, 43, &req, NULL, 0, EINVAL);
+		m.length = 4096;
+		m.has_kind = 1;
+		m.kind = ODPD__MR_KIND__MR_ODP;
+		raw_expect_error(conn, 44, &req, NULL, 0, EINVAL);
+	}
+	munmap(p, len);
+	close(fd);
+	close(conn);                             /* odpd releases the MR */
+	wait_idle(test_admin_fd);
+}
+
 /* A segment sealed against writes may only be registered read-only. */
 static void test_reg_write_on_read_only_segment(void **state)
 {
@@ -2040,6 +2094,7 @@ int main(void)
 		cmocka_unit_test_setup(test_bad_config_refused, harness_test_setup),
 		cmocka_unit_test_setup(test_command_line, harness_test_setup),
 		cmocka_unit_test_setup(test_odpctl_cli, harness_test_setup),
+		cmocka_unit_test_setup(test_reg_unpopulated, harness_test_setup),
 		cmocka_unit_test_setup(test_client_log_lines, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_input_matrix, harness_test_setup),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),

@@ -12,10 +12,6 @@
 #include "registry.h"
 
 #define PAGE 4096ull
-/* The largest pinned MR odpd registers or deregisters on its event loop
- * instead of a worker (reg_on_loop, batch_on_loop; doc/design.md, "The
- * request path"). */
-#define ODPD_LOOP_REG_MAX (64u << 10)
 #define ACCESS_REMOTE (ODPD__ACCESS__ACCESS_REMOTE_READ | ODPD__ACCESS__ACCESS_REMOTE_WRITE | \
 		       ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)
 

@@ -54,6 +54,7 @@ struct reg_op {
 	struct reg_op *next_joiner;         /* waiting for the same REGISTERING MR */
 	struct odpd_client_ctx *cctx;       /* client-PD mode: a reference, until the MR takes it */
 	int prefetch_rc;                    /* REG_PREFETCH: ibv_advise_mr's result (errno) */
+	bool witness_seen;                  /* every witness page of the range was mapped */
 	uint32_t implicit_handle;           /* the registrar's implicit MR, to import */
 	struct odpd_err err;
 	int rc;
@@ -297,7 +298,7 @@ static bool reg_on_loop(struct reg_op *op)
 	pthread_mutex_unlock(&mr->dom->lock);
 	if (!pd || pthread_mutex_trylock(&map->witness_lock) != 0)
 		return false;
-	if (!mapped_now(op->r, map->witness + mr->node.start, len)) {
+	if (!op->witness_seen && !mapped_now(op->r, map->witness + mr->node.start, len)) {
 		pthread_mutex_unlock(&map->witness_lock);
 		return false;
 	}
@@ -418,6 +419,27 @@ static struct odpd_mr *mr_new(struct odpd_registry *r, struct reg_op *op, struct
 	return mr;
 }
 
+/*
+ * REG_UNPOPULATED: the client did not fault [@s, @e) in, to save itself a
+ * system call. Resident (its witness pages mapped, which is also what
+ * reg_on_loop looks at, or else every page in the page cache): go on. Not:
+ * ENODATA, and the client faults the range in (its memory cgroup pays, not
+ * odpd's) and asks again without the flag.
+ */
+static int check_resident(struct reg_op *op, uint64_t s, uint64_t e, struct odpd_err *err)
+{
+	struct odpd_mapping *map = op->q.map;
+
+	if (map->witness && mapped_now(op->r, map->witness + s, e - s)) {
+		op->witness_seen = true;
+		return 0;
+	}
+	if (cached_now(map->addr + s, e - s))
+		return 0;
+	return err_set(err, ENODATA, "pages of [%#" PRIx64 ", +%" PRIu64 ") are not resident: fault the "
+		       "range in and register it again without REG_UNPOPULATED", op->q.iova, op->q.length);
+}
+
 static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64_t e, struct odpd_ref **ret_ref,
 		    struct odpd_err *err)
 {
@@ -426,6 +448,9 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	struct odpd_import *imp = NULL;
 	struct odpd_charge *c;
 	int rc;
+
+	if (op->q.unpopulated && (rc = check_resident(op, s, e, err)) < 0)
+		return rc;
 
 	rc = quota_check(r, op->h, op->q.map, s, e, !op->q.odp, true, !op->evicted, &evict, err);
 	if (rc < 0)

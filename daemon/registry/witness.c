@@ -64,6 +64,21 @@ bool mapped_already(struct odpd_registry *r, const void *addr, uint64_t length)
 	return r->pagemap_scan && pages_present(r, (uintptr_t)addr, length, false);
 }
 
+/* Is every page of the short range [@addr, +@length) of one of odpd's
+ * views in the file's page cache (mincore(2), one system call)? */
+bool cached_now(const void *addr, uint64_t length)
+{
+	unsigned char vec[64];
+	uint64_t n = (length + PAGE - 1) / PAGE;
+
+	if (n > sizeof(vec) || mincore((void *)addr, length, vec) < 0)
+		return false;
+	for (uint64_t i = 0; i < n; i++)
+		if (!(vec[i] & 1))
+			return false;
+	return true;
+}
+
 /* Is every page of [@addr, +@length) mapped? One system call for a short
  * range, with or without PAGEMAP_SCAN (else pagemap entries are read). */
 bool mapped_now(struct odpd_registry *r, const void *addr, uint64_t length)

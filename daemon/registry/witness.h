@@ -22,6 +22,7 @@
 bool ctime_settled(const struct timespec *ts);
 bool mapped_already(struct odpd_registry *r, const void *addr, uint64_t length);
 bool mapped_now(struct odpd_registry *r, const void *addr, uint64_t length);
+bool cached_now(const void *addr, uint64_t length);
 void witness_begin(struct odpd_registry *r, struct odpd_mr *mr);
 /* witness_begin where the caller has seen every witness page of @mr present
  * (under witness_lock): no scan, nothing to put back. */
