@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs inside the systemd VM (tests/vm/rxe-vm --systemd ROOT): the fd-store probe.
-# Put it and the built exp/fdstore.c (named fdstore) in one shared directory.
+# Put it and the built doc/restart-facts/fdstore.c (named fdstore) in one shared directory.
 D=${FDSTORE_DIR:-$(dirname "$(readlink -f "$0")")}   # the directory holding the built fdstore
 B=$D/fdstore
 set -x
