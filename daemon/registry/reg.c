@@ -645,6 +645,7 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 	struct odpd_domain *d = NULL;
 	struct odpd_mr *mr;
 	struct lookup l = { .r = r, .h = op->h, .s = s, .e = e, .access = q->access, .odp = q->odp };
+	int rc;
 
 	if (q->dev->removed)
 		return err_set(err, ENODEV, "device %s was removed", q->dev->name);
@@ -674,7 +675,17 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 		if (!op->evicted)
 			r->stats.misses++;
 	}
-	return reg_miss(op, d, s, e, ret_ref, err);
+	rc = reg_miss(op, d, s, e, ret_ref, err);
+	if (rc == -ENODATA) {
+		/* REG_UNPOPULATED, not resident: the client asks again, and
+		 * that request is the one get (lookup, miss) counted */
+		r->stats.gets--;
+		if (d && !q->no_cache && !op->evicted) {
+			r->stats.lookups--;
+			r->stats.misses--;
+		}
+	}
+	return rc;
 }
 
 int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const struct odpd_reg_req *q,
