@@ -558,31 +558,88 @@ static void client_dispatch(struct odpd_client *c, const Odpd__Request *req, str
 	odpd_client_end(c, &o, r);
 }
 
-/* protobuf-c's allocations for a request, through odpd's own malloc, so that
- * running out of memory is told apart from a malformed packet. */
-static bool unpack_oom;
+/*
+ * protobuf-c's allocations for a request: from the manager's arena (a bump
+ * allocator, manager.h), and from odpd's own malloc for what does not fit,
+ * so that running out of memory is told apart from a malformed packet. The
+ * arena is emptied when the request has been handled: the handlers keep no
+ * pointer into a request (what a job needs later, it copies), so nothing
+ * in it is freed one by one. Under ASan the arena's free part is poisoned,
+ * and a pointer kept past the request is caught as if it had been freed.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_ASAN 1
+#endif
+#endif
+#ifdef ARENA_ASAN
+#include <sanitizer/asan_interface.h>
+#define arena_poison(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define arena_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define arena_poison(p, n) ((void)(p), (void)(n))
+#define arena_unpoison(p, n) ((void)(p), (void)(n))
+#endif
+
+#define ARENA_ALIGN 16u                      /* malloc's: any of protobuf-c's types */
 
 static void *pb_alloc(void *data, size_t size)
 {
-	void *p = malloc(size);
+	struct odpd_arena *a = data;
+	void *p;
 
-	(void)data;
+	if (size <= ODPD_ARENA_SIZE - a->used) {
+		p = a->buf + a->used;
+		a->used += (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+		if (a->used > ODPD_ARENA_SIZE)
+			a->used = ODPD_ARENA_SIZE;
+		arena_unpoison(p, size);
+		return p;
+	}
+	p = malloc(size);
 	if (!p)
-		unpack_oom = true;
+		a->oom = true;
+	else
+		a->spilled++;
 	return p;
 }
 
 static void pb_free(void *data, void *p)
 {
-	(void)data;
+	struct odpd_arena *a = data;
+
+	if ((uint8_t *)p >= a->buf && (uint8_t *)p < a->buf + ODPD_ARENA_SIZE)
+		return;                      /* emptied with the arena */
 	free(p);
 }
 
-static ProtobufCAllocator pb_allocator = { .alloc = pb_alloc, .free = pb_free };
+/* Start decoding a request in @a. */
+static void arena_begin(struct odpd_arena *a)
+{
+	a->used = 0;
+	a->spilled = 0;
+	a->oom = false;
+	a->busy = true;
+}
+
+/* The request decoded in @a (or NULL) is done with: free what went to
+ * malloc, if anything did, and empty the arena. */
+static void arena_end(struct odpd_arena *a, Odpd__Request *req, ProtobufCAllocator *pa)
+{
+	if (req && a->spilled)
+		odpd__request__free_unpacked(req, pa);
+	arena_poison(a->buf, ODPD_ARENA_SIZE);
+	a->used = 0;
+	a->busy = false;
+}
 
 /* Decode and act on one packet of @c. Consumes @pkt's fds on every path. */
 static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt)
 {
+	struct odpd_arena *a = &c->m->arena;
+	ProtobufCAllocator pa = { .alloc = pb_alloc, .free = pb_free, .allocator_data = a };
 	Odpd__Request *req;
 	char msg[128];
 
@@ -590,14 +647,19 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 		odpd_client_send_error(c, 0, EBADMSG, "empty packet: expected one odpd.Request");
 		goto out;
 	}
-	unpack_oom = false;
-	req = odpd__request__unpack(&pb_allocator, len, buf);
-	if (!req && unpack_oom) {
-		odpd_client_send_error(c, 0, ENOMEM, "odpd is out of memory: the request was not read");
+	if (a->busy) {                       /* never: one request at a time on the loop */
+		log_error(CLIENT_FMT ": a request was read while another was handled", CLIENT_ARGS(c));
+		odpd_client_send_error(c, 0, EBUSY, "odpd is handling another request");
 		goto out;
 	}
+	arena_begin(a);
+	req = odpd__request__unpack(&pa, len, buf);
 	if (!req) {
-		odpd_client_send_error(c, 0, EBADMSG, "cannot parse the packet as an odpd.Request");
+		if (a->oom)
+			odpd_client_send_error(c, 0, ENOMEM, "odpd is out of memory: the request was not read");
+		else
+			odpd_client_send_error(c, 0, EBADMSG, "cannot parse the packet as an odpd.Request");
+		arena_end(a, NULL, &pa);
 		goto out;
 	}
 	log_debug(CLIENT_FMT ": request %llu: %s", CLIENT_ARGS(c),
@@ -619,7 +681,7 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 						  req->revocations_seen);
 		client_dispatch(c, req, pkt);
 	}
-	odpd__request__free_unpacked(req, &pb_allocator);
+	arena_end(a, req, &pa);
 out:
 	odpd_packet_close_fds(pkt);
 }

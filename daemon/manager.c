@@ -451,7 +451,8 @@ int odpd_manager_start(struct odpd_manager *m)
 	signal(SIGPIPE, SIG_IGN);
 	m->base = event_base_new();
 	m->rbuf = malloc(ODPD_MAX_PACKET + 1);
-	if (!m->base || !m->rbuf)
+	m->arena.buf = malloc(ODPD_ARENA_SIZE);
+	if (!m->base || !m->rbuf || !m->arena.buf)
 		return log_errno(LOG_ERR, ENOMEM, "start-up");
 	m->ev_stop = evtimer_new(m->base, on_stop_timer, m);
 	m->ev_listen_resume = evtimer_new(m->base, on_listen_resume, m);
@@ -546,6 +547,7 @@ void odpd_manager_finish(struct odpd_manager *m)
 	odpd_devices_close(&m->devices);
 	odpd_window_free(m->segs.window);
 	free(m->rbuf);
+	free(m->arena.buf);
 	if (m->base)
 		event_base_free(m->base);
 }

@@ -56,6 +56,21 @@ struct odpd_stats {
 };
 
 /* The daemon's state; owned by the event loop thread. */
+/*
+ * Where the loop decodes one request at a time (client.c, client_request):
+ * protobuf-c's allocations for it are carved from @buf and all dropped at
+ * once when the request has been handled, for nothing a handler keeps (a
+ * job copies what it needs). What does not fit goes to malloc.
+ */
+#define ODPD_ARENA_SIZE (16u * 1024u)
+struct odpd_arena {
+	uint8_t *buf;                       /* ODPD_ARENA_SIZE bytes */
+	size_t used;
+	unsigned spilled;                   /* allocations that went to malloc */
+	bool oom;                           /* one of those failed */
+	bool busy;                          /* a request is decoded in it */
+};
+
 struct odpd_manager {
 	struct event_base *base;
 	struct odpd_config cfg;
@@ -73,6 +88,7 @@ struct odpd_manager {
 	uint64_t next_client_id;
 	struct odpd_stats stats;
 	uint8_t *rbuf;                      /* ODPD_MAX_PACKET + 1: the receive buffer */
+	struct odpd_arena arena;            /* where a request is decoded (client.c) */
 	int listen_fd;
 	bool unlink_socket;                 /* we created it (not socket activation) */
 	struct event *ev_listen;

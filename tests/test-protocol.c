@@ -199,6 +199,55 @@ static void test_short_packet(void **state)
 	close(fd);
 }
 
+/*
+ * A request that does not fit in odpd's decoding arena (manager.h,
+ * ODPD_ARENA_SIZE, 16 KiB): a Hello with a 40 KiB client name. Its name
+ * goes to malloc, and is freed (protocol-valgrind finds a leak), both after
+ * the request and when the same bytes cut short fail to parse; the name
+ * reaches the client list, cut to what odpd keeps.
+ */
+static void test_request_past_arena(void **state)
+{
+	static char name[40 * 1024];
+	static uint8_t buf[48 * 1024];
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Hello h = ODPD__HELLO__INIT;
+	Odpd__Reply *r, *sr_reply;
+	Odpd__StatusReply *sr;
+	bool found = false;
+	size_t len;
+	int fd;
+
+	(void)state;
+	memset(name, 'n', sizeof(name) - 1);
+	h.has_version = 1;
+	h.version = ODPD_PROTOCOL_VERSION;
+	h.client_name = name;
+	req.has_id = 1;
+	req.id = 41;
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	len = odpd__request__get_packed_size(&req);
+	assert_true(len > 40 * 1024 && len <= sizeof(buf));
+	odpd__request__pack(&req, buf);
+
+	fd = odpd_wire_connect(test_daemon.sock);
+	assert_true(fd >= 0);
+	raw_send_bytes(fd, buf, len - 1);        /* the name cut short: not a message */
+	expect_event_error(fd, EBADMSG);
+	r = raw_call(fd, 42, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_usable(fd);                       /* the next request decodes in the arena */
+	sr = status_get(test_admin_fd, &sr_reply);
+	for (size_t i = 0; i < sr->n_clients; i++)
+		if (sr->clients[i]->name && strncmp(sr->clients[i]->name, "nnnnnnnn", 8) == 0)
+			found = true;
+	odpd__reply__free_unpacked(sr_reply, NULL);
+	assert_true(found);
+	close(fd);
+}
+
 static void test_oversized_packet(void **state)
 {
 	size_t len = ODPD_MAX_PACKET + 4096;
@@ -2063,6 +2112,7 @@ int main(void)
 		cmocka_unit_test_setup(test_zero_length_packet, harness_test_setup),
 		cmocka_unit_test_setup(test_unparsable_packet, harness_test_setup),
 		cmocka_unit_test_setup(test_short_packet, harness_test_setup),
+		cmocka_unit_test_setup(test_request_past_arena, harness_test_setup),
 		cmocka_unit_test_setup(test_oversized_packet, harness_test_setup),
 		cmocka_unit_test_setup(test_request_id_zero, harness_test_setup),
 		cmocka_unit_test_setup(test_unknown_request, harness_test_setup),
