@@ -432,21 +432,30 @@ void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd)
 	client_put(c, &o);
 }
 
+/* Send @it at once if nothing waits before it, else (or if the socket is
+ * full) queue it. */
 static void outq_push(struct odpd_client *c, struct odpd_answer *it)
 {
+	if (!c->outq) {
+		int r = odpd_wire_send_buf(c->fd, it->data, it->len, &it->fd, it->fd >= 0, MSG_DONTWAIT);
+
+		if (r != -EAGAIN) {
+			odpd_answer_free(it);
+			if (r < 0)
+				odpd_client_disconnect(c, strerror(-r));
+			return;
+		}
+	}
+	it = odpd_answer_keep(it);
+	if (!it) {
+		odpd_client_disconnect(c, "out of memory");
+		return;
+	}
 	it->next = NULL;
 	*c->outq_tail = it;
 	c->outq_tail = &it->next;
-	c->outq_len++;
-	if (c->outq_len == 1) {
-		int r = outq_flush(c);
-		if (r < 0) {
-			odpd_client_disconnect(c, strerror(-r));
-			return;
-		}
-		if (c->outq)
-			event_add(c->ev_write, NULL);
-	}
+	if (c->outq_len++ == 0)
+		event_add(c->ev_write, NULL);
 }
 
 void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const char *msg)

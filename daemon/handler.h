@@ -69,7 +69,9 @@ struct odpd_caller {
 #define CALLER_FMT "client %llu (pid %d)"
 #define CALLER_ARGS(k) (unsigned long long)(k)->conn, (int)(k)->pid
 
-/* A reply, packed: what a handler or a job hands to the connection layer. */
+/* A reply, packed: what a handler or a job hands to the connection layer.
+ * odpd_out_reply packs it in the loop's reply buffer, valid until it is sent
+ * or freed (odpd_answer_free); odpd_answer_keep copies what must wait. */
 struct odpd_answer {
 	struct odpd_answer *next;       /* the connection layer's output queue */
 	int fd;                         /* sent along (SCM_RIGHTS) and closed, or -1 */
@@ -101,6 +103,9 @@ void odpd_out_err(struct odpd_out *o, const struct odpd_caller *k, const struct 
 /* Free what @o holds (an answer not handed on). */
 void odpd_out_clear(struct odpd_out *o);
 void odpd_answer_free(struct odpd_answer *a);
+/* An answer that may wait (an output queue): @a, or a copy of it when it is
+ * in the loop's reply buffer (answer.c). NULL (@a freed): out of memory. */
+struct odpd_answer *odpd_answer_keep(struct odpd_answer *a);
 
 /*
  * A pending request of @k ends: @o's answer (if any) goes to @k's

@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -245,6 +247,66 @@ static void test_request_past_arena(void **state)
 			found = true;
 	odpd__reply__free_unpacked(sr_reply, NULL);
 	assert_true(found);
+	close(fd);
+}
+
+/* Bytes queued on @fd to be read (all its packets). */
+static int inq(int fd)
+{
+	int n = 0;
+
+	assert_int_equal(ioctl(fd, FIONREAD, &n), 0);
+	return n;
+}
+
+/*
+ * A client that does not read until odpd's socket is full: odpd packs each
+ * reply in one buffer of its own and sends it from there, so the replies
+ * that must wait are copied into its output queue. They arrive in order,
+ * each the answer to its own request.
+ */
+static void test_replies_queued(void **state)
+{
+	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	int fd = raw_connect_hello(test_daemon.sock);
+	unsigned sent = 0, queued = 0;
+	int before;
+
+	(void)state;
+	d.has_handle = 1;
+	req.has_id = 1;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &d;
+	/* send one request at a time until its answer stays in odpd, then 8 more */
+	while (queued < 9) {
+		assert_true(sent < 100000);
+		req.id = 100 + sent;
+		d.handle = 5000 + sent;
+		before = inq(fd);
+		raw_send(fd, &req, NULL, 0);
+		sent++;
+		if (queued) {
+			queued++;
+			continue;
+		}
+		for (int i = 0; i < 200 && inq(fd) == before; i++) {   /* 0.2 s */
+			struct timespec ts = { 0, 1000 * 1000 };
+			nanosleep(&ts, NULL);
+		}
+		if (inq(fd) == before)
+			queued = 1;
+	}
+	for (unsigned i = 0; i < sent; i++) {
+		Odpd__Reply *r = raw_recv(fd);
+
+		if (r->id != 100 + i)
+			fail_msg("reply %u of %u: id %llu, expected %u", i, sent, (unsigned long long)r->id,
+				 100 + i);
+		assert_int_equal(r->status, ENOENT);
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	assert_usable(fd);
 	close(fd);
 }
 
@@ -2113,6 +2175,7 @@ int main(void)
 		cmocka_unit_test_setup(test_unparsable_packet, harness_test_setup),
 		cmocka_unit_test_setup(test_short_packet, harness_test_setup),
 		cmocka_unit_test_setup(test_request_past_arena, harness_test_setup),
+		cmocka_unit_test_setup(test_replies_queued, harness_test_setup),
 		cmocka_unit_test_setup(test_oversized_packet, harness_test_setup),
 		cmocka_unit_test_setup(test_request_id_zero, harness_test_setup),
 		cmocka_unit_test_setup(test_unknown_request, harness_test_setup),
