@@ -15,6 +15,7 @@
 #include "client.h"
 #include "domain.h"
 #include "log.h"
+#include "odpd-envelope.h"
 #include "odpd-wire.h"
 #include "peer.h"
 #include "config.h"
@@ -662,7 +663,7 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 		goto out;
 	}
 	arena_begin(a);
-	req = odpd__request__unpack(&pa, len, buf);
+	req = odpd_request_unpack(&pa, len, buf);
 	if (!req) {
 		if (a->oom)
 			odpd_client_send_error(c, 0, ENOMEM, "odpd is out of memory: the request was not read");

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * envelope.c - the outer message of a packet (odpd.Request, odpd.Reply)
+ * without protobuf-c's walk over every field of its descriptor.
+ *
+ * protobuf-c's generic code visits each of a message's fields when it
+ * unpacks, sizes or packs one: for Request and Reply, whose bodies are a
+ * oneof of a dozen and more messages, that walk cost more than everything
+ * else odpd does for a small request (issue 26). An envelope is a few
+ * optional scalars and one message of a oneof, and these functions handle
+ * just that shape, reading each field's place and type from the generated
+ * descriptor; the body itself is protobuf-c's. Whatever else they meet (a
+ * field of another kind, an unknown or repeated field, a wire type that
+ * does not fit, a varint of unusual length) they hand to protobuf-c's
+ * generic functions, which stay the reference: the result is the same.
+ */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "odpd-envelope.h"
+
+/* A varint of at most @max bytes at @p (before @end): its length, 0 if
+ * longer or cut short. */
+static size_t varint_get(const uint8_t *p, const uint8_t *end, size_t max, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	for (size_t i = 0; i < max && p + i < end; i++) {
+		v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+		if (!(p[i] & 0x80)) {
+			*ret = v;
+			return i + 1;
+		}
+	}
+	return 0;
+}
+
+static uint8_t *varint_put(uint8_t *p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*p++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*p++ = (uint8_t)v;
+	return p;
+}
+
+/* The field numbered @id of @d, or NULL: protobuf_c_message_descriptor_get_field
+ * without the binary search, for the few number ranges of an envelope. */
+static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor *d, unsigned id)
+{
+	const ProtobufCIntRange *r = d->field_ranges;
+
+	for (unsigned i = 0; i < d->n_field_ranges; i++, r++) {
+		unsigned n = r[1].orig_index - r[0].orig_index;  /* r[n_field_ranges]: n_fields */
+
+		if (id >= (unsigned)r->start_value && id - (unsigned)r->start_value < n)
+			return &d->fields[r->orig_index + (id - (unsigned)r->start_value)];
+	}
+	return NULL;
+}
+
+#define MEMBER(msg, off, type) ((type *)((char *)(msg) + (off)))
+#define CMEMBER(msg, off, type) ((const type *)((const char *)(msg) + (off)))
+
+/*
+ * Unpack the envelope described by @d from @data: optional uint64 fields
+ * and a oneof of messages, each at most once, no other field. NULL with
+ * *@generic set: not of that shape, or not valid (protobuf-c decides);
+ * NULL without: out of memory.
+ */
+static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, ProtobufCAllocator *a, size_t len,
+				     const uint8_t *data, bool *generic)
+{
+	const uint8_t *p = data, *end = data + len;
+	ProtobufCMessage *m = a->alloc(a->allocator_data, d->sizeof_message);
+	uint64_t seen = 0, key, v;
+	size_t n;
+
+	*generic = false;
+	if (!m)
+		return NULL;
+	d->message_init(m);
+	while (p < end) {
+		const ProtobufCFieldDescriptor *f;
+		unsigned id;
+
+		n = varint_get(p, end, 2, &key);     /* field numbers below 2048 */
+		if (!n)
+			goto generic;
+		p += n;
+		id = (unsigned)(key >> 3);
+		if (id >= 64 || (seen & (1ull << id)) || !(f = field_of(d, id)))
+			goto generic;
+		seen |= 1ull << id;
+		if (f->label == PROTOBUF_C_LABEL_OPTIONAL && !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+		    f->type == PROTOBUF_C_TYPE_UINT64 && (key & 7) == PROTOBUF_C_WIRE_TYPE_VARINT) {
+			n = varint_get(p, end, 9, &v);  /* < 2^63 */
+			if (!n)
+				goto generic;
+			p += n;
+			*MEMBER(m, f->quantifier_offset, protobuf_c_boolean) = 1;
+			*MEMBER(m, f->offset, uint64_t) = v;
+		} else if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+			   (key & 7) == PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED) {
+			uint32_t *which = MEMBER(m, f->quantifier_offset, uint32_t);
+			ProtobufCMessage *sub;
+
+			n = varint_get(p, end, 3, &v);  /* < 2 MiB */
+			if (!n || *which || v > (uint64_t)(end - p - n))
+				goto generic;
+			p += n;
+			sub = protobuf_c_message_unpack(f->descriptor, a, v, p);
+			if (!sub)
+				goto generic;
+			p += v;
+			*MEMBER(m, f->offset, ProtobufCMessage *) = sub;
+			*which = f->id;
+		} else {
+			goto generic;
+		}
+	}
+	return m;
+generic:
+	protobuf_c_message_free_unpacked(m, a);
+	*generic = true;
+	return NULL;
+}
+
+/* protobuf-c's default (NULL): malloc and free. */
+static void *sys_alloc(void *data, size_t size)
+{
+	(void)data;
+	return malloc(size);
+}
+
+static void sys_free(void *data, void *p)
+{
+	(void)data;
+	free(p);
+}
+
+static ProtobufCAllocator sys_allocator = { .alloc = sys_alloc, .free = sys_free };
+
+Odpd__Request *odpd_request_unpack(ProtobufCAllocator *a, size_t len, const uint8_t *data)
+{
+	bool generic;
+	ProtobufCMessage *m = fast_unpack(&odpd__request__descriptor, a ? a : &sys_allocator, len, data, &generic);
+
+	if (!m && generic)
+		return odpd__request__unpack(a, len, data);
+	return (Odpd__Request *)m;
+}
+
+/*
+ * Pack @m, an envelope: optional uint64, uint32, int32 and string fields
+ * and a oneof of messages, no unknown field, into @buf of @cap bytes, in
+ * its fields' order as protobuf-c writes them. Returns its length, or 0 if
+ * @m is not of that shape or might not fit (protobuf-c decides then).
+ */
+static size_t fast_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	const ProtobufCFieldDescriptor *f = d->fields, *fend = f + d->n_fields;
+	uint8_t *p = buf, *end = buf + cap;
+
+	if (m->n_unknown_fields)
+		return 0;
+	for (; f < fend; f++) {
+		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+			const ProtobufCMessage *sub;
+			size_t sub_len;
+
+			if (*CMEMBER(m, f->quantifier_offset, uint32_t) != f->id)
+				continue;
+			if (f->type != PROTOBUF_C_TYPE_MESSAGE || f->id >= 2048)
+				return 0;
+			sub = *CMEMBER(m, f->offset, const ProtobufCMessage *);
+			if (!sub || sub == f->default_value)
+				continue;
+			sub_len = protobuf_c_message_get_packed_size(sub);
+			if ((size_t)(end - p) < 2 + 5 || sub_len > (size_t)(end - p) - (2 + 5))
+				return 0;
+			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED);
+			p = varint_put(p, sub_len);
+			p += protobuf_c_message_pack(sub, p);
+			continue;
+		}
+		if (f->label != PROTOBUF_C_LABEL_OPTIONAL || f->id >= 2048 || end - p < 2 + 10)
+			return 0;
+		switch (f->type) {
+		case PROTOBUF_C_TYPE_UINT64:
+			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
+				break;
+			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
+			p = varint_put(p, *CMEMBER(m, f->offset, uint64_t));
+			break;
+		case PROTOBUF_C_TYPE_UINT32:
+			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
+				break;
+			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
+			p = varint_put(p, *CMEMBER(m, f->offset, uint32_t));
+			break;
+		case PROTOBUF_C_TYPE_INT32:               /* a negative one: 10 bytes, sign-extended */
+			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
+				break;
+			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
+			p = varint_put(p, (uint64_t)(int64_t)*CMEMBER(m, f->offset, int32_t));
+			break;
+		case PROTOBUF_C_TYPE_STRING: {
+			const char *str = *CMEMBER(m, f->offset, const char *);
+			size_t sl;
+
+			if (!str || str == f->default_value)
+				break;
+			sl = strlen(str);
+			if (sl > (size_t)(end - p) - (2 + 5))
+				return 0;
+			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED);
+			p = varint_put(p, sl);
+			memcpy(p, str, sl);
+			p += sl;
+			break;
+		}
+		default:
+			return 0;
+		}
+	}
+	return (size_t)(p - buf);
+}
+
+/* protobuf-c's output into a buffer of @cap bytes: counts what does not
+ * fit, writes only what does. */
+struct bounded {
+	ProtobufCBuffer base;
+	uint8_t *data;
+	size_t len, cap;
+};
+
+static void bounded_append(ProtobufCBuffer *buf, size_t len, const uint8_t *data)
+{
+	struct bounded *b = (struct bounded *)buf;
+
+	if (len <= b->cap && b->len <= b->cap - len)
+		memcpy(b->data + b->len, data, len);
+	b->len += len;
+}
+
+size_t odpd_reply_pack_bounded(const Odpd__Reply *reply, uint8_t *buf, size_t cap)
+{
+	struct bounded b = { .base.append = bounded_append, .data = buf, .cap = cap };
+	size_t len = fast_pack(&reply->base, buf, cap);
+
+	if (len)
+		return len;
+	return odpd__reply__pack_to_buffer(reply, &b.base);
+}
