@@ -8,7 +8,8 @@
  * descriptor or a process (socket, socketpair, accept4, memfd_create, open,
  * fopen, opendir, dup3, fcntl's F_DUPFD, inotify_init1, pidfd_open through
  * syscall(), recvmsg when it carries fds, ibv_open_device, posix_spawn), and
- * libevent's and protobuf-c's allocations go through the same malloc. A test
+ * libevent's and protobuf-c's allocations go through the same malloc (a
+ * request's only when it does not fit in the decoding arena, manager.h). A test
  * shares a struct odpd_fault_control with odpd through the file named by
  * $ODPD_FAULT_CONTROL and arms one kind of call with a countdown: the call
  * that brings the countdown from 1 to 0 fails (ENOMEM, EMFILE, ...), once.
