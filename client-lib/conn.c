@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "libodpd-private.h"
+#include "odpd-envelope.h"
 
 /* Every connection of the process, so that a child after fork can drop them. */
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -178,7 +179,7 @@ static int call_recv(struct odpd_conn *c, const char *what, Odpd__Reply **ret, i
 	if (p.truncated)
 		return errmsg_set(-EIO, "%s: the daemon's reply is larger than %u bytes",
 				  what, ODPD_MAX_PACKET);
-	reply = odpd__reply__unpack(NULL, p.len, c->buf);
+	reply = odpd_reply_unpack(NULL, p.len, c->buf);
 	if (!reply) {
 		if (*ret_fd >= 0)
 			close(*ret_fd);

@@ -65,8 +65,9 @@ static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor
 #define CMEMBER(msg, off, type) ((const type *)((const char *)(msg) + (off)))
 
 /*
- * Unpack the envelope described by @d from @data: optional uint64 fields
- * and a oneof of messages, each at most once, no other field. NULL with
+ * Unpack the envelope described by @d from @data: optional uint64, uint32,
+ * int32 and string fields and a oneof of messages, a string or a message at
+ * most once, no other field. NULL with
  * *@generic set: not of that shape, or not valid (protobuf-c decides);
  * NULL without: out of memory.
  */
@@ -94,19 +95,12 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 		if (id >= 64 || (seen & (1ull << id)) || !(f = field_of(d, id)))
 			goto generic;
 		seen |= 1ull << id;
-		if (f->label == PROTOBUF_C_LABEL_OPTIONAL && !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
-		    f->type == PROTOBUF_C_TYPE_UINT64 && (key & 7) == PROTOBUF_C_WIRE_TYPE_VARINT) {
-			n = varint_get(p, end, 9, &v);  /* < 2^63 */
-			if (!n)
-				goto generic;
-			p += n;
-			*MEMBER(m, f->quantifier_offset, protobuf_c_boolean) = 1;
-			*MEMBER(m, f->offset, uint64_t) = v;
-		} else if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && f->type == PROTOBUF_C_TYPE_MESSAGE &&
-			   (key & 7) == PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED) {
+		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
 			uint32_t *which = MEMBER(m, f->quantifier_offset, uint32_t);
 			ProtobufCMessage *sub;
 
+			if (f->type != PROTOBUF_C_TYPE_MESSAGE || (key & 7) != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED)
+				goto generic;
 			n = varint_get(p, end, 3, &v);  /* < 2 MiB */
 			if (!n || *which || v > (uint64_t)(end - p - n))
 				goto generic;
@@ -117,6 +111,38 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 			p += v;
 			*MEMBER(m, f->offset, ProtobufCMessage *) = sub;
 			*which = f->id;
+		} else if (f->label != PROTOBUF_C_LABEL_OPTIONAL) {
+			goto generic;
+		} else if (f->type == PROTOBUF_C_TYPE_STRING) {
+			char **str = MEMBER(m, f->offset, char *);
+
+			if ((key & 7) != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED)
+				goto generic;
+			n = varint_get(p, end, 3, &v);
+			if (!n || v > (uint64_t)(end - p - n))
+				goto generic;
+			p += n;
+			*str = a->alloc(a->allocator_data, v + 1);
+			if (!*str)
+				goto oom;
+			memcpy(*str, p, v);
+			(*str)[v] = 0;
+			p += v;
+		} else if ((key & 7) == PROTOBUF_C_WIRE_TYPE_VARINT && f->type == PROTOBUF_C_TYPE_UINT64) {
+			n = varint_get(p, end, 9, &v);  /* < 2^63 */
+			if (!n)
+				goto generic;
+			p += n;
+			*MEMBER(m, f->quantifier_offset, protobuf_c_boolean) = 1;
+			*MEMBER(m, f->offset, uint64_t) = v;
+		} else if ((key & 7) == PROTOBUF_C_WIRE_TYPE_VARINT &&
+			   (f->type == PROTOBUF_C_TYPE_UINT32 || f->type == PROTOBUF_C_TYPE_INT32)) {
+			n = varint_get(p, end, 4, &v);  /* < 2^28: the same value for both */
+			if (!n)
+				goto generic;
+			p += n;
+			*MEMBER(m, f->quantifier_offset, protobuf_c_boolean) = 1;
+			*MEMBER(m, f->offset, uint32_t) = (uint32_t)v;
 		} else {
 			goto generic;
 		}
@@ -125,6 +151,9 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 generic:
 	protobuf_c_message_free_unpacked(m, a);
 	*generic = true;
+	return NULL;
+oom:
+	protobuf_c_message_free_unpacked(m, a);
 	return NULL;
 }
 
@@ -151,6 +180,16 @@ Odpd__Request *odpd_request_unpack(ProtobufCAllocator *a, size_t len, const uint
 	if (!m && generic)
 		return odpd__request__unpack(a, len, data);
 	return (Odpd__Request *)m;
+}
+
+Odpd__Reply *odpd_reply_unpack(ProtobufCAllocator *a, size_t len, const uint8_t *data)
+{
+	bool generic;
+	ProtobufCMessage *m = fast_unpack(&odpd__reply__descriptor, a ? a : &sys_allocator, len, data, &generic);
+
+	if (!m && generic)
+		return odpd__reply__unpack(a, len, data);
+	return (Odpd__Reply *)m;
 }
 
 /*
@@ -247,12 +286,17 @@ static void bounded_append(ProtobufCBuffer *buf, size_t len, const uint8_t *data
 	b->len += len;
 }
 
-size_t odpd_reply_pack_bounded(const Odpd__Reply *reply, uint8_t *buf, size_t cap)
+size_t odpd_envelope_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap)
 {
 	struct bounded b = { .base.append = bounded_append, .data = buf, .cap = cap };
-	size_t len = fast_pack(&reply->base, buf, cap);
+	size_t len = fast_pack(m, buf, cap);
 
 	if (len)
 		return len;
-	return odpd__reply__pack_to_buffer(reply, &b.base);
+	return protobuf_c_message_pack_to_buffer(m, &b.base);
+}
+
+size_t odpd_reply_pack_bounded(const Odpd__Reply *reply, uint8_t *buf, size_t cap)
+{
+	return odpd_envelope_pack(&reply->base, buf, cap);
 }

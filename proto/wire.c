@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "odpd-envelope.h"
 #include "odpd-wire.h"
 
 int odpd_wire_send_buf(int sock, const void *buf, size_t len, const int *fds, unsigned nfds, int flags)
@@ -42,11 +43,10 @@ int odpd_wire_send_buf(int sock, const void *buf, size_t len, const int *fds, un
 int odpd_wire_send(int sock, const ProtobufCMessage *msg, const int *fds, unsigned nfds, int flags)
 {
 	uint8_t buf[ODPD_MAX_PACKET];
-	size_t len = protobuf_c_message_get_packed_size(msg);
+	size_t len = odpd_envelope_pack(msg, buf, sizeof(buf));
 
 	if (len > sizeof(buf))
 		return -EMSGSIZE;
-	protobuf_c_message_pack(msg, buf);
 	return odpd_wire_send_buf(sock, buf, len, fds, nfds, flags);
 }
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of proto/envelope.c: odpd_request_unpack and
- * odpd_reply_pack_bounded against protobuf-c's own functions, which they
- * must match byte for byte: every body type, the fields around it, and
- * (for unpacking) many packets damaged at random, each decoded both ways.
+ * Unit tests of proto/envelope.c: odpd_request_unpack, odpd_reply_unpack,
+ * odpd_envelope_pack and odpd_reply_pack_bounded against protobuf-c's own
+ * functions, which they must match byte for byte: every body type, the
+ * fields around it, and (for unpacking) many packets damaged at random,
+ * each decoded both ways.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -77,8 +78,8 @@ static void fill(ProtobufCMessage *m)
 	}
 }
 
-/* A request with body @i of the descriptor (or none), packed into @buf. */
-static size_t request_packet(int i, uint8_t *buf, void *body_mem)
+/* A request with body @i of the descriptor (or none), in @req. */
+static void request_fill(Odpd__Request *r, int i, void *body_mem)
 {
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	const ProtobufCFieldDescriptor *f = i >= 0 ? body_field(&odpd__request__descriptor, (unsigned)i) : NULL;
@@ -104,6 +105,15 @@ static size_t request_packet(int i, uint8_t *buf, void *body_mem)
 		*(ProtobufCMessage **)((char *)&req + f->offset) = b;
 		*(uint32_t *)((char *)&req + f->quantifier_offset) = f->id;
 	}
+	*r = req;
+}
+
+/* The same, packed into @buf by protobuf-c. */
+static size_t request_packet(int i, uint8_t *buf, void *body_mem)
+{
+	Odpd__Request req;
+
+	request_fill(&req, i, body_mem);
 	assert_true(odpd__request__get_packed_size(&req) <= BUF);
 	return odpd__request__pack(&req, buf);
 }
@@ -150,8 +160,9 @@ static void test_request_every_body(void **state)
 	assert_true(ok > 20 * 16);
 }
 
-/* Damaged packets: a byte changed, cut short, a field repeated or added,
- * bytes appended. Both decoders must agree on each. */
+static size_t damage(uint8_t *pkt, const uint8_t *buf, size_t len);
+
+/* Damaged requests (damage()): both decoders must agree on each. */
 static void test_request_damaged(void **state)
 {
 	uint8_t buf[BUF], pkt[BUF];
@@ -162,40 +173,48 @@ static void test_request_damaged(void **state)
 		unsigned nf = odpd__request__descriptor.n_fields, i = (unsigned)(rnd() % nf);
 		size_t len = request_packet(body_field(&odpd__request__descriptor, i) ? (int)i : -1, buf, body_mem);
 
-		memcpy(pkt, buf, len);
-		switch (rnd() % 6) {
-		case 0:                              /* a byte changed */
-			if (len)
-				pkt[rnd() % len] = (uint8_t)rnd();
-			break;
-		case 1:                              /* cut short */
-			len = len ? rnd() % len : 0;
-			break;
-		case 2:                              /* the whole packet twice: every field repeated */
-			memcpy(pkt + len, buf, len);
-			len *= 2;
-			break;
-		case 3:                              /* random bytes appended */
-			for (int k = (int)(rnd() % 8); k >= 0; k--)
-				pkt[len++] = (uint8_t)rnd();
-			break;
-		case 4:                              /* a field of any number and wire type appended */
-			pkt[len++] = (uint8_t)rnd();
-			pkt[len++] = (uint8_t)(rnd() & 0x7f);
-			pkt[len++] = (uint8_t)(rnd() & 0x7f);
-			break;
-		default:                             /* two bytes changed */
-			if (len) {
-				pkt[rnd() % len] ^= (uint8_t)(1u << (rnd() % 8));
-				pkt[rnd() % len] ^= (uint8_t)(1u << (rnd() % 8));
-			}
-			break;
-		}
+		len = damage(pkt, buf, len);
 		unpack_both(pkt, len, &ok);
 		total++;
 	}
-	print_message("%u of %u damaged packets decoded (both ways alike)\n", ok, total);
+	print_message("%u of %u damaged requests decoded (both ways alike)\n", ok, total);
 	assert_true(ok > 1000 && ok < total);
+}
+
+/* Copy @len bytes of @buf into @pkt, damaged at random: a byte changed, cut
+ * short, a field repeated or added, bytes appended. Its new length. */
+static size_t damage(uint8_t *pkt, const uint8_t *buf, size_t len)
+{
+	memcpy(pkt, buf, len);
+	switch (rnd() % 6) {
+	case 0:                              /* a byte changed */
+		if (len)
+			pkt[rnd() % len] = (uint8_t)rnd();
+		break;
+	case 1:                              /* cut short */
+		len = len ? rnd() % len : 0;
+		break;
+	case 2:                              /* the whole packet twice: every field repeated */
+		memcpy(pkt + len, buf, len);
+		len *= 2;
+		break;
+	case 3:                              /* random bytes appended */
+		for (int k = (int)(rnd() % 8); k >= 0; k--)
+			pkt[len++] = (uint8_t)rnd();
+		break;
+	case 4:                              /* a field of any number and wire type appended */
+		pkt[len++] = (uint8_t)rnd();
+		pkt[len++] = (uint8_t)(rnd() & 0x7f);
+		pkt[len++] = (uint8_t)(rnd() & 0x7f);
+		break;
+	default:                             /* two bytes changed */
+		if (len) {
+			pkt[rnd() % len] ^= (uint8_t)(1u << (rnd() % 8));
+			pkt[rnd() % len] ^= (uint8_t)(1u << (rnd() % 8));
+		}
+		break;
+	}
+	return len;
 }
 
 /* A reply with body @i of the descriptor (or none). */
@@ -262,12 +281,96 @@ static void test_reply_pack(void **state)
 	assert_true(n > 200 * 10);
 }
 
+/* odpd_envelope_pack of a request: protobuf-c's bytes. */
+static void test_request_pack(void **state)
+{
+	static uint8_t a[BUF], b[BUF];
+	Odpd__Request r;
+
+	(void)state;
+	for (int round = 0; round < 200; round++)
+		for (int i = -1; i < (int)odpd__request__descriptor.n_fields; i++) {
+			size_t want;
+
+			if (i >= 0 && !body_field(&odpd__request__descriptor, (unsigned)i))
+				continue;
+			request_fill(&r, i, body_mem);
+			want = odpd__request__pack(&r, b);
+			assert_int_equal(odpd_envelope_pack(&r.base, a, sizeof(a)), want);
+			assert_memory_equal(a, b, want);
+		}
+}
+
+/* Decode a reply of @len bytes both ways: the same answer, the same message. */
+static void reply_unpack_both(const uint8_t *buf, size_t len, unsigned *n_ok)
+{
+	static uint8_t a[BUF * 2], b[BUF * 2];
+	Odpd__Reply *fast = odpd_reply_unpack(NULL, len, buf);
+	Odpd__Reply *ref = odpd__reply__unpack(NULL, len, buf);
+	size_t la, lb;
+
+	if (!ref) {
+		assert_null(fast);
+		return;
+	}
+	assert_non_null(fast);
+	assert_true(odpd__reply__get_packed_size(ref) <= sizeof(a));
+	assert_int_equal(odpd__reply__get_packed_size(fast), odpd__reply__get_packed_size(ref));
+	la = odpd__reply__pack(fast, a);
+	lb = odpd__reply__pack(ref, b);
+	assert_int_equal(la, lb);
+	assert_memory_equal(a, b, la);
+	assert_int_equal(fast->body_case, ref->body_case);
+	assert_int_equal(fast->status, ref->status);
+	if (ref->message)
+		assert_string_equal(fast->message, ref->message);
+	else
+		assert_null(fast->message);
+	(*n_ok)++;
+	odpd__reply__free_unpacked(fast, NULL);
+	odpd__reply__free_unpacked(ref, NULL);
+}
+
+static void reply_fill(Odpd__Reply *r, int i);
+
+/* Replies of every body, then damaged (damage()): both decoders agree. */
+static void test_reply_unpack(void **state)
+{
+	uint8_t buf[BUF], pkt[BUF];
+	unsigned ok = 0, total = 0, nf = odpd__reply__descriptor.n_fields;
+	Odpd__Reply r;
+
+	(void)state;
+	for (int round = 0; round < 20; round++)
+		for (int i = -1; i < (int)nf; i++) {
+			if (i >= 0 && !body_field(&odpd__reply__descriptor, (unsigned)i))
+				continue;
+			reply_fill(&r, i);
+			reply_unpack_both(buf, odpd__reply__pack(&r, buf), &ok);
+		}
+	assert_true(ok > 20 * 10);
+	ok = 0;
+	for (int round = 0; round < 20000; round++) {
+		unsigned i = (unsigned)(rnd() % nf);
+		size_t len;
+
+		reply_fill(&r, body_field(&odpd__reply__descriptor, i) ? (int)i : -1);
+		len = damage(pkt, buf, odpd__reply__pack(&r, buf));
+		reply_unpack_both(pkt, len, &ok);
+		total++;
+	}
+	print_message("%u of %u damaged replies decoded (both ways alike)\n", ok, total);
+	assert_true(ok > 1000 && ok < total);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_request_every_body),
 		cmocka_unit_test(test_request_damaged),
+		cmocka_unit_test(test_request_pack),
 		cmocka_unit_test(test_reply_pack),
+		cmocka_unit_test(test_reply_unpack),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
