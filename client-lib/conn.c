@@ -197,7 +197,7 @@ static enum reply_fate reply_classify(const Odpd__Reply *reply, uint64_t id)
 	if (reply->id == id)
 		return REPLY_OURS;
 	/*
-	 * Id 0 is an event (none are defined yet), or the daemon's answer to
+	 * Id 0 is an event (a DeviceEvent), or the daemon's answer to
 	 * a packet whose id it could not read: with one request in flight,
 	 * that error is ours. Events carry a body; such an error does not.
 	 */
@@ -227,6 +227,8 @@ static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
 {
 	const Odpd__DeviceEvent *ev = reply->device_event;
 
+	if (reply->id == 0 && reply->body_case != ODPD__REPLY__BODY__NOT_SET)
+		c->events_received++;            /* known or not: the daemon counted it */
 	if (reply->id != 0 || reply->body_case != ODPD__REPLY__BODY_DEVICE_EVENT || !ev ||
 	    ev->kind != ODPD__DEVICE_EVENT__KIND__KIND_REMOVED)
 		return;                          /* unknown events are for newer libraries */
@@ -235,9 +237,18 @@ static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
 	c->lost_pending = true;
 }
 
-/* Read the events that came while no call was in flight. */
+/*
+ * Read the events that came while no call was in flight: a non-blocking
+ * receive, unless the hit table's events word says that every event the
+ * daemon sent was read already (then a request costs a send and a receive).
+ * The daemon stores the word before it sends the event; were it ever
+ * ahead of what can be read, this reads nothing now and looks again before
+ * the next request.
+ */
 static int conn_drain(struct odpd_conn *c, const char *what)
 {
+	if (hit_events_all_received(c))
+		return 0;
 	for (;;) {
 		Odpd__Reply *reply = NULL;
 		int fd = -1;

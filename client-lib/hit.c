@@ -92,7 +92,7 @@ int hit_open(struct odpd_conn *c)
 	Odpd__Reply *reply = NULL;
 	_Atomic uint64_t *use = NULL;
 	size_t len = table_len(HIT_SLOTS);
-	uint32_t slots;
+	uint32_t slots, events_slot;
 	int use_fd = -1, gen_fd = -1, r;
 	void *gen;
 
@@ -118,7 +118,10 @@ int hit_open(struct odpd_conn *c)
 	if (r < 0)
 		goto off;
 	slots = reply->hit_table->has_slots ? reply->hit_table->slots : 0;
+	events_slot = reply->hit_table->has_events_slot ? reply->hit_table->events_slot : 0;
 	odpd__reply__free_unpacked(reply, NULL);
+	if (events_slot >= slots)
+		events_slot = 0;                 /* not a word of the table: drain as without one */
 	if (slots < 2 || slots > HIT_SLOTS)
 		goto off;
 	/* Read-only: the daemon sealed it F_SEAL_FUTURE_WRITE, so nothing can
@@ -132,6 +135,7 @@ int hit_open(struct odpd_conn *c)
 	c->hit_gen = gen;
 	c->hit_use = use;
 	c->hit_slots = slots;
+	c->hit_events_slot = events_slot;
 	c->hit_len = len;
 	errmsg_clear();
 	return 0;
@@ -343,7 +347,8 @@ int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t le
 {
 	struct hit_ref *h = NULL, *old;
 
-	if (c->hit_gen && res->slot && res->slot < c->hit_slots && seg && res->has_mr_range)
+	if (c->hit_gen && res->slot && res->slot < c->hit_slots && res->slot != c->hit_events_slot &&
+	    seg && res->has_mr_range)
 		h = calloc(1, sizeof(*h));          /* NULL: served by the daemon only */
 	if (h) {
 		h->seg = seg;
@@ -530,6 +535,14 @@ void hit_before_request(struct odpd_conn *c, Odpd__Request *req)
 	tables_unlock(c);
 }
 
+bool hit_events_all_received(const struct odpd_conn *c)
+{
+	/* Acquire: pairs with the daemon's release store of the word, made
+	 * before it sends the event (daemon/hittab.h). */
+	return c->hit_gen && c->hit_events_slot &&
+	       gen_load(c, c->hit_events_slot) == c->events_received;
+}
+
 /* One user of @h is gone with its connection (odpd_disconnect). */
 void hit_drop_user(struct odpd_conn *c, struct hit_ref *h)
 {
@@ -564,6 +577,7 @@ void hit_close(struct odpd_conn *c)
 		munmap((void *)c->hit_use, c->hit_len);
 	c->hit_gen = NULL;
 	c->hit_use = NULL;
+	c->hit_events_slot = 0;
 	free(c->hit_buckets);
 	free(c->hit_by_slot);
 	c->hit_buckets = NULL;
@@ -575,6 +589,7 @@ void hit_fork_child(struct odpd_conn *c)
 {
 	c->hit_gen = NULL;
 	c->hit_use = NULL;
+	c->hit_events_slot = 0;
 }
 
 /* ---------------------------------------------------------------- odpd_stats */

@@ -148,6 +148,9 @@ struct odpd_conn {
 	bool lost_pending;
 	char lost_device[64];
 	unsigned lost_mrs;
+	/* Events (id 0, with a body) received since connect; under @lock.
+	 * Equal to the hit table's events word: none waits to be read. */
+	uint64_t events_received;
 	uint64_t client_id;
 	/* HelloReply.resident_check_max: pinned ranges up to this long are
 	 * registered with REG_UNPOPULATED (0: never) */
@@ -168,6 +171,7 @@ struct odpd_conn {
 	_Atomic uint64_t *hit_use;          /* ours */
 	size_t hit_len;
 	uint32_t hit_slots;
+	uint32_t hit_events_slot;           /* the events word's slot, 0: none (older odpd) */
 	struct hit_ref **hit_buckets;       /* by (addr, length) of the first request */
 	struct hit_ref **hit_by_slot;
 	struct odpd_link hit_refs;          /* indexed, oldest first */
@@ -360,6 +364,9 @@ bool hit_over(struct odpd_conn *c);
 bool hit_have_lazy(struct odpd_conn *c);
 /* Every request: forget revoked references, report. Caller holds c->lock. */
 void hit_before_request(struct odpd_conn *c, Odpd__Request *req);
+/* Has this connection received every event the daemon says it sent (the hit
+ * table's events word)? false without an events word. Caller holds c->lock. */
+bool hit_events_all_received(const struct odpd_conn *c);
 
 /* ---------------------------------------------------------------- mirror.c */
 

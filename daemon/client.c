@@ -370,6 +370,9 @@ static void notify_device_gone(void *ctx, struct odpd_holder *h, const char *dev
 	reply.has_id = reply.has_status = 1;
 	reply.body_case = ODPD__REPLY__BODY_DEVICE_EVENT;
 	reply.device_event = &ev;
+	/* The events word first: whenever the client can read the event,
+	 * the word counts it (and the client does not skip its drain). */
+	odpd_registry_event_sent(h);
 	odpd_client_send(c, &reply);
 	log_info("client %" PRIu64 " (pid %d): told that %s was removed (%u MR(s))", c->id,
 		 (int)c->cred.pid, device, mrs);

@@ -125,8 +125,8 @@ int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *r
 		odpd_hittab_close(t);
 		return err_set(err, ENOMEM, "out of memory");
 	}
-	/* slot 0 is the header; hand out low slots first */
-	for (uint32_t s = t->slots - 1; s >= 1; s--)
+	/* the header slots are never handed out; low slots go first */
+	for (uint32_t s = t->slots - 1; s >= ODPD_HIT_HEADER_SLOTS; s--)
 		t->free[t->n_free++] = s;
 	r = use_map(t, use_fd, err);
 	if (r >= 0)
@@ -164,7 +164,7 @@ uint32_t odpd_hittab_slots(const struct odpd_hittab *t)
 
 uint32_t odpd_hittab_used(const struct odpd_hittab *t)
 {
-	return t->slots - 1 - t->n_free;
+	return t->slots - ODPD_HIT_HEADER_SLOTS - t->n_free;
 }
 
 uint32_t odpd_hittab_take(struct odpd_hittab *t, uint64_t ticket)
@@ -178,9 +178,14 @@ uint32_t odpd_hittab_take(struct odpd_hittab *t, uint64_t ticket)
 	return s;
 }
 
+void odpd_hittab_events(struct odpd_hittab *t, uint64_t sent)
+{
+	atomic_store_explicit(&t->gen[ODPD_HIT_EVENTS_SLOT], sent, memory_order_release);
+}
+
 void odpd_hittab_put(struct odpd_hittab *t, uint32_t slot)
 {
-	if (slot == 0 || slot >= t->slots)
+	if (slot < ODPD_HIT_HEADER_SLOTS || slot >= t->slots)
 		return;
 	atomic_store_explicit(&t->gen[slot], 0, memory_order_release);
 	t->free[t->n_free++] = slot;
@@ -188,14 +193,14 @@ void odpd_hittab_put(struct odpd_hittab *t, uint32_t slot)
 
 void odpd_hittab_invalidate(struct odpd_hittab *t, uint32_t slot, uint64_t ticket)
 {
-	if (slot == 0 || slot >= t->slots)
+	if (slot < ODPD_HIT_HEADER_SLOTS || slot >= t->slots)
 		return;
 	atomic_store_explicit(&t->gen[slot], ticket | ODPD_HIT_INVALID, memory_order_release);
 }
 
 uint64_t odpd_hittab_use(const struct odpd_hittab *t, uint32_t slot)
 {
-	if (slot == 0 || slot >= t->slots)
+	if (slot < ODPD_HIT_HEADER_SLOTS || slot >= t->slots)
 		return 0;
 	return atomic_load_explicit(&t->use[slot], memory_order_relaxed);
 }
@@ -204,7 +209,7 @@ bool odpd_hittab_revoke(struct odpd_hittab *t, uint32_t slot, uint64_t ticket)
 {
 	uint64_t was, use;
 
-	if (slot == 0 || slot >= t->slots)
+	if (slot < ODPD_HIT_HEADER_SLOTS || slot >= t->slots)
 		return false;
 	was = atomic_load_explicit(&t->gen[slot], memory_order_relaxed);
 	/* Store, fence, load: the client does the same in the other order

@@ -11,8 +11,15 @@
  *    maps it read-only: the memfd carries F_SEAL_FUTURE_WRITE, so no one
  *    but this mapping can ever write it. Slot s holds the reference's
  *    ticket while it is valid, ticket | ODPD_HIT_INVALID once its MR was
- *    invalidated, 0 when free or revoked. Slot 0 is the header: how many
- *    references were revoked.
+ *    invalidated, 0 when free or revoked. Two header slots are never
+ *    handed to a reference: slot 0, how many references were revoked;
+ *    slot 1 (ODPD_HIT_EVENTS_SLOT, HitTableReply.events_slot), the events
+ *    word: how many events (id-0 replies with a body, e.g. DeviceEvent)
+ *    the daemon has sent on this connection since it connected. It is
+ *    stored (release) before the event is queued for sending, so a client
+ *    that can read an event sees the word counting it; a client whose own
+ *    count of events received equals the word has none to read, and skips
+ *    the non-blocking receive it would otherwise make before each request.
  *  - the use table, the client's memfd (sealed against shrinking), mapped
  *    read-only here: the client writes the ticket while it uses the
  *    reference, any other value while it keeps it unused.
@@ -31,7 +38,9 @@
 
 #include "error.h"
 
-#define ODPD_HIT_SLOTS_MIN 2u
+#define ODPD_HIT_SLOTS_MIN 2u          /* header slots only: no reference gets one */
+#define ODPD_HIT_EVENTS_SLOT 1u
+#define ODPD_HIT_HEADER_SLOTS 2u        /* slot 0 (revocations) and 1 (events) */
 #define ODPD_HIT_SLOTS_MAX 65536u
 #define ODPD_HIT_INVALID (UINT64_C(1) << 63)
 #define ODPD_HIT_REVOKING (UINT64_C(1) << 62)
@@ -62,6 +71,8 @@ uint32_t odpd_hittab_used(const struct odpd_hittab *t);
 
 /* A slot for a new reference with @ticket, or 0 if none is free. */
 uint32_t odpd_hittab_take(struct odpd_hittab *t, uint64_t ticket);
+/* The connection has sent @sent events so far: the events word. */
+void odpd_hittab_events(struct odpd_hittab *t, uint64_t sent);
 /* The reference was released by the client: its slot is free again. */
 void odpd_hittab_put(struct odpd_hittab *t, uint32_t slot);
 /* Its MR was invalidated: never served again from the client's cache. */

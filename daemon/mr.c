@@ -805,6 +805,8 @@ int odpd_open_hit_table(const struct odpd_caller *k, const Odpd__OpenHitTable *r
 	close(fd);                           /* mapped */
 	ht.has_slots = 1;
 	ht.slots = odpd_hittab_slots(k->holder->hits);
+	ht.has_events_slot = 1;
+	ht.events_slot = ODPD_HIT_EVENTS_SLOT;
 	reply.has_id = reply.has_status = 1;
 	reply.id = k->id;
 	reply.body_case = ODPD__REPLY__BODY_HIT_TABLE;

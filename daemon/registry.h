@@ -240,6 +240,8 @@ struct odpd_holder {
 	uint32_t ref_index_size;
 	struct odpd_hittab *hits;           /* OpenHitTable, or NULL */
 	uint64_t local_hits;                /* as its library last reported */
+	uint64_t events;                    /* events sent to its client (the hit table's
+					     * events word, daemon/hittab.h) */
 };
 
 /* The registration size histogram: bucket 0 counts registrations of at
@@ -381,6 +383,9 @@ void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d
  */
 int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, int use_fd,
 			    int *ret_gen_fd, struct odpd_err *err);
+/* An event (id 0, with a body) is about to be sent to @h's client: count
+ * it, in the hit table's events word too (hittab.h). */
+void odpd_registry_event_sent(struct odpd_holder *h);
 /* Is live @mr held only by references that client libraries keep unused? */
 bool odpd_registry_mr_kept(const struct odpd_mr *mr);
 /* What a request of @h said about its cache: hits answered in-process

@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,116 @@ static void test_device_removal(void **state)
 	daemon_stop(&d);
 }
 
+struct word_want {
+	const _Atomic uint64_t *word;
+	uint64_t want;
+};
+
+static bool word_is(void *arg)
+{
+	const struct word_want *w = arg;
+
+	return atomic_load(w->word) == w->want;
+}
+
+/*
+ * The hit table's events word (issue 26): libodpd no longer looks for events
+ * before each request while the word equals the events it has read, so that
+ * a request costs a sendmsg and a recvmsg. A device removal counts its
+ * DeviceEvent in the word before sending it: a raw client with a table sees
+ * the word go from 0 to 1, then reads the event. A libodpd client with a
+ * table (whose MR was on the device) fails its next call once with ENODEV
+ * naming the device, even a call that needs no device (attaching a
+ * segment); its release goes through, and the attach after succeeds.
+ * (With a daemon that advertises the word but never stores it, the library
+ * skipped its look and that first attach succeeded: checked by hand.)
+ */
+static void test_device_removal_events_word(void **state)
+{
+	struct test_daemon d = { 0 };
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__RegMr m = ODPD__REG_MR__INIT;
+	struct odpd_conn *a;
+	struct odpd_segment *sa, *s2;
+	struct odpd_mr *mra;
+	struct odpd_stats st;
+	char dev[64], netdev[64], cmd[256];
+	_Atomic uint64_t *use;
+	const _Atomic uint64_t *gen;
+	int admin, raw, use_fd, gen_fd, seg_fd;
+	Odpd__Reply *r;
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	rdma_link(dev, netdev);
+	daemon_start(&d, NULL);
+	admin = raw_connect_hello(d.sock);
+	raw = raw_connect_hello(d.sock);
+	raw_open_hit_table(raw, 2, 64, &use_fd, &use, &gen_fd, &gen);
+	seg_fd = sealed_memfd(64 * KIB);
+	m.has_addr = m.has_length = m.has_access = 1;
+	m.addr = raw_attach(raw, 3, seg_fd);
+	m.length = 64 * KIB;
+	m.access = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	req.body_case = ODPD__REQUEST__BODY_REG_MR;
+	req.reg_mr = &m;
+	r = raw_call(raw, 4, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	assert_true(r->mr->has_slot && r->mr->slot > 1);  /* the headers are never a reference's */
+	odpd__reply__free_unpacked(r, NULL);
+	assert_int_equal(atomic_load(&gen[1]), 0);
+
+	a = odpd_connect(d.sock, NULL);
+	assert_non_null(a);
+	assert_int_equal(odpd_stats(a, &st, sizeof(st)), 0);
+	assert_true(st.hit_table);
+	sa = odpd_alloc(a, 256 * KIB, 0);
+	assert_non_null(sa);
+	mra = odpd_reg(a, odpd_segment_addr(sa), 256 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mra);
+
+	snprintf(cmd, sizeof(cmd), "rdma link delete %s", dev);
+	assert_int_equal(run_cmd(cmd, 60), 0);
+	assert_true(wait_until(word_is, &(struct word_want){ &gen[1], 1 }));
+	r = raw_recv(raw);
+	assert_int_equal(r->id, 0);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_DEVICE_EVENT);
+	assert_int_equal(r->device_event->mrs, 1);
+	odpd__reply__free_unpacked(r, NULL);
+
+	/* told once, on a call that needs no device */
+	errno = 0;
+	assert_null(odpd_alloc(a, 64 * KIB, 0));
+	assert_int_equal(errno, ENODEV);
+	assert_non_null(strstr(odpd_errmsg(), "was removed"));
+	assert_non_null(strstr(odpd_errmsg(), dev));
+	assert_int_equal(odpd_dereg(mra), 0);
+	s2 = odpd_alloc(a, 64 * KIB, 0);
+	if (!s2)
+		fail_msg("the call after the ENODEV: %s", odpd_errmsg());
+	assert_int_equal(odpd_detach(s2), 0);
+	assert_int_equal(odpd_detach(sa), 0);
+	assert_int_equal(atomic_load(&gen[1]), 1);        /* one event, no more */
+
+	snprintf(cmd, sizeof(cmd), "rdma link add %s type rxe netdev %s", dev, netdev);
+	assert_int_equal(run_cmd(cmd, 60), 0);
+	assert_true(wait_until(one_device, &admin));
+	odpd_disconnect(a);
+	close(raw);
+	munmap(use, 4096);
+	munmap((void *)gen, 4096);
+	close(use_fd);
+	close(gen_fd);
+	close(seg_fd);
+	wait_idle(admin);
+	assert_int_equal(kernel_mr_count(d.pid), 0);
+	close(admin);
+	daemon_stop(&d);
+}
+
 /*
  * `rdma link delete` while clients keep requests of every kind in flight
  * (issue 23, section 4): attach/detach, pinned and ODP registration,
@@ -664,6 +775,7 @@ int main(void)
 		cmocka_unit_test(test_restart_under_clients),
 		cmocka_unit_test(test_device_removal),
 		cmocka_unit_test(test_device_removal_under_load),
+		cmocka_unit_test(test_device_removal_events_word),
 		cmocka_unit_test(harness_test_daemon_exits_cleanly),
 	};
 

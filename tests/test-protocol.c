@@ -20,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include <json.h>
 
 #include "harness.h"
+#include "odpd.h"
 
 
 /* ---------------------------------------------------------------- helpers */
@@ -1053,6 +1055,8 @@ static void test_hit_table(void **state)
 	assert_int_equal(r->status, 0);
 	assert_int_equal(r->body_case, ODPD__REPLY__BODY_HIT_TABLE);
 	assert_int_equal(r->hit_table->slots, 64);
+	assert_true(r->hit_table->has_events_slot);      /* the events word: none sent yet */
+	assert_int_equal(r->hit_table->events_slot, 1);
 	odpd__reply__free_unpacked(r, NULL);
 	assert_true(gen >= 0);
 	raw_expect_error(conn, 7, &req, &use, 1, EALREADY);
@@ -1316,6 +1320,90 @@ static void test_other_clients_unaffected(void **state)
 	close(bad);
 	assert_usable(good);
 	close(good);
+}
+
+/* ---------------------------------------------------------------- system calls per request */
+
+/*
+ * This process's sendmsg and recvmsg calls, counted: definitions in the
+ * executable come before libc's for libodpd.so too (its calls go through
+ * the PLT), so no LD_PRELOAD is needed. /proc/self/io's syscr does not
+ * count recvmsg (only read(2) and its kin), so it cannot serve. They pass
+ * the call on to the kernel as it is.
+ */
+static unsigned long n_sendmsg, n_recvmsg;
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	__atomic_fetch_add(&n_sendmsg, 1, __ATOMIC_RELAXED);
+	return syscall(SYS_sendmsg, fd, msg, flags);
+}
+
+ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	__atomic_fetch_add(&n_recvmsg, 1, __ATOMIC_RELAXED);
+	return syscall(SYS_recvmsg, fd, msg, flags);
+}
+
+/* @n segments attached and detached through libodpd on @c: the requests
+ * (one sendmsg each) and the receives they cost. */
+static void alloc_detach_calls(struct odpd_conn *c, unsigned n, unsigned long *ret_sends,
+			       unsigned long *ret_recvs)
+{
+	unsigned long s0 = __atomic_load_n(&n_sendmsg, __ATOMIC_RELAXED);
+	unsigned long r0 = __atomic_load_n(&n_recvmsg, __ATOMIC_RELAXED);
+
+	for (unsigned i = 0; i < n; i++) {
+		struct odpd_segment *seg = odpd_alloc(c, 64 * 1024, 0);
+
+		if (!seg)
+			fail_msg("odpd_alloc: %s", odpd_errmsg());
+		assert_int_equal(odpd_detach(seg), 0);
+	}
+	*ret_sends = __atomic_load_n(&n_sendmsg, __ATOMIC_RELAXED) - s0;
+	*ret_recvs = __atomic_load_n(&n_recvmsg, __ATOMIC_RELAXED) - r0;
+}
+
+/*
+ * A request through libodpd costs its client one sendmsg and one recvmsg
+ * when the connection has a hit table whose events word says no event
+ * waits (issue 26): the library used to make a non-blocking recvmsg before
+ * every request, to look for a DeviceEvent. Without a hit table
+ * (ODPD_CACHE=0) it still looks every time.
+ */
+static void test_two_system_calls_per_request(void **state)
+{
+	enum { N = 20 };
+	struct odpd_conn *c, *plain;
+	struct odpd_stats st;
+	unsigned long sends, recvs;
+
+	(void)state;
+	c = odpd_connect(test_daemon.sock, NULL);
+	if (!c)
+		fail_msg("odpd_connect: %s", odpd_errmsg());
+	assert_int_equal(odpd_stats(c, &st, sizeof(st)), 0);
+	assert_true(st.hit_table);
+	alloc_detach_calls(c, N, &sends, &recvs);
+	print_message("with a hit table: %u segments, %lu requests, %lu recvmsg\n", N, sends, recvs);
+	assert_true(sends >= 2 * N);                   /* counted: attach and detach each */
+	if (recvs != sends)
+		fail_msg("%lu requests took %lu recvmsg calls: the library looked for events it "
+			 "knew were not there", sends, recvs);
+	odpd_disconnect(c);
+
+	setenv("ODPD_CACHE", "0", 1);
+	plain = odpd_connect(test_daemon.sock, NULL);
+	unsetenv("ODPD_CACHE");
+	if (!plain)
+		fail_msg("odpd_connect: %s", odpd_errmsg());
+	assert_int_equal(odpd_stats(plain, &st, sizeof(st)), 0);
+	assert_false(st.hit_table);
+	alloc_detach_calls(plain, N, &sends, &recvs);
+	print_message("without: %u segments, %lu requests, %lu recvmsg\n", N, sends, recvs);
+	assert_true(sends >= 2 * N);
+	assert_int_equal(recvs, 2 * sends);            /* a look for events first, each time */
+	odpd_disconnect(plain);
 }
 
 /* ---------------------------------------------------------------- cache requests */
@@ -2200,6 +2288,7 @@ int main(void)
 		cmocka_unit_test_setup(test_other_clients_unaffected, harness_test_setup),
 		cmocka_unit_test_setup(test_hit_table, harness_test_setup),
 		cmocka_unit_test_setup(test_hit_table_hugetlb, harness_test_setup),
+		cmocka_unit_test_setup(test_two_system_calls_per_request, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_hugetlb, harness_test_setup),
 		cmocka_unit_test_setup(test_attach_shmem_thp, harness_test_setup),
 		cmocka_unit_test_setup(test_cache_admin_requests_need_admin, harness_test_setup),

@@ -180,11 +180,19 @@ int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint
 	rc = odpd_hittab_open(slots, use_fd, &h->hits, ret_gen_fd, err);
 	if (rc < 0)
 		return rc;
+	odpd_hittab_events(h->hits, h->events);    /* any sent before the table */
 	odpd_account_hold(h->acct, ODPD_UL_MAPPED, (int64_t)charge);
 	odpd_account_hold(h->acct, ODPD_UL_MAPPINGS, ODPD_HIT_MAPPINGS);
 	r->n_hit_tables++;
 	hits_arm(r);
 	return 0;
+}
+
+void odpd_registry_event_sent(struct odpd_holder *h)
+{
+	h->events++;
+	if (h->hits)
+		odpd_hittab_events(h->hits, h->events);
 }
 
 bool odpd_registry_mr_kept(const struct odpd_mr *mr)
