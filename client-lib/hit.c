@@ -20,6 +20,11 @@
  * window, and everything unused on a flush; it then waits for the library
  * to say it has forgotten those slots (Request.revocations_seen) before it
  * reuses them.
+ *
+ * The table's second header slot, where the daemon names it, is its events
+ * word: how many events it has sent on the connection. conn.c looks for
+ * events on the socket before a request only while that is ahead of what it
+ * has read (hit_events_all_received).
  */
 #include <fcntl.h>
 #include <limits.h>
