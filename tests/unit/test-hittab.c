@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests of daemon/hittab.c: the two header slots (revocations, events)
+ * are never a reference's, nothing aimed at them changes them, and the
+ * events word is what the client's read-only mapping sees. */
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "hittab.h"
+
+#define SLOTS 16u
+
+struct table {
+	struct odpd_hittab *t;
+	int use_fd, gen_fd;
+	const _Atomic uint64_t *gen;    /* as the client maps it */
+};
+
+static void table_open(struct table *tb, uint32_t slots)
+{
+	struct odpd_err err = { 0 };
+
+	tb->use_fd = memfd_create("test-hittab-use", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(tb->use_fd >= 0);
+	assert_int_equal(ftruncate(tb->use_fd, 4096), 0);
+	assert_int_equal(fcntl(tb->use_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	tb->gen_fd = -1;
+	assert_int_equal(odpd_hittab_open(slots, tb->use_fd, &tb->t, &tb->gen_fd, &err), 0);
+	assert_true(tb->gen_fd >= 0);
+	tb->gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, tb->gen_fd, 0);
+	assert_true(tb->gen != MAP_FAILED);
+}
+
+static void table_close(struct table *tb)
+{
+	munmap((void *)tb->gen, 4096);
+	odpd_hittab_close(tb->t);
+	close(tb->use_fd);
+	close(tb->gen_fd);
+}
+
+/* Every slot but the headers is handed out once; then none is left. */
+static void test_headers_never_taken(void **state)
+{
+	struct table tb;
+	bool taken[SLOTS] = { false };
+
+	(void)state;
+	table_open(&tb, SLOTS);
+	assert_int_equal(odpd_hittab_slots(tb.t), SLOTS);
+	assert_int_equal(odpd_hittab_used(tb.t), 0);
+	for (uint32_t i = 0; i < SLOTS - ODPD_HIT_HEADER_SLOTS; i++) {
+		uint32_t s = odpd_hittab_take(tb.t, 100 + i);
+
+		assert_true(s >= ODPD_HIT_HEADER_SLOTS && s < SLOTS);
+		assert_false(taken[s]);
+		taken[s] = true;
+		assert_int_equal(atomic_load(&tb.gen[s]), 100 + i);
+	}
+	assert_int_equal(odpd_hittab_take(tb.t, 999), 0);
+	assert_int_equal(odpd_hittab_used(tb.t), SLOTS - ODPD_HIT_HEADER_SLOTS);
+	assert_int_equal(atomic_load(&tb.gen[0]), 0);
+	assert_int_equal(atomic_load(&tb.gen[ODPD_HIT_EVENTS_SLOT]), 0);
+	table_close(&tb);
+
+	/* the smallest table: headers only, no reference slot */
+	table_open(&tb, 1);
+	assert_int_equal(odpd_hittab_slots(tb.t), ODPD_HIT_SLOTS_MIN);
+	assert_int_equal(odpd_hittab_take(tb.t, 7), 0);
+	assert_int_equal(odpd_hittab_used(tb.t), 0);
+	table_close(&tb);
+}
+
+/* put, invalidate and revoke aimed at a header slot change nothing. */
+static void test_headers_untouched(void **state)
+{
+	struct table tb;
+
+	(void)state;
+	table_open(&tb, SLOTS);
+	odpd_hittab_events(tb.t, 3);
+	for (uint32_t h = 0; h < ODPD_HIT_HEADER_SLOTS; h++) {
+		odpd_hittab_put(tb.t, h);
+		odpd_hittab_invalidate(tb.t, h, 5);
+		assert_false(odpd_hittab_revoke(tb.t, h, 5));
+		assert_int_equal(odpd_hittab_use(tb.t, h), 0);
+	}
+	assert_int_equal(atomic_load(&tb.gen[0]), 0);
+	assert_int_equal(atomic_load(&tb.gen[ODPD_HIT_EVENTS_SLOT]), 3);
+	/* a put header slot did not join the free slots */
+	for (uint32_t i = 0; i < SLOTS - ODPD_HIT_HEADER_SLOTS; i++)
+		assert_true(odpd_hittab_take(tb.t, 100 + i) >= ODPD_HIT_HEADER_SLOTS);
+	assert_int_equal(odpd_hittab_take(tb.t, 999), 0);
+	table_close(&tb);
+}
+
+/* The events word is what the client reads, and a revocation does not touch it. */
+static void test_events_word(void **state)
+{
+	struct table tb;
+	uint32_t s;
+
+	(void)state;
+	table_open(&tb, SLOTS);
+	for (uint64_t n = 1; n <= 5; n++) {
+		odpd_hittab_events(tb.t, n);
+		assert_int_equal(atomic_load(&tb.gen[ODPD_HIT_EVENTS_SLOT]), n);
+	}
+	s = odpd_hittab_take(tb.t, 42);
+	assert_true(s >= ODPD_HIT_HEADER_SLOTS);
+	assert_true(odpd_hittab_revoke(tb.t, s, 42));      /* the use word is not 42: unused */
+	assert_int_equal(atomic_load(&tb.gen[0]), 1);
+	assert_int_equal(atomic_load(&tb.gen[ODPD_HIT_EVENTS_SLOT]), 5);
+	table_close(&tb);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_headers_never_taken),
+		cmocka_unit_test(test_headers_untouched),
+		cmocka_unit_test(test_events_word),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
