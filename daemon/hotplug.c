@@ -254,7 +254,8 @@ int odpd_hotplug_start(struct odpd_hotplug *hp)
 
 void odpd_hotplug_stop(struct odpd_hotplug *hp)
 {
-	for (unsigned i = 0; i < hp->devices->n; i++)
+	/* (never started: odpd failed before, e.g. reserving its window) */
+	for (unsigned i = 0; hp->devices && i < hp->devices->n; i++)
 		watch_stop(&hp->devices->dev[i]);
 	if (ino.ev_inotify)
 		event_free(ino.ev_inotify);
