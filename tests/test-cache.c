@@ -2007,9 +2007,10 @@ static uint64_t jdelta(json_object *j0, json_object *j1, const char *key)
  * A small pinned miss of resident pages is registered on odpd's event loop,
  * with no worker (issue 26), and the last release of such an MR is
  * deregistered there too; the MR is a real one: an RDMA READ through it
- * (verify) reads the segment's bytes. The first registration of a range
- * goes to a worker (the witness view has not mapped those pages yet), the
- * next on the loop; a range over 64 KiB always goes to a worker.
+ * (verify) reads the segment's bytes. The connection's first registration
+ * goes to a worker (its PD is opened there), the next ones on the loop; a
+ * range over 64 KiB, and pages not resident (ODPD_REG_NO_POPULATE of
+ * untouched pages), go to a worker.
  */
 static void test_small_miss_on_loop(void **state)
 {
@@ -2017,13 +2018,13 @@ static void test_small_miss_on_loop(void **state)
 	struct odpd_conn *c = connect_cache(false);
 	struct odpd_segment *s = odpd_alloc(c, MIB, 0);
 	uint8_t *p = odpd_segment_addr(s);
-	json_object *j[4];
+	json_object *j[5];
 	struct odpd_mr *mr;
 
 	(void)state;
-	fill(p, MIB, 11);
+	fill(p, MIB - 4096, 11);                                 /* the last page untouched */
 	j[0] = odpctl_json("stats");
-	mr = reg_or_fail(c, p, 4096, lw);                        /* first: a worker */
+	mr = reg_or_fail(c, p, 4096, lw);                        /* first: a worker (the PD) */
 	assert_int_equal(verify_or_fail(mr), crc_of(p, 4096));
 	assert_int_equal(odpd_dereg(mr), 0);                    /* deregistered on the loop */
 	j[1] = odpctl_json("stats");
@@ -2051,7 +2052,16 @@ static void test_small_miss_on_loop(void **state)
 	assert_int_equal(jdelta(j[2], j[3], "registrations_on_loop"), 0);
 	assert_int_equal(jdelta(j[2], j[3], "deregistrations"), 2);
 	assert_int_equal(jdelta(j[2], j[3], "deregistrations_on_loop"), 0);
-	for (int i = 0; i < 4; i++)
+	/* an untouched page, not faulted in first: not resident, a worker */
+	mr = odpd_reg_attr(c, p + MIB - 4096, 4096, &(struct odpd_reg_attr){
+			   .comp_mask = ODPD_REG_ATTR_FLAGS | ODPD_REG_ATTR_ACCESS,
+			   .flags = ODPD_REG_NO_POPULATE, .access = lw });
+	assert_non_null(mr);
+	assert_int_equal(odpd_dereg(mr), 0);
+	j[4] = odpctl_json("stats");
+	assert_int_equal(jdelta(j[3], j[4], "registrations"), 1);
+	assert_int_equal(jdelta(j[3], j[4], "registrations_on_loop"), 0);
+	for (int i = 0; i < 5; i++)
 		json_object_put(j[i]);
 	assert_int_equal(odpd_detach(s), 0);
 	odpd_disconnect(c);

@@ -55,6 +55,7 @@ struct reg_op {
 	struct odpd_client_ctx *cctx;       /* client-PD mode: a reference, until the MR takes it */
 	int prefetch_rc;                    /* REG_PREFETCH: ibv_advise_mr's result (errno) */
 	bool witness_seen;                  /* every witness page of the range was mapped */
+	bool resident_seen;                 /* every page of the range was in the page cache */
 	uint32_t implicit_handle;           /* the registrar's implicit MR, to import */
 	struct odpd_err err;
 	int rc;
@@ -279,8 +280,10 @@ static void reg_done(struct odpd_job *job)
  * wait: the PD is open, no worker holds the segment's witness lock (a big
  * pin in the same segment), and every page of the range is resident: its
  * witness pages are mapped (a page reclaimed or punched out is unmapped
- * from every view), which is also all that witness_begin would look at.
- * Where odpd's own view lacks a page, the pin's fault is a minor one.
+ * from every view), which is also all that witness_begin would look at, or
+ * else the page cache has them all (mincore), and the witness maps them
+ * without I/O. Where odpd's own view lacks a page, the pin's fault is a
+ * minor one.
  * True when it ran (op->rc says how), false for a worker.
  */
 static bool reg_on_loop(struct reg_op *op)
@@ -298,11 +301,16 @@ static bool reg_on_loop(struct reg_op *op)
 	pthread_mutex_unlock(&mr->dom->lock);
 	if (!pd || pthread_mutex_trylock(&map->witness_lock) != 0)
 		return false;
-	if (!op->witness_seen && !mapped_now(op->r, map->witness + mr->node.start, len)) {
+	if (op->witness_seen || mapped_now(op->r, map->witness + mr->node.start, len)) {
+		witness_begin_present(mr);
+	} else if (op->resident_seen || cached_now(map->addr + mr->node.start, len)) {
+		/* resident, never witnessed: the witness pages are mapped here,
+		 * from the page cache (no I/O, nothing allocated) */
+		witness_begin(op->r, mr);
+	} else {
 		pthread_mutex_unlock(&map->witness_lock);
 		return false;
 	}
-	witness_begin_present(mr);
 	reg_pin_locked(op, pd);
 	op->r->stats.loop_registrations++;
 	return true;
@@ -434,8 +442,10 @@ static int check_resident(struct reg_op *op, uint64_t s, uint64_t e, struct odpd
 		op->witness_seen = true;
 		return 0;
 	}
-	if (cached_now(map->addr + s, e - s))
+	if (cached_now(map->addr + s, e - s)) {
+		op->resident_seen = true;
 		return 0;
+	}
 	return err_set(err, ENODATA, "pages of [%#" PRIx64 ", +%" PRIu64 ") are not resident: fault the "
 		       "range in and register it again without REG_UNPOPULATED", op->q.iova, op->q.length);
 }
