@@ -13,7 +13,7 @@
  *                refuses it at once (EBUSY), 1 request, no cache work;
  *   verbs        ibv_reg_mr + ibv_dereg_mr of a resident page in-process.
  * For each phase, the context switches of odpd's threads (/proc/PID/task/
- * TID/status) and of this process (getrusage), and, with --strace, the
+ * TID/status) and of this process, with their CPU time (schedstat), and, with --strace, the
  * system calls of odpd (strace -c -f attached for the phase) and of this
  * process (strace -c attached to it), per request. Then issue 26's figures,
  * each a count or a ratio of two medians from this run. Then each phase again idle and
@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,42 +43,13 @@ const char bench_name[] = "bench-path";
 
 static pid_t odpd_pid;
 
-/* Context switches of every thread of odpd so far. */
-static unsigned long ctx_switches(void)
+/* What every thread of @pid has done so far: context switches (voluntary
+ * and involuntary, from status) and CPU time in µs (schedstat: ns on CPU). */
+static void task_sums(pid_t pid, unsigned long *ret_cs, double *ret_cpu_us)
 {
 	char path[320], line[256];
-	unsigned long sum = 0, v;
-	struct dirent *e;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)odpd_pid);
-	d = opendir(path);
-	if (!d)
-		die("%s: %s", path, strerror(errno));
-	while ((e = readdir(d))) {
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)odpd_pid, e->d_name);
-		f = fopen(path, "re");
-		if (!f)
-			continue;                       /* a thread that just ended */
-		while (fgets(line, sizeof(line), f))
-			if (sscanf(line, "voluntary_ctxt_switches: %lu", &v) == 1 ||
-			    sscanf(line, "nonvoluntary_ctxt_switches: %lu", &v) == 1)
-				sum += v;
-		fclose(f);
-	}
-	closedir(d);
-	return sum;
-}
-
-/* CPU time of every thread of @pid so far, in µs (schedstat: ns on CPU). */
-static double cpu_us(pid_t pid)
-{
-	char path[320];
-	unsigned long long ns, sum = 0;
+	unsigned long cs = 0, v;
+	unsigned long long ns, cpu = 0;
 	struct dirent *e;
 	DIR *d;
 
@@ -92,25 +62,24 @@ static double cpu_us(pid_t pid)
 
 		if (e->d_name[0] == '.')
 			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)pid, e->d_name);
+		if ((f = fopen(path, "re"))) {   /* else a thread that just ended */
+			while (fgets(line, sizeof(line), f))
+				if (sscanf(line, "voluntary_ctxt_switches: %lu", &v) == 1 ||
+				    sscanf(line, "nonvoluntary_ctxt_switches: %lu", &v) == 1)
+					cs += v;
+			fclose(f);
+		}
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
-		f = fopen(path, "re");
-		if (!f)
-			continue;
-		if (fscanf(f, "%llu", &ns) == 1)
-			sum += ns;
-		fclose(f);
+		if ((f = fopen(path, "re"))) {
+			if (fscanf(f, "%llu", &ns) == 1)
+				cpu += ns;
+			fclose(f);
+		}
 	}
 	closedir(d);
-	return (double)sum / 1000.0;
-}
-
-/* This process's context switches so far. */
-static unsigned long own_ctx_switches(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return (unsigned long)(ru.ru_nvcsw + ru.ru_nivcsw);
+	*ret_cs = cs;
+	*ret_cpu_us = (double)cpu / 1000.0;
 }
 
 /* strace -c -f attached to @target (every thread) while a phase runs. */
@@ -314,14 +283,19 @@ static struct figures phase(const struct client *cl, int ph, bool use_strace)
 {
 	struct figures f = { 0 };
 	double per = ph_requests[ph] ? ph_requests[ph] * (double)cl->iters : (double)cl->iters;
-	unsigned long cs0 = ctx_switches(), own0 = own_ctx_switches();
-	double cpu0 = cpu_us(odpd_pid), own_cpu0 = cpu_us(getpid());
-	struct series *s = timed(cl, ph, "");
+	unsigned long cs0, cs1, own_cs0, own_cs1;
+	double cpu0, cpu1, own_cpu0, own_cpu1;
+	struct series *s;
 
-	f.odpd_cpu = (cpu_us(odpd_pid) - cpu0) / per;
-	f.client_cpu = (cpu_us(getpid()) - own_cpu0) / per;
-	f.odpd_cs = (double)(ctx_switches() - cs0) / per;
-	f.client_cs = (double)(own_ctx_switches() - own0) / per;
+	task_sums(odpd_pid, &cs0, &cpu0);
+	task_sums(getpid(), &own_cs0, &own_cpu0);
+	s = timed(cl, ph, "");
+	task_sums(odpd_pid, &cs1, &cpu1);
+	task_sums(getpid(), &own_cs1, &own_cpu1);
+	f.odpd_cpu = (cpu1 - cpu0) / per;
+	f.client_cpu = (own_cpu1 - own_cpu0) / per;
+	f.odpd_cs = (double)(cs1 - cs0) / per;
+	f.client_cs = (double)(own_cs1 - own_cs0) / per;
 	f.median = s->median;
 	if (use_strace && ph != PH_RTT) {
 		char out[64], own[64];
