@@ -11,7 +11,8 @@
  *   local hit    the same with the cache on: libodpd answers, no request;
  *   refusal      odpd_join_pd on a connection that has registered: odpd
  *                refuses it at once (EBUSY), 1 request, no cache work;
- *   verbs        ibv_reg_mr + ibv_dereg_mr of a resident page in-process.
+ *   verbs        ibv_reg_mr + ibv_dereg_mr of a resident page in-process, another
+ *                page each time (as the miss).
  * For each phase, the context switches of odpd's threads (/proc/PID/task/
  * TID/status) and of this process, with their CPU time (schedstat), and, with --strace, the
  * system calls of odpd (strace -c -f attached for the phase) and of this
@@ -147,7 +148,7 @@ struct client {
 						  * once (the first timed pass) */
 	char *base, *hitpage, *local;            /* iters pages of the cached connection's segment;
 						  * one page held by uncached; one local */
-	void *verbs_page;
+	char *verbs_pages;                      /* iters resident pages of a memfd of its own */
 	struct verbs verbs;
 	unsigned iters;
 	int echo_fd;
@@ -170,7 +171,9 @@ static void one_op(const struct client *cl, int ph, unsigned i)
 			die("odpd_join_pd after a registration: expected EBUSY, got %s", strerror(errno));
 		return;
 	case PH_VERBS:
-		verbs_reg_dereg(&cl->verbs, cl->verbs_page, 4096, IBV_ACCESS_LOCAL_WRITE, t);
+		/* a page of its own each time, as the miss has */
+		verbs_reg_dereg(&cl->verbs, cl->verbs_pages + (size_t)(i % cl->iters) * 4096, 4096,
+				IBV_ACCESS_LOCAL_WRITE, t);
 		return;
 	case PH_MISS1:                          /* pages never registered */
 		c = cl->cached;
@@ -379,7 +382,7 @@ int main(int argc, char **argv)
 	if (!hold || !lhold)
 		die("odpd_reg: %s", odpd_errmsg());
 	verbs_open(&cl.verbs);
-	cl.verbs_page = memfd_buffer(4096);
+	cl.verbs_pages = memfd_buffer((size_t)iters * 4096);
 	cl.echo_fd = echo_start(&echo_pid);
 	for (unsigned i = 0; i < iters; i++)       /* the "registered before" pages */
 		one_op(&cl, PH_MISS, i);
