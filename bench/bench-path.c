@@ -22,7 +22,8 @@
  * again: median, p99 and the p99 ratio (issue 11's fairness target).
  * A benchmark: it reports, never asserts.
  *
- * bench-path --socket PATH [--iters N] [--strace] [--no-neighbour]   (ODPD_BENCH_ODPD_PID: odpd)
+ * bench-path --socket PATH [--iters N] [--strace] [--no-neighbour] [--only PHASE]
+ *   (ODPD_BENCH_ODPD_PID: odpd; --only: that phase alone, e.g. under perf)
  * With --strace, strace's tables go to build/bench-path-PHASE{,-client}.strace.
  * bench/run-path runs it in the VM.
  */
@@ -328,11 +329,13 @@ int main(int argc, char **argv)
 		{ "iters", required_argument, NULL, 'n' },
 		{ "strace", no_argument, NULL, 't' },
 		{ "no-neighbour", no_argument, NULL, 'N' },
+		{ "only", required_argument, NULL, 'o' },
 		{ 0 }
 	};
 	const char *sock = getenv("ODPD_SOCKET"), *pid_env = getenv("ODPD_BENCH_ODPD_PID");
 	unsigned iters = 200;
 	bool use_strace = false, neighbour = true;
+	const char *only = NULL;
 	struct client cl;
 	struct odpd_segment *seg, *seg1, *hseg, *lseg;
 	struct odpd_mr *hold, *lhold;
@@ -346,7 +349,8 @@ int main(int argc, char **argv)
 		case 'n': iters = parse_n(optarg, 100000); break;
 		case 't': use_strace = true; break;
 		case 'N': neighbour = false; break;
-		default: die("usage: bench-path --socket PATH [--iters N] [--strace] [--no-neighbour]");
+		case 'o': only = optarg; break;
+		default: die("usage: bench-path --socket PATH [--iters N] [--strace] [--no-neighbour] [--only PHASE]");
 		}
 	}
 	if (!sock || !pid_env)
@@ -390,6 +394,18 @@ int main(int argc, char **argv)
 	       "ctx switches", "odpd CPU", "client CPU");
 	printf("%-32s %10s %11s %11s %11s %11s %11s\n", "(per request; per op if none)", "", "(strace)", "(strace)",
 	       "odpd+client", "µs (mean)", "µs (mean)");
+	if (only) {                                /* one phase, e.g. under a profiler */
+		int ph = 0;
+
+		while (ph < N_PH && strcmp(ph_files[ph], only) != 0)
+			ph++;
+		if (ph == N_PH)
+			die("--only: no phase %s (miss1, miss, hit, local, refusal, verbs, rtt)", only);
+		f[ph] = phase(&cl, ph, false);
+		printf("%-32s %10.1f %11s %11s %11.2f %11.1f %11.1f\n", ph_names[ph], f[ph].median, "-", "-",
+		       f[ph].odpd_cs + f[ph].client_cs, f[ph].odpd_cpu, f[ph].client_cpu);
+		return 0;
+	}
 	for (int ph = 0; ph < N_PH; ph++) {
 		f[ph] = phase(&cl, ph, use_strace);
 		if (use_strace && ph != PH_RTT)
