@@ -1034,6 +1034,10 @@ static void revoked_during_verify(enum revoke_then then)
 		flushed_at = secs_since(&t0);
 		if (r->status != 0)
 			fail_msg("Flush: %s: %s", strerror(r->status), r->message ? r->message : "");
+		/* the MR it invalidated counts, though its batch waited for the verify */
+		if (!r->flush || r->flush->mrs != 1 || r->flush->bytes != len)
+			fail_msg("Flush reported %u MRs, %llu bytes (want 1, %llu)", r->flush ? r->flush->mrs : 0,
+				 (unsigned long long)(r->flush ? r->flush->bytes : 0), (unsigned long long)len);
 		odpd__reply__free_unpacked(r, NULL);
 		pending = (struct pollfd){ .fd = conn, .events = POLLIN };
 		if (poll(&pending, 1, 0) != 1)

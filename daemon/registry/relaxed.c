@@ -132,9 +132,11 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 			odpd_done_cb cb, void *arg)
 {
 	struct odpd_mr *list = NULL;
+	const struct odpd_deferred *d0 = r->deferred, *d;
 	struct odpd_waiter *w;
 	struct odpd_holder *h;
-	uint64_t seq0;
+	uint64_t seq0, dbytes = 0;
+	unsigned dmrs = 0;
 
 	/* What client caches keep unused is released first (relaxed), then
 	 * flushed with the rest. */
@@ -147,6 +149,13 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 	}
 	r->stats.inv_flush += collect_relaxed(r, match_sel, sel, &list);
 	relaxed_arm(r);
+	/* What it invalidated while a verify read through it waits for that
+	 * verify (mr_defer puts it at the head of r->deferred): it counts as
+	 * this flush's too, and the barrier below covers its batch. */
+	for (d = r->deferred; d && d != d0; d = d->next) {
+		dmrs++;
+		dbytes += odpd_mr_length(d->mr);
+	}
 	if (!list && LIST_EMPTY(&r->batches) && !r->deferred)
 		return 0;
 	seq0 = r->batch_seq;
@@ -157,6 +166,8 @@ int odpd_registry_flush(struct odpd_registry *r, const struct odpd_flush_sel *se
 		return 0;                      /* the batch runs; nobody waits */
 	w->cb = cb;
 	w->arg = arg;
+	w->mrs = dmrs;
+	w->bytes = dbytes;
 	w->seq = r->batch_seq;              /* a barrier: every batch up to the newest */
 	/* it counts only what it selected (none when start_batch, out of
 	 * memory, deregistered it here) */
