@@ -55,6 +55,15 @@ const char *test_cm_addr(void)
 
 void daemon_start(struct test_daemon *d, const char *const *args)
 {
+	snprintf(d->dir, sizeof(d->dir), "/tmp/odpd-test.XXXXXX");
+	assert_non_null(mkdtemp(d->dir));
+	chmod(d->dir, 0755);                         /* other users reach the socket too */
+	snprintf(d->sock, sizeof(d->sock), "%s/odpd.sock", d->dir);
+	daemon_restart(d, args);
+}
+
+void daemon_restart(struct test_daemon *d, const char *const *args)
+{
 	const char *bin = getenv("ODPD_TEST_DAEMON");
 	const char *wrapper = getenv("ODPD_TEST_WRAPPER");   /* e.g. valgrind and its options */
 	const char *extra = getenv("ODPD_TEST_DAEMON_ARGS"); /* e.g. a smaller --window-size */
@@ -63,10 +72,6 @@ void daemon_start(struct test_daemon *d, const char *const *args)
 	int n = 0;
 
 	assert_non_null(bin);
-	snprintf(d->dir, sizeof(d->dir), "/tmp/odpd-test.XXXXXX");
-	assert_non_null(mkdtemp(d->dir));
-	chmod(d->dir, 0755);                         /* other users reach the socket too */
-	snprintf(d->sock, sizeof(d->sock), "%s/odpd.sock", d->dir);
 	for (char *w = wrap ? strtok_r(wrap, " ", &save) : NULL; w && n < 24; w = strtok_r(NULL, " ", &save))
 		argv[n++] = w;
 	argv[n++] = bin;

@@ -26,6 +26,8 @@ struct test_daemon {
  * (its QPs and its bounce buffer's MR) until the client goes, as the tests'
  * counts of the kernel's objects expect; @args may say otherwise. */
 void daemon_start(struct test_daemon *d, const char *const *args);
+/* daemon_start again on @d's socket, once daemon_stop(@d) has stopped it. */
+void daemon_restart(struct test_daemon *d, const char *const *args);
 /* SIGTERM, then require a clean exit within 20 s. */
 void daemon_stop(struct test_daemon *d);
 
