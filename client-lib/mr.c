@@ -262,7 +262,12 @@ static int mr_reg_locked(struct odpd_conn *c, const char *what, void *addr, size
 	if ((r == -EDQUOT || r == -ENOSPC || r == -ENOMEM) && hit_have_lazy(c)) {
 		hit_trim(c, what, true, NULL);
 		errmsg_clear();
-		r = mr_register(c, what, addr, length, q, &res);
+		/* Refused with REG_UNPOPULATED (a limit is checked before
+		 * residency): asked again without it, so fault the range in
+		 * first, as above (this process's memory cgroup pays). */
+		r = asked && populate ? segment_populate(seg, what, addr, length) : 0;
+		if (r >= 0)
+			r = mr_register(c, what, addr, length, q, &res);
 	}
 	if (r < 0)
 		return r;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -266,6 +267,66 @@ static void test_user_mrs(void **state)
 	}
 	start("[limits]\ndefault-mrs = 2\n");
 	assert_int_equal(run_as(UID_NOBODY, 0, nobody_mrs, NULL), 0);
+	stop();
+}
+
+/* Is the page at @p mapped in this process (pagemap's present bit)? */
+static bool mapped_here(const void *p)
+{
+	uint64_t e = 0;
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	bool ok = fd >= 0 && pread(fd, &e, sizeof(e), (off_t)((uintptr_t)p / 4096 * sizeof(e))) == sizeof(e);
+
+	if (fd >= 0)
+		close(fd);
+	return ok && (e >> 63 & 1);
+}
+
+/*
+ * A short registration of fresh pages goes with REG_UNPOPULATED first; the
+ * MR limit refuses it (EDQUOT, before odpd looks at residency); libodpd
+ * gives back the reference it keeps unused and asks again. That second
+ * request has no REG_UNPOPULATED, so the range must have been faulted in
+ * here first (this process's memory cgroup pays), not by odpd's pin.
+ */
+static int nobody_mrs_retry_populates(void *arg)
+{
+	struct odpd_conn *c;
+	struct odpd_segment *s;
+	struct odpd_mr *m[2];
+	uint8_t *p;
+
+	(void)arg;
+	/* after setuid: /proc/self/pagemap is root's until dumpable again */
+	CHILD_CHECK(prctl(PR_SET_DUMPABLE, 1) == 0);
+	c = odpd_connect(d.sock, NULL);
+	CHILD_CHECK(c != NULL);
+	CHILD_CHECK((s = odpd_alloc(c, MIB, 0)) != NULL);
+	CHILD_CHECK(!mapped_here(p = odpd_segment_addr(s)));
+	p[0] = 1;
+	CHILD_CHECK(mapped_here(p));                         /* pagemap says so */
+	p = odpd_segment_addr(s);
+	CHILD_CHECK((m[0] = odpd_reg(c, p, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+	CHILD_CHECK(odpd_dereg_relaxed(m[0]) == 0);        /* kept unused: 1 of 2 */
+	CHILD_CHECK((m[1] = odpd_reg(c, p + 4096, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+	CHILD_CHECK(!mapped_here(p + 64 * KIB));
+	CHILD_CHECK((m[0] = odpd_reg(c, p + 64 * KIB, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+	CHILD_CHECK(mapped_here(p + 64 * KIB));             /* faulted in here, not by odpd */
+	CHILD_CHECK(odpd_dereg(m[0]) == 0 && odpd_dereg(m[1]) == 0);
+	CHILD_CHECK(odpd_detach(s) == 0);
+	odpd_disconnect(c);
+	return 0;
+}
+
+static void test_user_mrs_retry_populates(void **state)
+{
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	start("[limits]\ndefault-mrs = 2\n");
+	assert_int_equal(run_as(UID_NOBODY, MIB, nobody_mrs_retry_populates, NULL), 0);
 	stop();
 }
 
@@ -914,6 +975,7 @@ int main(void)
 		cmocka_unit_test(test_refused_take_no_slots),
 		cmocka_unit_test(test_user_segments_and_window),
 		cmocka_unit_test(test_user_mrs),
+		cmocka_unit_test(test_user_mrs_retry_populates),
 		cmocka_unit_test(test_user_mrs_concurrent),
 		cmocka_unit_test(test_connection_ends_with_its_process),
 		cmocka_unit_test(test_connection_flood_few_fds),
