@@ -299,6 +299,10 @@ static int reg_check(const struct odpd_caller *k, const Odpd__RegMr *req, int fd
 		return err_set(err, EINVAL, "remote write or atomic access needs local write access");
 	if (req->flags & ~REG_FLAGS_KNOWN)
 		return err_set(err, EINVAL, "unknown registration flags %#x", req->flags & ~REG_FLAGS_KNOWN);
+	/* (implicit_check would ignore it) */
+	if ((req->flags & ODPD__REG_FLAGS__REG_UNPOPULATED) && req->has_kind && req->kind != ODPD__MR_KIND__MR_PINNED)
+		return err_set(err, EINVAL, "REG_UNPOPULATED is for pinned ranges of at most %u bytes "
+			       "(HelloReply.resident_check_max)", ODPD_LOOP_REG_MAX);
 	switch (req->has_kind ? req->kind : ODPD__MR_KIND__MR_PINNED) {
 	case ODPD__MR_KIND__MR_PINNED:
 		break;

@@ -854,7 +854,8 @@ static void test_reg_bad_ranges_and_flags(void **state)
  * REG_UNPOPULATED (the client did not fault the range in): refused with
  * ENODATA, nothing made, while a page of the range is not resident; served
  * once the client has written its pages. Only for pinned ranges up to
- * HelloReply.resident_check_max (64 KiB): EINVAL otherwise.
+ * HelloReply.resident_check_max (64 KiB): EINVAL otherwise (ODP, implicit
+ * ODP, longer).
  */
 static void test_reg_unpopulated(void **state)
 {
@@ -898,6 +899,12 @@ static void test_reg_unpopulated(void **state)
 		m.kind = ODPD__MR_KIND__MR_ODP;
 		raw_expect_error(conn, 44, &req, NULL, 0, EINVAL);
 	}
+	/* implicit ODP (no range to look at): EINVAL too, not ignored */
+	req = reg_req(&m, 0, UINT64_MAX, lw);
+	m.has_flags = m.has_kind = 1;
+	m.flags = flag;
+	m.kind = ODPD__MR_KIND__MR_IMPLICIT_ODP;
+	raw_expect_error(conn, 45, &req, NULL, 0, EINVAL);
 	munmap(p, len);
 	close(fd);
 	close(conn);                             /* odpd releases the MR */
