@@ -312,7 +312,8 @@ static bool reg_on_loop(struct reg_op *op)
 		return false;
 	}
 	reg_pin_locked(op, pd);
-	op->r->stats.loop_registrations++;
+	if (mr->mr)
+		op->r->stats.loop_registrations++;
 	return true;
 }
 
