@@ -246,6 +246,17 @@ static bool mrs_are(void *arg)
 	return mrs == w->mrs;
 }
 
+/* A device-removal test's start (skipped without a device): the link's
+ * device and netdev names, an odpd of its own and an admin connection. */
+static int removal_setup(struct test_daemon *d, char *dev, char *netdev)
+{
+	if (!test_require_device())
+		skip();                         /* (leaves the test) */
+	rdma_link(dev, netdev);
+	daemon_start(d, NULL);
+	return raw_connect_hello(d->sock);
+}
+
 /*
  * `rdma link delete` while clients hold MRs: odpd closes every context it
  * has on the device (the kernel waits for that: the command returns), the
@@ -267,13 +278,7 @@ static void test_device_removal(void **state)
 	int admin;
 
 	(void)state;
-	if (!test_require_device()) {
-		skip();
-		return;
-	}
-	rdma_link(dev, netdev);
-	daemon_start(&d, NULL);
-	admin = raw_connect_hello(d.sock);
+	admin = removal_setup(&d, dev, netdev);
 	a = odpd_connect(d.sock, NULL);
 	b = odpd_connect(d.sock, NULL);
 	idle = odpd_connect(d.sock, NULL);
@@ -409,13 +414,7 @@ static void test_device_removal_events_word(void **state)
 	Odpd__Reply *r;
 
 	(void)state;
-	if (!test_require_device()) {
-		skip();
-		return;
-	}
-	rdma_link(dev, netdev);
-	daemon_start(&d, NULL);
-	admin = raw_connect_hello(d.sock);
+	admin = removal_setup(&d, dev, netdev);
 	raw = raw_connect_hello(d.sock);
 	raw_open_hit_table(raw, 2, 64, &use_fd, &use, &gen_fd, &gen);
 	seg_fd = sealed_memfd(64 * KIB);
