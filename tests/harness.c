@@ -819,6 +819,30 @@ bool kernel_holds(void *arg)
 	return kernel_mr_count(w->pid) == w->mrs;
 }
 
+void raw_verify_begin(int conn, uint64_t id, Odpd__Verify *v, const struct kernel_want *kw,
+		      struct timespec *t0)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+
+	req.body_case = ODPD__REQUEST__BODY_VERIFY;
+	req.verify = v;
+	req.has_id = 1;
+	req.id = id;
+	clock_gettime(CLOCK_MONOTONIC, t0);
+	raw_send(conn, &req, NULL, 0);
+	if (!wait_until(kernel_holds, (void *)kw))
+		fail_msg("the verify's bounce buffer never appeared: odpd holds %d MRs (want %d)",
+			 kernel_mr_count(kw->pid), kw->mrs);
+}
+
+double secs_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
 bool hit_revoked(void *arg)
 {
 	const _Atomic uint64_t *gen = arg;

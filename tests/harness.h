@@ -181,3 +181,11 @@ struct kernel_want {
 };
 bool kernel_holds(void *arg);
 bool hit_revoked(void *arg);
+
+/* Send @v on @conn as request @id and do not wait for its answer; *@t0 is
+ * when it was sent. Then wait until odpd holds @kw->mrs kernel MRs: its
+ * verifier's bounce buffer is registered, and the verify is running. */
+void raw_verify_begin(int conn, uint64_t id, Odpd__Verify *v, const struct kernel_want *kw,
+		      struct timespec *t0);
+/* Seconds since @t0 (CLOCK_MONOTONIC). */
+double secs_since(const struct timespec *t0);

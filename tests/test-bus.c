@@ -891,14 +891,6 @@ static uint64_t reg_raw(int conn, uint64_t id, uint64_t addr, uint64_t len, uint
 	return handle;
 }
 
-static double secs_since(const struct timespec *t0)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 /*
  * The bus lost while a Flush() waits (issue 23, section 4): a Flush() is
  * answered only once what it invalidated is deregistered, and an MR a
@@ -927,7 +919,6 @@ static void test_bus_lost_mid_flush(void **state)
 {
 	const uint64_t len = LOST_MR_BYTES;
 	struct test_daemon d = { 0 };
-	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__Verify v = ODPD__VERIFY__INIT;
 	Odpd__StatusReply *sr;
 	Odpd__Reply *r;
@@ -976,15 +967,7 @@ static void test_bus_lost_mid_flush(void **state)
 	/* the verify, on a worker once its PD's bounce buffer is registered */
 	v.has_handle = 1;
 	v.handle = handle;
-	req.body_case = ODPD__REQUEST__BODY_VERIFY;
-	req.verify = &v;
-	req.has_id = 1;
-	req.id = 5;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	raw_send(conn, &req, NULL, 0);
-	if (!wait_until(kernel_holds, &kw))
-		fail_msg("the verify's bounce buffer never appeared: odpd holds %d MRs (want 2)",
-			 kernel_mr_count(d.pid));
+	raw_verify_begin(conn, 5, &v, &kw, &t0);
 	/* kept unused by the client's library, as it were: a flush takes it back */
 	atomic_store(&use[slot], ticket + 1);
 

@@ -853,14 +853,6 @@ static void test_mr_list_pages(void **state)
 
 #define REVOKE_MR_BYTES (128 * MIB)
 
-static double secs_since(const struct timespec *t0)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 /* The reply on @conn to a verify of REVOKE_MR_BYTES: seconds of work under
  * TCG (3 s here, 4 with the sanitizers), so wait longer than raw_recv. If odpd
  * hung up instead, it died under the verify: say how, from its exit status. */
@@ -931,7 +923,6 @@ static void revoked_during_verify(enum revoke_then then)
 	const uint64_t len = REVOKE_MR_BYTES;
 	char path[128];
 	struct test_daemon d = { 0 };
-	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__Verify v = ODPD__VERIFY__INIT;
 	Odpd__StatusReply *sr;
 	Odpd__Reply *r;
@@ -990,15 +981,7 @@ static void revoked_during_verify(enum revoke_then then)
 	v.handle = handle;
 	v.addr = base;
 	v.length = len;
-	req.body_case = ODPD__REQUEST__BODY_VERIFY;
-	req.verify = &v;
-	req.has_id = 1;
-	req.id = 5;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	raw_send(conn, &req, NULL, 0);
-	if (!wait_until(kernel_holds, &kw))
-		fail_msg("the verify's bounce buffer never appeared: odpd holds %d MRs (want %d)",
-			 kernel_mr_count(d.pid), kw.mrs);
+	raw_verify_begin(conn, 5, &v, &kw, &t0);
 
 	/* "unused": a word that is not the ticket. The timer's first look sees
 	 * it move, its second sees it stay and revokes the reference, our only one. */
