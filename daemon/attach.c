@@ -315,6 +315,30 @@ fail:
 	return ODPD_DONE;
 }
 
+struct odpd_cseg *odpd_attach_restore(struct odpd_csegs *segs, struct odpd_holder *h, struct odpd_mapping *map,
+				      uint64_t handle, uint64_t client_addr, uint64_t file_offset, uint64_t length,
+				      bool writable, uint64_t charged)
+{
+	struct odpd_cseg *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	odpd_mapping_ref(map);
+	s->map = map;
+	s->handle = handle;
+	s->client_addr = client_addr;
+	s->file_offset = file_offset;
+	s->length = length;
+	s->writable = writable && map->writable;
+	s->charged = charged;
+	odpd_account_hold(h->acct, ODPD_UL_SEGMENTS, 1);
+	odpd_account_hold(h->acct, ODPD_UL_MAPPED, (int64_t)charged);
+	odpd_account_hold(h->acct, ODPD_UL_MAPPINGS, ODPD_SEGMENT_MAPPINGS);
+	LIST_INSERT_HEAD(&segs->list, s, link);
+	segs->n++;
+	return s;
+}
+
 /* The client's segment @handle; else NULL, and @o has ENOENT. */
 static struct odpd_cseg *cseg_find(const struct odpd_caller *c, struct odpd_out *o, uint64_t handle)
 {

@@ -196,7 +196,7 @@ static void client_on_peer_exit(evutil_socket_t fd, short what, void *arg)
 	odpd_client_disconnect(c, why);
 }
 
-static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
+static int client_new(struct odpd_manager *m, int fd, uint64_t id, struct odpd_client **ret)
 {
 	static const struct timeval refused_wait = { 0, REFUSED_MS * 1000 };
 	struct odpd_client *c = calloc(1, sizeof(*c));
@@ -207,7 +207,7 @@ static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
 	c->m = m;
 	c->fd = fd;
 	c->pidfd = -1;
-	c->id = ++m->next_client_id;
+	c->id = id ? id : ++m->next_client_id;
 	LIST_INSERT_HEAD(&m->conn_ids[c->id % CONN_BUCKETS], c, idlink);
 	c->outq_tail = &c->outq;
 	LIST_INIT(&c->segs.list);
@@ -231,6 +231,25 @@ static int client_new(struct odpd_manager *m, int fd, struct odpd_client **ret)
 	}
 	LIST_INSERT_HEAD(&m->clients, c, link);
 	m->n_clients++;
+	*ret = c;
+	return 0;
+}
+
+int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *name,
+		      struct odpd_client **ret)
+{
+	struct odpd_client *c;
+	int r = client_new(m, fd, id, &c);
+
+	if (r < 0)
+		return r;
+	if (c->refused) {
+		odpd_client_disconnect(c, c->refused_msg);
+		return -c->refused;
+	}
+	if (name && *name)
+		snprintf(c->name, sizeof(c->name), "%s", name);
+	c->hello = true;
 	*ret = c;
 	return 0;
 }
@@ -263,7 +282,7 @@ void odpd_client_accept(evutil_socket_t lfd, short what, void *arg)
 		close(fd);
 		return;
 	}
-	r = client_new(m, fd, &c);
+	r = client_new(m, fd, 0, &c);
 	if (r == -ESRCH || r == -EUSERS) {   /* exited before odpd looked; or refused at once */
 		log_debug("a client %s", r == -ESRCH ? "exited before it was set up" :
 			  "over its user's connection limit was closed without an answer");
@@ -768,7 +787,7 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg)
 	 * for its answer, as libodpd does); only a client that sends more
 	 * meanwhile gets it deleted here, until the job is done.
 	 */
-	if (c->busy) {
+	if (c->busy || c->m->quiescing) {
 		event_del(c->ev_read);
 		c->read_paused = true;
 		return;
@@ -930,7 +949,7 @@ static void client_job_done(struct odpd_client *c)
 		client_reap_later(c);
 		return;
 	}
-	if (c->read_paused) {                /* packets queued meanwhile */
+	if (c->read_paused && !c->m->quiescing) {   /* packets queued meanwhile */
 		c->read_paused = false;
 		event_add(c->ev_read, NULL);
 		event_active(c->ev_read, EV_READ, 0);

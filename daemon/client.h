@@ -49,6 +49,11 @@ struct odpd_client {
 #define CLIENT_FMT "client %llu (pid %d)"
 #define CLIENT_ARGS(c) (unsigned long long)(c)->id, (int)(c)->cred.pid
 
+/* A restart (restart.c): take connection @fd back from the fd store as client
+ * @id, Hello answered, named @name. Its peer is identified anew (SO_PEERCRED,
+ * pidfd, limits). 0, or -errno with @fd closed. */
+int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *name,
+		      struct odpd_client **ret);
 /* Accept callback of the listening socket. */
 void odpd_client_accept(evutil_socket_t fd, short what, void *arg);
 

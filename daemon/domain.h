@@ -67,6 +67,7 @@ struct odpd_domain {
 	struct ibv_pd *pd;
 	struct odpd_verifier *verifier;     /* an idle one, kept for verify-idle-ms; or NULL */
 	bool exported;                      /* its cmd_fd went to a client (ImportPd) */
+	unsigned save_id;                   /* restart.c: its number in the state written at stop */
 	/* Implicit ODP (implicit.h): the loop's only; reaped on the loop
 	 * before the close job runs (by odpd_domain_close only when no job
 	 * could be made). */

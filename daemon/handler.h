@@ -117,6 +117,11 @@ void odpd_complete(const struct odpd_caller *k, struct odpd_out *o);
 bool odpd_caller_connected(const struct odpd_caller *k);
 
 /* Segments (attach.c). @fd is consumed. */
+/* A restart (restart.c): client segment @handle over @map as it was, charged
+ * to @h's account again. NULL on ENOMEM. */
+struct odpd_cseg *odpd_attach_restore(struct odpd_csegs *segs, struct odpd_holder *h, struct odpd_mapping *map,
+				      uint64_t handle, uint64_t client_addr, uint64_t file_offset, uint64_t length,
+				      bool writable, uint64_t charged);
 int odpd_attach_segment(const struct odpd_caller *k, const Odpd__AttachSegment *req, int fd, struct odpd_out *o);
 int odpd_detach_segment(const struct odpd_caller *k, const Odpd__DetachSegment *req, struct odpd_out *o);
 int odpd_map_segment(const struct odpd_caller *k, const Odpd__MapSegment *req, struct odpd_out *o);

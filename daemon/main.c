@@ -39,6 +39,8 @@ static void usage(FILE *f)
 		"  --admin-group GROUP       group allowed admin requests besides root\n"
 		"  --log-level LEVEL         err, warning, notice, info, debug (default info)\n"
 		"  --no-bus                  no D-Bus (org.odpd1), even where there is a system bus\n"
+		"  --no-live-restart         on SIGTERM under systemd, release every MR instead of\n"
+		"                            handing them to the next odpd (systemd's fd store)\n"
 		"  --bus-introspect          print the D-Bus introspection XML and exit\n"
 		"  --check-config            read the configuration file, report what is wrong\n"
 		"                            (FILE:LINE) and exit: 0 valid, 1 not\n"
@@ -86,7 +88,7 @@ static int parse_uint(const char *s, unsigned min, unsigned *ret)
 
 enum { OPT_SOCKET = 256, OPT_FOREGROUND, OPT_DEVICE, OPT_WORKERS, OPT_MAX_SEGMENT,
        OPT_WINDOW, OPT_VERIFY_BUFFER, OPT_VERIFY_IDLE, OPT_MAX_CLIENTS, OPT_ADMIN_GROUP, OPT_LOG_LEVEL,
-       OPT_HELP, OPT_VERSION, OPT_CONFIG, OPT_NO_BUS, OPT_BUS_INTROSPECT, OPT_CHECK_CONFIG };
+       OPT_HELP, OPT_VERSION, OPT_CONFIG, OPT_NO_BUS, OPT_BUS_INTROSPECT, OPT_CHECK_CONFIG, OPT_NO_LIVE_RESTART };
 
 /* A bad command line: odpd exits with this, after one line that says what
  * is wrong and one that says where to look. */
@@ -117,6 +119,7 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		{ "no-bus", no_argument, NULL, OPT_NO_BUS },
 		{ "bus-introspect", no_argument, NULL, OPT_BUS_INTROSPECT },
 		{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+		{ "no-live-restart", no_argument, NULL, OPT_NO_LIVE_RESTART },
 		{ 0 }
 	};
 	int c, r = 0;
@@ -132,6 +135,7 @@ static int parse_args(int argc, char **argv, struct odpd_config *cfg)
 		case OPT_CONFIG: cfg->config_path = optarg; cfg->config_given = true; break;
 		case OPT_FOREGROUND: cfg->foreground = true; break;
 		case OPT_NO_BUS: cfg->no_bus = true; break;
+		case OPT_NO_LIVE_RESTART: cfg->live_restart = false; break;
 		case OPT_CHECK_CONFIG: cfg->check_config = true; break;
 		case OPT_BUS_INTROSPECT:
 			r = odpd_bus_introspect(stdout);
@@ -251,6 +255,7 @@ int main(int argc, char **argv)
 			.max_mrs = 65536,
 			.log_level = LOG_INFO,
 			.config_path = ODPD_CONF_DEFAULT,
+			.live_restart = true,
 		},
 	};
 	int r;
@@ -282,6 +287,13 @@ int main(int argc, char **argv)
 		event_base_dispatch(m.base);
 	}
 	sd_notify(0, "STOPPING=1");
+	if (m.handed_over) {
+		/* The kernel objects stay with the fds in systemd's store:
+		 * nothing is released, nothing deregistered. */
+		log_info("stopped; the next odpd takes over");
+		fflush(NULL);
+		_exit(EXIT_SUCCESS);
+	}
 	odpd_manager_finish(&m);
 	free(m.cfg.devices);
 	log_info("stopped");

@@ -18,6 +18,7 @@
 #include "hotplug.h"
 #include "log.h"
 #include "odpd-wire.h"
+#include "restart.h"
 
 /* What odpd asks of the OOM killer (-1000: never; clients are preferred). */
 #define ODPD_OOM_SCORE_ADJ "-900"
@@ -71,24 +72,16 @@ static int socket_in_use(const struct sockaddr_un *sa)
 	return r;
 }
 
-static int listen_socket(struct odpd_manager *m)
+static int listen_socket(struct odpd_manager *m, struct odpd_fdstore *st)
 {
 	struct sockaddr_un sa;
 	mode_t old_umask;
-	char **names = NULL;
-	int n = sd_listen_fds_with_names(1, &names), fd, r;
+	int fd, r;
 
-	if (n > 1) {
-		for (int i = 0; i < n; i++)
-			free(names[i]);
-		free(names);
-		return log_errno(LOG_ERR, EINVAL, "systemd passed %d sockets, expected one", n);
-	}
-	if (n == 1) {
-		fd = SD_LISTEN_FDS_START;
-		log_info("listening on the socket passed by systemd (%s)", names && names[0] ? names[0] : "?");
-		free(names ? names[0] : NULL);
-		free(names);
+	if (st->listen_fd >= 0) {
+		fd = st->listen_fd;
+		st->listen_fd = -1;
+		log_info("listening on the socket passed by systemd (%s)", st->listen_name ? st->listen_name : "?");
 		if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
 			return log_errno(LOG_ERR, EINVAL, "the socket from systemd is not a listening "
 					 "AF_UNIX SOCK_SEQPACKET socket");
@@ -97,7 +90,6 @@ static int listen_socket(struct odpd_manager *m)
 		m->listen_fd = fd;
 		return 0;
 	}
-	free(names);
 	r = odpd_wire_sockaddr(m->cfg.socket_path, &sa);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "socket path \"%s\"", m->cfg.socket_path);
@@ -155,23 +147,41 @@ static void stop_flushed(void *arg, unsigned mrs, uint64_t bytes)
 	log_info("stopping: %u relaxed MR(s), %s, invalidated", mrs, log_bytes(bytes, b));
 }
 
-static void on_signal(evutil_socket_t sig, short what, void *arg)
+/* Release every client, flush, and stop once everything is released. */
+static void stop_plain(struct odpd_manager *m)
 {
-	struct odpd_manager *m = arg;
 	const struct odpd_flush_sel all = { .all = true };
 
-	(void)what;
-	if (m->stopping)
-		return;
-	log_notice("%s: releasing every client and stopping", strsignal((int)sig));
-	sd_notify(0, "STOPPING=1");
-	m->stopping = true;
-	event_del(m->ev_listen);
-	event_del(m->ev_listen_resume);
 	while (!LIST_EMPTY(&m->clients))
 		odpd_client_disconnect(LIST_FIRST(&m->clients), "odpd is stopping");
 	odpd_registry_flush(&m->registry, &all, stop_flushed, m);
 	maybe_stop(m);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct odpd_manager *m = arg;
+	const char *why_not;
+
+	(void)what;
+	if (m->stopping)
+		return;
+	sd_notify(0, "STOPPING=1");
+	m->stopping = true;
+	event_del(m->ev_listen);
+	event_del(m->ev_listen_resume);
+	why_not = sig == SIGTERM && m->cfg.live_restart ? odpd_restart_unavailable(m) : "";
+	if (!why_not) {
+		log_notice("%s: keeping every MR for the next odpd (systemd's fd store)", strsignal((int)sig));
+		odpd_restart_begin(m, stop_plain);
+		return;
+	}
+	if (*why_not)
+		log_notice("%s: releasing every client and stopping (MRs cannot be kept: %s)",
+			   strsignal((int)sig), why_not);
+	else
+		log_notice("%s: releasing every client and stopping", strsignal((int)sig));
+	stop_plain(m);
 }
 
 /* ---------------------------------------------------------------- watchdog */
@@ -448,6 +458,7 @@ int odpd_manager_start(struct odpd_manager *m)
 	for (size_t i = 0; i < sizeof(m->conn_ids) / sizeof(m->conn_ids[0]); i++)
 		LIST_INIT(&m->conn_ids[i]);
 	m->listen_fd = -1;
+	m->fdstore.listen_fd = -1;
 	signal(SIGPIPE, SIG_IGN);
 	m->base = event_base_new();
 	m->rbuf = malloc(ODPD_MAX_PACKET + 1);
@@ -465,7 +476,27 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = load_config(m);
 	if (r < 0)
 		return r;
-	r = odpd_window_new(m->cfg.window_size, &m->segs.window);
+	r = odpd_fdstore_collect(&m->fdstore);
+	if (r < 0)
+		return log_errno(LOG_ERR, r, "the fds systemd passed");
+	m->restart = odpd_restart_read(&m->fdstore);
+	r = -1;
+	if (odpd_restart_window(m->restart, m->cfg.window_size)) {
+		r = odpd_window_new_at(odpd_restart_window(m->restart, m->cfg.window_size), m->cfg.window_size,
+				       &m->segs.window);
+		if (r < 0) {
+			log_errno(LOG_WARNING, r, "restart: the address window cannot lie where it did: "
+				  "every MR of the previous odpd dropped");
+			odpd_restart_free(m->restart);
+			m->restart = NULL;
+		}
+	} else if (m->restart) {
+		log_warning("restart: --window-size changed: every MR of the previous odpd dropped");
+		odpd_restart_free(m->restart);
+		m->restart = NULL;
+	}
+	if (r < 0)
+		r = odpd_window_new(m->cfg.window_size, &m->segs.window);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "cannot reserve a %llu-byte address window",
 				 (unsigned long long)m->cfg.window_size);
@@ -491,7 +522,12 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = odpd_hotplug_start(&m->hotplug);
 	if (r < 0)
 		return r;
-	r = listen_socket(m);
+	if (m->restart) {
+		odpd_restart_restore(m, m->restart, &m->fdstore);
+		m->restart = NULL;
+	}
+	r = listen_socket(m, &m->fdstore);
+	odpd_fdstore_release(&m->fdstore);  /* nothing stays stored while odpd runs */
 	if (r < 0)
 		return r;
 	r = m->cfg.no_bus ? 0 : odpd_bus_start(m);
@@ -530,6 +566,12 @@ void odpd_manager_finish(struct odpd_manager *m)
 	odpd_conf_free(&m->conf);
 	if (m->ev_stop)
 		event_free(m->ev_stop);
+	if (m->ev_quiesce)
+		event_free(m->ev_quiesce);
+	odpd_restart_free(m->restart);
+	if (m->fdstore.listen_fd >= 0)
+		close(m->fdstore.listen_fd);
+	odpd_fdstore_release(&m->fdstore);
 	if (m->ev_listen_resume)
 		event_free(m->ev_listen_resume);
 	if (m->ev_reap)

@@ -8,6 +8,7 @@
 #include <event2/event.h>
 
 #include "conf.h"
+#include "fdstore.h"
 #include "device.h"
 #include "hotplug.h"
 #include "notify.h"
@@ -38,6 +39,7 @@ struct odpd_config {
 	const char *config_path;        /* --config, or ODPD_CONF_DEFAULT */
 	bool config_given;              /* --config: the file must exist */
 	bool no_bus;                    /* --no-bus: no D-Bus even where there is a system bus */
+	bool live_restart;              /* SIGTERM under systemd keeps the MRs (--no-live-restart: not) */
 	bool check_config;              /* --check-config: read the configuration file and exit */
 };
 
@@ -71,6 +73,8 @@ struct odpd_arena {
 	bool busy;                          /* a request is decoded in it */
 };
 
+struct odpd_restart;
+
 struct odpd_manager {
 	struct event_base *base;
 	struct odpd_config cfg;
@@ -95,6 +99,18 @@ struct odpd_manager {
 	struct event *ev_signals[2];
 	struct event *ev_stop;              /* while stopping: is everything released? */
 	bool stopping;
+	/* A stop that hands its state to the next odpd (restart.c): no
+	 * request is read any more, and the loop waits for what runs. */
+	bool quiescing;
+	bool handed_over;                   /* stored in systemd's fd store: exit, release nothing */
+	struct event *ev_quiesce;
+	int quiesce_ticks;
+	struct odpd_fdstore *restore_fds;   /* at start: what systemd passed */
+	struct odpd_fdstore fdstore;
+	struct odpd_restart *restart;
+	unsigned restart_kept_clients, restart_kept_mrs;        /* by the last restart */
+	unsigned restart_dropped_clients, restart_dropped_mrs;
+	void (*plain_stop)(struct odpd_manager *m);
 	/* $ODPD_TEST_IMPLICIT_ODP=1, for odpd's tests on devices without the
 	 * cap: implicit ODP requests go on to the registrar, and the kernel
 	 * refuses them there. */

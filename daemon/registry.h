@@ -564,3 +564,44 @@ static inline uint64_t odpd_mr_length(const struct odpd_mr *mr)
 {
 	return mr->node.end - mr->node.start;
 }
+
+/* ---------------------------------------------------------------- restart (registry/restore.c) */
+
+/* What a stopping odpd cannot hand to the next one in @h (a reason), or
+ * NULL: the connection can be kept (doc/design.md §12). */
+const char *odpd_registry_holder_unkeepable(const struct odpd_registry *r, const struct odpd_holder *h);
+/* Can a restart keep @mr (LIVE or RELAXED, pinned, in odpd's PD)? */
+bool odpd_registry_mr_keepable(const struct odpd_mr *mr);
+/* At start, before any client is served: a shared PD with no member yet. NULL on ENOMEM. */
+struct odpd_shared_pd *odpd_registry_restore_shared(struct odpd_registry *r, const char *name, uid_t creator);
+/* A domain whose context and PD were imported: @spd's, or @owner's private one. */
+struct odpd_domain *odpd_registry_restore_domain(struct odpd_registry *r, unsigned dev_index,
+						 struct odpd_shared_pd *spd, struct odpd_holder *owner,
+						 struct ibv_context *ctx, struct ibv_pd *pd, bool exported);
+/* @h joined @spd (before the domains of @spd were restored, or after). */
+void odpd_registry_restore_join(struct odpd_holder *h, struct odpd_shared_pd *spd, bool registered);
+/* An imported pinned MR, LIVE (its references follow) or RELAXED. */
+struct odpd_mr_restore {
+	uint64_t id;                        /* larger than every id restored before */
+	struct odpd_domain *dom;
+	struct odpd_mapping *map;
+	uint64_t start, end, iova;
+	unsigned access;
+	struct ibv_mr *mr;
+	uint64_t owner, relaxed_by, ctime_ns;
+	pid_t relaxed_pid;
+	uint32_t relaxed_ms;
+	bool relaxed, ctime_ok, cached, invalidated;
+};
+struct odpd_mr *odpd_registry_restore_mr(struct odpd_registry *r, const struct odpd_mr_restore *q);
+/* Its charge to @uid's account, with @refs references of that account. 0 or -ENOMEM. */
+int odpd_registry_restore_charge(struct odpd_registry *r, struct odpd_mr *mr, uid_t uid, unsigned refs);
+/* @h's reference @handle to @mr, without a hit slot. NULL on ENOMEM. */
+struct odpd_ref *odpd_registry_restore_ref(struct odpd_registry *r, struct odpd_holder *h, struct odpd_mr *mr,
+					   uint64_t handle, uint64_t iova, uint64_t length, void *cookie);
+/* A stopping odpd: invalidate the relaxed MRs a restart cannot keep. How many. */
+unsigned odpd_registry_drop_unkeepable(struct odpd_registry *r);
+/* A stopping odpd keeps @h: its hit table's slots all go invalid. */
+void odpd_registry_hits_freeze(struct odpd_holder *h);
+/* After the references: @mr, restored LIVE, with none is released (deregistered). */
+void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr);

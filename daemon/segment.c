@@ -158,6 +158,8 @@ static void mapping_unlist(struct odpd_segtable *t, struct odpd_mapping *m)
 	mapping_table_trim(t);
 }
 
+static void mapping_install(struct odpd_segtable *t, struct odpd_mapping *m);
+
 /* Map the file at @want (MAP_FIXED_NOREPLACE), or in the window. */
 static int mapping_place(struct odpd_segtable *t, struct odpd_mapping *m, uintptr_t want,
 			 size_t align, struct odpd_err *err)
@@ -261,6 +263,16 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 		mapping_table_trim(t);           /* (the table mapping_reserve made) */
 		return r;
 	}
+	mapping_install(t, m);
+	*ret = m;
+	return 0;
+}
+
+/* A mapping placed: its witness view, and into the table. */
+static void mapping_install(struct odpd_segtable *t, struct odpd_mapping *m)
+{
+	int fd = m->fd;
+
 	mapping_dontdump(m);
 	odpd_itree_init(&m->mrs);
 	pthread_mutex_init(&m->tree_lock, NULL);
@@ -284,8 +296,74 @@ int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo 
 	}
 	t->count++;
 	t->bytes += m->size;
+}
+
+int odpd_mapping_restore(struct odpd_segtable *t, int fd, uintptr_t addr, bool in_window,
+			 struct odpd_mapping **ret, struct odpd_err *err)
+{
+	struct odpd_seginfo info;
+	struct odpd_mapping *m;
+	int prot, r;
+	void *p;
+
+	r = odpd_segment_validate(fd, UINT64_MAX, &info, err);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	if (mapping_find(t, info.dev, info.ino)) {
+		close(fd);
+		return err_set(err, EEXIST, "the segment is mapped already");
+	}
+	m = mapping_reserve(t) == 0 ? calloc(1, sizeof(*m)) : NULL;
+	if (!m) {
+		close(fd);
+		return err_set(err, ENOMEM, "out of memory");
+	}
+	m->dev = info.dev;
+	m->ino = info.ino;
+	m->fd = fd;
+	m->size = info.map_len;
+	m->page_size = info.page_size;
+	m->writable = info.writable;
+	prot = PROT_READ | (m->writable ? PROT_WRITE : 0);
+	if (in_window) {
+		r = odpd_window_contains(t->window, (void *)addr, m->size) ?
+		    odpd_window_take(t->window, (void *)addr, m->size) : -EEXIST;
+		p = r < 0 ? MAP_FAILED : mmap((void *)addr, m->size, prot, MAP_SHARED | MAP_FIXED, fd, 0);
+		if (r == 0 && p == MAP_FAILED) {
+			r = -errno;
+			odpd_window_release(t->window, (void *)addr, m->size);
+		}
+	} else {
+		p = mmap((void *)addr, m->size, prot, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+		r = p == MAP_FAILED ? -errno : 0;
+		if (p != MAP_FAILED && (uintptr_t)p != addr) {
+			munmap(p, m->size);
+			r = -EEXIST;
+		}
+	}
+	if (r < 0) {
+		close(fd);
+		free(m);
+		mapping_table_trim(t);
+		return err_set(err, -r, "mapping the segment at %#" PRIxPTR " again: %s", addr, strerror(-r));
+	}
+	m->addr = (uint8_t *)addr;
+	m->in_window = in_window;
+	mapping_install(t, m);
+	m->refs = 0;                         /* its attachments and MRs take theirs */
 	*ret = m;
 	return 0;
+}
+
+void odpd_mapping_each(struct odpd_segtable *t, void (*fn)(struct odpd_mapping *m, void *arg), void *arg)
+{
+	for (size_t i = 0; i < t->n_buckets; i++)
+		for (struct odpd_mapping *m = t->buckets[i], *next; m; m = next) {
+			next = m->next;
+			fn(m, arg);
+		}
 }
 
 void odpd_mapping_ref(struct odpd_mapping *m)

@@ -61,6 +61,7 @@ struct odpd_mapping {
 	size_t page_size;       /* the file's: 4 KiB, or a hugetlb page size */
 	bool writable;
 	bool in_window;
+	unsigned save_id;               /* restart.c: its number in the state written at stop */
 	unsigned refs;                  /* client attachments and MRs */
 	/* The registry's MRs over this mapping, of every PD, by file range
 	 * (struct odpd_mr.node): the registration cache's lookups, the
@@ -123,12 +124,19 @@ struct odpd_segtable {
  */
 int odpd_mapping_get(struct odpd_segtable *t, int fd, const struct odpd_seginfo *info,
 		     uintptr_t want_addr, struct odpd_mapping **ret, struct odpd_err *err);
+/* A restart: map stored segment @fd at @addr again, in the window or where
+ * it was outside it. No reference yet: the first odpd_mapping_ref takes one.
+ * @fd is consumed. 0 or -errno (-EEXIST: something else lies there). */
+int odpd_mapping_restore(struct odpd_segtable *t, int fd, uintptr_t addr, bool in_window,
+			 struct odpd_mapping **ret, struct odpd_err *err);
 /* One more reference (an MR over the mapping). */
 void odpd_mapping_ref(struct odpd_mapping *m);
 /* Drop a reference. The last one unmaps the segment on a worker (a
  * populated 256 MiB segment takes tens of ms to unmap) and then frees it on
  * the loop; meanwhile a new attach of the inode maps it anew. */
 void odpd_mapping_put(struct odpd_segtable *t, struct odpd_mapping *m);
+/* Call @fn for every mapping in @t. */
+void odpd_mapping_each(struct odpd_segtable *t, void (*fn)(struct odpd_mapping *m, void *arg), void *arg);
 /* The segment's inode ctime (fstat): hole punching changes it. */
 int odpd_mapping_ctime(const struct odpd_mapping *m, struct timespec *ret);
 

@@ -22,13 +22,23 @@ static const int reserve_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
 int odpd_window_new(size_t size, struct odpd_window **ret)
 {
+	return odpd_window_new_at(0, size, ret);
+}
+
+int odpd_window_new_at(uintptr_t base, size_t size, struct odpd_window **ret)
+{
 	struct odpd_window *w = calloc(1, sizeof(*w));
 	struct extent *e = calloc(1, sizeof(*e));
 	void *p;
 
 	if (!w || !e)
 		goto nomem;
-	p = mmap(NULL, size, PROT_NONE, reserve_flags, -1, 0);
+	p = mmap((void *)base, size, PROT_NONE, reserve_flags | (base ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+	if (p != MAP_FAILED && base && (uintptr_t)p != base) {
+		munmap(p, size);                 /* a kernel without MAP_FIXED_NOREPLACE */
+		p = MAP_FAILED;
+		errno = EEXIST;
+	}
 	if (p == MAP_FAILED) {
 		int r = -errno;
 		free(w);
@@ -135,6 +145,46 @@ void odpd_window_put(struct odpd_window *w, void *addr, size_t length)
 	e->end = end;
 	e->next = next;
 	*pe = e;
+}
+
+int odpd_window_take(struct odpd_window *w, void *addr, size_t length)
+{
+	uintptr_t s = (uintptr_t)addr, end = s + length;
+
+	for (struct extent **pe = &w->free; *pe; pe = &(*pe)->next) {
+		struct extent *e = *pe;
+
+		if (s < e->start || s >= e->end)
+			continue;
+		if (end > e->end || end < s)
+			return -EEXIST;
+		if (s > e->start && end < e->end) {
+			struct extent *tail = malloc(sizeof(*tail));
+
+			if (!tail)
+				return -ENOMEM;
+			tail->start = end;
+			tail->end = e->end;
+			tail->next = e->next;
+			e->end = s;
+			e->next = tail;
+		} else if (s > e->start) {
+			e->end = s;
+		} else if (end < e->end) {
+			e->start = end;
+		} else {
+			*pe = e->next;
+			free(e);
+		}
+		return 0;
+	}
+	return -EEXIST;
+}
+
+uintptr_t odpd_window_base(const struct odpd_window *w, size_t *ret_size)
+{
+	*ret_size = w->size;
+	return w->base;
 }
 
 int odpd_window_contains(const struct odpd_window *w, const void *addr, size_t length)

@@ -15,6 +15,14 @@
 struct odpd_window;
 
 int odpd_window_new(size_t size, struct odpd_window **ret);
+/* The same at @base exactly (a restart: the segments' addresses are the
+ * clients' iovas); -EEXIST where something else lies there already. */
+int odpd_window_new_at(uintptr_t base, size_t size, struct odpd_window **ret);
+/* Where the window lies, and its size in bytes. */
+uintptr_t odpd_window_base(const struct odpd_window *w, size_t *ret_size);
+/* Take [addr, addr + length) out of the free ranges (a restart puts a
+ * segment back where it was). 0, -EEXIST if any of it is taken, -ENOMEM. */
+int odpd_window_take(struct odpd_window *w, void *addr, size_t length);
 void odpd_window_free(struct odpd_window *w);
 
 /* Find @length bytes aligned to @align (a power of two, >= page size).

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+/*
+ * systemd's fd store (doc/design.md §12): what a stopping odpd hands to
+ * systemd so that the next odpd finds it again. Every fd is stored under a
+ * name of its own (FDNAME=), since systemd hands them back in another order.
+ * The main process alone may store (NotifyAccess=main).
+ */
+#include <stdbool.h>
+
+/* What systemd passed at start (sd_listen_fds_with_names): the listening
+ * socket of odpd.socket, and the fds of the store, by name. */
+struct odpd_stored_fd {
+	char *name;
+	int fd;                 /* -1 once taken */
+};
+struct odpd_fdstore {
+	int listen_fd;          /* -1: none passed */
+	char *listen_name;
+	struct odpd_stored_fd *fds;
+	unsigned n;
+};
+
+/* Take what systemd passed (unsetting LISTEN_FDS for children). 0 or -errno. */
+int odpd_fdstore_collect(struct odpd_fdstore *s);
+/* The stored fd named @name, now the caller's; -1 if there is none. */
+int odpd_fdstore_take(struct odpd_fdstore *s, const char *name);
+/* Tell systemd to forget every stored fd (taken or not), close those not
+ * taken and free @s. Nothing stays in the store once odpd has read it: the
+ * next stop stores what is live then. */
+void odpd_fdstore_release(struct odpd_fdstore *s);
+/* Can odpd store fds: is it systemd's main process with a notify socket? */
+bool odpd_fdstore_available(void);
+/* Store @fd under @name (FDSTORE=1, FDPOLL=0). 0 or -errno. */
+int odpd_fdstore_put(const char *name, int fd);
+/* Wait until systemd has read every message sent so far (sd_notify_barrier). */
+int odpd_fdstore_sync(void);

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * restore: the registry's side of a restart (doc/design.md §12). The next
+ * odpd rebuilds what the stopping one described: shared PDs, domains whose
+ * context and PD it imported, MRs it imported by handle, and each holder's
+ * references. Loop only, at start, before any client is served; and the
+ * other side, what a stopping odpd may keep (odpd_registry_keepable).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "batch.h"
+#include "charge.h"
+#include "holder.h"
+#include "lookup.h"
+#include "mrlife.h"
+#include "relaxed.h"
+#include "internal.h"
+
+struct odpd_shared_pd *odpd_registry_restore_shared(struct odpd_registry *r, const char *name, uid_t creator)
+{
+	struct odpd_shared_pd *spd = calloc(1, sizeof(*spd));
+
+	if (spd)
+		spd->doms = calloc(ODPD_MAX_DEVICES, sizeof(*spd->doms));
+	if (!spd || !spd->doms) {
+		free(spd);
+		return NULL;
+	}
+	snprintf(spd->name, sizeof(spd->name), "%s", name);
+	spd->creator_uid = creator;
+	LIST_INSERT_HEAD(&r->shared, spd, link);
+	r->n_shared++;
+	return spd;
+}
+
+struct odpd_domain *odpd_registry_restore_domain(struct odpd_registry *r, unsigned dev_index,
+						 struct odpd_shared_pd *spd, struct odpd_holder *owner,
+						 struct ibv_context *ctx, struct ibv_pd *pd, bool exported)
+{
+	struct odpd_domain *d = odpd_domain_new(&r->devices->dev[dev_index], dev_index);
+
+	if (!d)
+		return NULL;
+	d->dev->n_domains++;
+	d->ctx = ctx;
+	d->pd = pd;
+	d->exported = exported;
+	d->spd = spd;
+	if (spd) {
+		spd->doms[dev_index] = d;
+		d->members = spd->members;
+	} else {
+		owner->domains[dev_index] = d;
+		d->owner_id = owner->id;
+		d->members = 1;
+	}
+	LIST_INSERT_HEAD(&r->domains, d, link);
+	return d;
+}
+
+void odpd_registry_restore_join(struct odpd_holder *h, struct odpd_shared_pd *spd, bool registered)
+{
+	h->spd = spd;
+	h->registered = registered;
+	spd->members++;
+	for (unsigned i = 0; i < ODPD_MAX_DEVICES; i++)
+		if (spd->doms[i])
+			spd->doms[i]->members++;
+}
+
+struct odpd_mr *odpd_registry_restore_mr(struct odpd_registry *r, const struct odpd_mr_restore *q)
+{
+	struct odpd_mr *mr;
+
+	/* ids only grow in a mapping's tree (map_insert): the caller sorts */
+	if (q->id <= r->next_mr_id && r->n_mrs > 0)
+		return NULL;
+	mr = odpd_slab_zalloc(&r->mr_slab);
+	if (!mr)
+		return NULL;
+	mr->node.seq = q->id;
+	if (q->id > r->next_mr_id)
+		r->next_mr_id = q->id;
+	mr->dom = q->dom;
+	mr->map = q->map;
+	mr->node.start = q->start;
+	mr->node.end = q->end;
+	mr->iova = q->iova;
+	mr->mr = q->mr;
+	mr->access = q->access & 15;
+	mr->pinned = 1;
+	mr->owner_id = q->owner;
+	mr->ctime_ns = q->ctime_ns;
+	mr->ctime_ok = q->ctime_ok;
+	mr->witness_epoch = atomic_load(&q->map->witness_epoch);
+	LIST_INIT(&mr->holders);
+	mr->state = ODPD_MR_LIVE;           /* (the state it had; RELAXED below) */
+	map_insert(mr);
+	mr->cached = q->cached;
+	mr->invalidated = q->invalidated;
+	global_charge(r, mr);
+	odpd_mapping_ref(mr->map);
+	r->n_mrs++;
+	q->dom->n_mrs++;
+	if (q->relaxed) {
+		mr_set_state(mr, ODPD_MR_RELAXED);
+		mr->relaxed_ms = q->relaxed_ms;
+		mr->relaxed_pid = q->relaxed_pid;
+		mr->relaxed_by = q->relaxed_by;
+		TAILQ_INSERT_TAIL(&r->relaxed, mr, rlink);
+		r->n_relaxed++;
+		r->relaxed_bytes += odpd_mr_length(mr);
+		if (r->n_relaxed == 1)
+			relaxed_arm(r);
+	}
+	return mr;
+}
+
+int odpd_registry_restore_charge(struct odpd_registry *r, struct odpd_mr *mr, uid_t uid, unsigned refs)
+{
+	struct odpd_account *a = odpd_account_get(&r->quota, uid);
+	struct odpd_charge *c;
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	rc = charge_add(r, mr, a, &c);
+	if (rc == 0)
+		c->refs = refs;
+	odpd_account_put(&r->quota, a);      /* the charge holds it */
+	return rc;
+}
+
+struct odpd_ref *odpd_registry_restore_ref(struct odpd_registry *r, struct odpd_holder *h, struct odpd_mr *mr,
+					   uint64_t handle, uint64_t iova, uint64_t length, void *cookie)
+{
+	struct odpd_reg_req q = { .handle = handle, .iova = iova, .length = length, .cookie = cookie,
+				  .cmd_fd = -1 };
+	struct odpd_hittab *hits = h->hits;
+	struct odpd_ref *ref;
+
+	h->hits = NULL;                      /* no slot: the old table is gone (odpd-state.proto) */
+	ref = ref_new(r, h, mr, &q);
+	h->hits = hits;
+	if (ref)
+		h->registered = true;
+	return ref;
+}
+
+/* What a restart cannot keep of an MR (doc/design.md §12). */
+static const char *mr_unkeepable(const struct odpd_mr *mr)
+{
+	if (mr->implicit || !mr->pinned)
+		return "an ODP MR";
+	if (!mr->dom)
+		return "an MR in a client's own PD";
+	if (mr->state != ODPD_MR_LIVE && mr->state != ODPD_MR_RELAXED)
+		return "an MR on its way out";
+	if (mr->busy)
+		return "an MR a verify reads through";
+	return NULL;
+}
+
+const char *odpd_registry_holder_unkeepable(const struct odpd_registry *r, const struct odpd_holder *h)
+{
+	const struct odpd_ref *ref;
+
+	(void)r;
+	if (h->n_cctxs)
+		return "it registered into its own PD";
+	for (unsigned i = 0; i < ODPD_MAX_DEVICES; i++) {
+		const struct odpd_domain *d = h->spd ? h->spd->doms[i] : h->domains ? h->domains[i] : NULL;
+
+		if (d && d->registrar)
+			return "it has implicit ODP MRs";
+		if (d && d->dev->removed)
+			return "a device of its went away";
+	}
+	LIST_FOREACH(ref, &h->refs, hlink) {
+		const char *why = mr_unkeepable(ref->mr);
+
+		if (why)
+			return why;
+	}
+	return NULL;
+}
+
+bool odpd_registry_mr_keepable(const struct odpd_mr *mr)
+{
+	return mr_unkeepable(mr) == NULL;
+}
+
+static bool match_unkeepable(const struct odpd_mr *mr, const void *arg)
+{
+	(void)arg;
+	return mr_unkeepable(mr) != NULL;
+}
+
+unsigned odpd_registry_drop_unkeepable(struct odpd_registry *r)
+{
+	struct odpd_mr *list = NULL;
+	unsigned n = collect_relaxed(r, match_unkeepable, NULL, &list);
+
+	if (n)
+		start_batch(r, list, true, NULL);
+	return n;
+}
+
+void odpd_registry_hits_freeze(struct odpd_holder *h)
+{
+	struct odpd_ref *ref;
+
+	if (!h->hits)
+		return;
+	/* The next odpd cannot write this table (sealed): no slot of it may
+	 * say valid any more, and the events word takes a value no count of
+	 * events reaches, so that the library looks at its socket before
+	 * every request from now on (odpd-state.proto, Client). */
+	LIST_FOREACH(ref, &h->refs, hlink)
+		if (ref->slot)
+			odpd_hittab_invalidate(h->hits, ref->slot, ref->ticket);
+	odpd_hittab_events(h->hits, UINT64_MAX);
+}
+
+void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr)
+{
+	struct odpd_mr *list = NULL;
+
+	if (mr->refs || mr->state != ODPD_MR_LIVE)
+		return;
+	mr_invalidate(r, mr, &list);
+	start_batch(r, list, false, NULL);
+}
