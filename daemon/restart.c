@@ -291,10 +291,16 @@ static OdpdState__Mr *save_mr(struct odpd_mr *mr)
 	return pm;
 }
 
-/* Free what protobuf-c would free of a message we built with calloc/strdup. */
+/* Free the fields of a message built here with calloc and strdup, as
+ * protobuf-c frees what it unpacked (the message itself is the caller's). */
 static void state_free_built(OdpdState__State *st)
 {
-	protobuf_c_message_free_unpacked(&st->base, NULL);
+	OdpdState__State *heap = malloc(sizeof(*heap));
+
+	if (!heap)
+		return;                      /* stopping anyway: the process exits */
+	*heap = *st;
+	protobuf_c_message_free_unpacked(&heap->base, NULL);
 }
 
 static int write_state(struct writer *w, int *ret_fd)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -20,8 +21,20 @@ struct odpd_window {
 
 static const int reserve_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
+/*
+ * Where the window goes when odpd may choose: a fixed place, low in the
+ * address space, below where the kernel puts libraries and mmap()s (its
+ * mmap base moves by up to a TiB with every exec). The next odpd of a
+ * restart must reserve the window where the last one had it (the segments'
+ * addresses are the clients' iovas), which a place the kernel chose would
+ * often not allow. Elsewhere if it is taken (or the address space is small).
+ */
+#define WINDOW_HINT (UINT64_C(16) << 40)
+
 int odpd_window_new(size_t size, struct odpd_window **ret)
 {
+	if (sizeof(void *) == 8 && odpd_window_new_at((uintptr_t)WINDOW_HINT, size, ret) == 0)
+		return 0;
 	return odpd_window_new_at(0, size, ret);
 }
 
