@@ -62,6 +62,42 @@ void daemon_start(struct test_daemon *d, const char *const *args)
 	daemon_restart(d, args);
 }
 
+/* What the next daemon_restart passes as systemd would (LISTEN_FDS). */
+static struct {
+	const int *fds;
+	const char *const *names;
+	unsigned n;
+} pass;
+
+void daemon_pass_fds(const int *fds, const char *const *names, unsigned n)
+{
+	pass.fds = fds;
+	pass.names = names;
+	pass.n = n;
+}
+
+/* In the child: fds 3.. and the variables sd_listen_fds_with_names reads. */
+static void pass_fds_child(void)
+{
+	int high[64];
+	char names[4096] = "", num[32];
+	size_t len = 0;
+
+	for (unsigned i = 0; i < pass.n && i < 64; i++)
+		high[i] = fcntl(pass.fds[i], F_DUPFD_CLOEXEC, 200);   /* out of the way of 3.. */
+	for (unsigned i = 0; i < pass.n && i < 64; i++) {
+		if (dup2(high[i], 3 + (int)i) < 0)
+			_exit(126);
+		close(high[i]);
+		len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s", i ? ":" : "", pass.names[i]);
+	}
+	snprintf(num, sizeof(num), "%u", pass.n);
+	setenv("LISTEN_FDS", num, 1);
+	setenv("LISTEN_FDNAMES", names, 1);
+	snprintf(num, sizeof(num), "%d", (int)getpid());
+	setenv("LISTEN_PID", num, 1);
+}
+
 void daemon_restart(struct test_daemon *d, const char *const *args)
 {
 	const char *bin = getenv("ODPD_TEST_DAEMON");
@@ -99,9 +135,12 @@ void daemon_restart(struct test_daemon *d, const char *const *args)
 	if (d->pid == 0) {
 		/* a failed test must not leave odpd running (and its output open) */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (pass.n)
+			pass_fds_child();
 		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
+	pass.n = 0;
 	free(wrap);
 	free(more);
 	for (int i = 0; i < 1200; i++) {             /* up to 60 s: TCG and valgrind are slow */
@@ -116,6 +155,116 @@ void daemon_restart(struct test_daemon *d, const char *const *args)
 		sleep_ms(50);
 	}
 	fail_msg("odpd did not start listening on %s", d->sock);
+}
+
+/* ---------------------------------------------------------------- systemd's fd store, faked */
+
+static void *store_run(void *arg)
+{
+	struct fake_store *st = arg;
+
+	while (!atomic_load(&st->stop)) {
+		char buf[4096], ctl[CMSG_SPACE(sizeof(int) * 16)];
+		struct iovec iov = { buf, sizeof(buf) - 1 };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+				     .msg_controllen = sizeof(ctl) };
+		struct pollfd p = { .fd = st->sock, .events = POLLIN };
+		int fds[16], nfds = 0;
+		ssize_t n;
+		char *name;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		n = recvmsg(st->sock, &mh, MSG_CMSG_CLOEXEC);
+		if (n < 0)
+			continue;
+		buf[n] = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+				for (int i = 0; i < k && nfds < 16; i++)
+					memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			}
+		name = strstr(buf, "FDNAME=");
+		if (name) {
+			name += 7;
+			name[strcspn(name, "\n")] = 0;
+		}
+		pthread_mutex_lock(&st->lock);
+		if (strstr(buf, "FDSTOREREMOVE=1") && name) {
+			for (unsigned i = 0; i < st->n; i++)
+				if (strcmp(st->names[i], name) == 0) {
+					close(st->fds[i]);
+					st->fds[i] = st->fds[st->n - 1];
+					memmove(st->names[i], st->names[st->n - 1], sizeof(st->names[i]));
+					st->n--;
+					i--;
+				}
+		} else if (strstr(buf, "FDSTORE=1") && name) {
+			for (int i = 0; i < nfds; i++) {
+				if (st->n < FAKE_STORE_MAX) {
+					snprintf(st->names[st->n], sizeof(st->names[0]), "%s", name);
+					st->fds[st->n++] = fds[i];
+				} else {
+					close(fds[i]);
+				}
+			}
+			nfds = 0;
+		}
+		if (strstr(buf, "BARRIER=1"))
+			st->barriers++;
+		pthread_mutex_unlock(&st->lock);
+		for (int i = 0; i < nfds; i++)          /* a barrier's pipe: closing it answers */
+			close(fds[i]);
+	}
+	return NULL;
+}
+
+void fake_store_start(struct fake_store *st)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_init(&st->lock, NULL);
+	snprintf(st->dir, sizeof(st->dir), "/tmp/odpd-notify.XXXXXX");
+	assert_non_null(mkdtemp(st->dir));
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify", st->dir);
+	st->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(st->sock >= 0);
+	assert_int_equal(bind(st->sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	chmod(st->dir, 0755);
+	chmod(sa.sun_path, 0666);
+	assert_int_equal(setenv("NOTIFY_SOCKET", sa.sun_path, 1), 0);
+	assert_int_equal(pthread_create(&st->thread, NULL, store_run, st), 0);
+}
+
+void fake_store_stop(struct fake_store *st)
+{
+	char path[96];
+
+	unsetenv("NOTIFY_SOCKET");
+	atomic_store(&st->stop, true);
+	pthread_join(st->thread, NULL);
+	close(st->sock);
+	for (unsigned i = 0; i < st->n; i++)
+		close(st->fds[i]);
+	st->n = 0;
+	snprintf(path, sizeof(path), "%s/notify", st->dir);
+	unlink(path);
+	rmdir(st->dir);
+}
+
+int fake_store_find(struct fake_store *st, const char *prefix)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&st->lock);
+	for (unsigned i = 0; i < st->n && fd < 0; i++)
+		if (strncmp(st->names[i], prefix, strlen(prefix)) == 0)
+			fd = st->fds[i];
+	pthread_mutex_unlock(&st->lock);
+	return fd;
 }
 
 void daemon_stop(struct test_daemon *d)

@@ -6,6 +6,8 @@
  */
 #pragma once
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,8 +30,34 @@ struct test_daemon {
 void daemon_start(struct test_daemon *d, const char *const *args);
 /* daemon_start again on @d's socket, once daemon_stop(@d) has stopped it. */
 void daemon_restart(struct test_daemon *d, const char *const *args);
+/* The next daemon_restart passes @fds (not taken) to odpd as systemd passes
+ * a service its fd store: fds 3.. with LISTEN_FDS, LISTEN_FDNAMES (@names)
+ * and LISTEN_PID. */
+void daemon_pass_fds(const int *fds, const char *const *names, unsigned n);
 /* SIGTERM, then require a clean exit within 20 s. */
 void daemon_stop(struct test_daemon *d);
+
+/*
+ * systemd's notify socket and fd store, faked: a thread receives what odpd
+ * sends to $NOTIFY_SOCKET (set by start, unset by stop), keeps the fds of
+ * FDSTORE=1 under their FDNAME, drops them on FDSTOREREMOVE=1 and answers
+ * BARRIER=1. A daemon started meanwhile talks to it.
+ */
+#define FAKE_STORE_MAX 64
+struct fake_store {
+	int sock;
+	char dir[64];
+	pthread_t thread;
+	pthread_mutex_t lock;
+	_Atomic bool stop;
+	unsigned n, barriers;
+	int fds[FAKE_STORE_MAX];
+	char names[FAKE_STORE_MAX][64];
+};
+void fake_store_start(struct fake_store *st);
+void fake_store_stop(struct fake_store *st);
+/* The first stored fd whose name starts with @prefix (still the store's), or -1. */
+int fake_store_find(struct fake_store *st, const char *prefix);
 
 /*
  * One odpd per test program, and an admin connection to it. The group setup
