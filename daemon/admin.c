@@ -168,6 +168,7 @@ int odpd_admin_status(const struct odpd_caller *k, struct odpd_out *o)
 	struct odpd_registry *r = &m->registry;
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__StatusReply sr = ODPD__STATUS_REPLY__INIT;
+	Odpd__RestartInfo ri = ODPD__RESTART_INFO__INIT;
 	Odpd__CacheStats cs = ODPD__CACHE_STATS__INIT;
 	Odpd__OdpStats os = ODPD__ODP_STATS__INIT;
 	unsigned n_pd_rows = r->n_shared * (r->devices->n + 1) + 1;
@@ -234,6 +235,15 @@ int odpd_admin_status(const struct odpd_caller *k, struct odpd_out *o)
 	sr.has_fd_limit = sr.has_max_map_count = 1;
 	sr.fd_limit = m->budget.nofile;
 	sr.max_map_count = m->budget.max_map_count;
+	if (m->restart_from[0]) {
+		ri.from_version = m->restart_from;
+		ri.has_kept_clients = ri.has_kept_mrs = ri.has_dropped_clients = ri.has_dropped_mrs = 1;
+		ri.kept_clients = m->restart_kept_clients;
+		ri.kept_mrs = m->restart_kept_mrs;
+		ri.dropped_clients = m->restart_dropped_clients;
+		ri.dropped_mrs = m->restart_dropped_mrs;
+		sr.restart = &ri;
+	}
 	sr.n_pds = pd_infos(r, pi, pp, n_pd_rows);
 	sr.pds = pp;
 	reply.has_id = reply.has_status = 1;

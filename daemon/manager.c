@@ -479,7 +479,7 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = odpd_fdstore_collect(&m->fdstore);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "the fds systemd passed");
-	m->restart = odpd_restart_read(&m->fdstore);
+	m->restart = odpd_restart_read(m, &m->fdstore);
 	r = -1;
 	if (odpd_restart_window(m->restart, m->cfg.window_size)) {
 		r = odpd_window_new_at(odpd_restart_window(m->restart, m->cfg.window_size), m->cfg.window_size,

@@ -605,3 +605,8 @@ unsigned odpd_registry_drop_unkeepable(struct odpd_registry *r);
 void odpd_registry_hits_freeze(struct odpd_holder *h);
 /* After the references: @mr, restored LIVE, with none is released (deregistered). */
 void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr);
+/* A stopping odpd: does pinned @mr still pin its segment's pages, as far as
+ * odpd can prove (its ctime baseline is @ctime_ns, a ctime read before and
+ * settled; or its witness pages)? The next odpd trusts it only while the
+ * segment's ctime stays @ctime_ns. */
+bool odpd_registry_mr_current(struct odpd_registry *r, const struct odpd_mr *mr, uint64_t ctime_ns);

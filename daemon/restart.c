@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
@@ -88,6 +89,7 @@ static bool quiet(const struct odpd_manager *m)
 /* What the state names, as it is written. */
 struct writer {
 	struct odpd_manager *m;
+	uint64_t *ctimes;                   /* by mapping save_id - 1: its ctime in ns (0: unknown) */
 	OdpdState__State st;
 	unsigned n_domains, n_maps;
 	struct odpd_mr **mrs;
@@ -158,6 +160,38 @@ static void save_mapping(struct odpd_mapping *map, void *arg)
 		store(w, pm->fd, map->fd);
 	else
 		w->err = -ENOMEM;
+}
+
+static void ctime_one(struct odpd_mapping *map, void *arg)
+{
+	struct writer *w = arg;
+	struct timespec ts;
+
+	if (map->save_id && odpd_mapping_ctime(map, &ts) == 0)
+		w->ctimes[map->save_id - 1] = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Every saved mapping's ctime, once the coarse clock has passed them all:
+ * a change after the read then stamps a later ctime. */
+static void read_ctimes(struct writer *w)
+{
+	struct timespec now;
+	uint64_t newest = 0;
+
+	w->ctimes = calloc(w->n_maps + 1, sizeof(*w->ctimes));
+	if (!w->ctimes)
+		return;                      /* no MR proven: all stale after the restart */
+	odpd_mapping_each(&w->m->segs, ctime_one, w);
+	for (unsigned i = 0; i < w->n_maps; i++)
+		if (w->ctimes[i] > newest)
+			newest = w->ctimes[i];
+	for (int i = 0; i < 100; i++) {       /* a tick or two of the coarse clock */
+		clock_gettime(CLOCK_REALTIME_COARSE, &now);
+		if ((uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec > newest)
+			return;
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	memset(w->ctimes, 0, (w->n_maps + 1) * sizeof(*w->ctimes));
 }
 
 static int cmp_mr(const void *a, const void *b)
@@ -238,9 +272,10 @@ static OdpdState__Client *save_client(struct writer *w, struct odpd_client *c)
 	return pc;
 }
 
-static OdpdState__Mr *save_mr(struct odpd_mr *mr)
+static OdpdState__Mr *save_mr(struct writer *w, struct odpd_mr *mr)
 {
 	OdpdState__Mr *pm = calloc(1, sizeof(*pm));
+	uint64_t ctime = w->ctimes ? w->ctimes[mr->map->save_id - 1] : 0;
 	unsigned n = 0;
 
 	if (!pm)
@@ -267,8 +302,10 @@ static OdpdState__Mr *save_mr(struct odpd_mr *mr)
 		pm->relaxed_ms = mr->relaxed_ms;
 	}
 	pm->has_ctime_ns = pm->has_ctime_ok = pm->has_owner = pm->has_cached = pm->has_invalidated = 1;
-	pm->ctime_ns = mr->ctime_ns;
-	pm->ctime_ok = mr->ctime_ok;
+	/* Proven current against a settled ctime read before: the next odpd
+	 * serves it while the ctime stays (a punched hole moves it). */
+	pm->ctime_ns = ctime;
+	pm->ctime_ok = ctime && odpd_registry_mr_current(&w->m->registry, mr, ctime);
 	pm->owner = mr->owner_id;
 	pm->cached = mr->cached;
 	pm->invalidated = mr->invalidated;
@@ -412,6 +449,7 @@ static int hand_over(struct odpd_manager *m)
 			store(&w, pd->fd, d->ctx->cmd_fd);
 	}
 	odpd_mapping_each(&m->segs, save_mapping, &w);
+	read_ctimes(&w);
 	/* Connections, their segments and references. */
 	w.st.clients = calloc(m->n_clients + 1, sizeof(*w.st.clients));
 	LIST_FOREACH(c, &m->clients, link) {
@@ -446,7 +484,7 @@ static int hand_over(struct odpd_manager *m)
 				w.err = w.err ? w.err : -EAGAIN;
 				continue;
 			}
-			w.st.mrs[w.st.n_mrs] = save_mr(w.mrs[i]);
+			w.st.mrs[w.st.n_mrs] = save_mr(&w, w.mrs[i]);
 			if (!w.st.mrs[w.st.n_mrs])
 				w.err = -ENOMEM;
 			else
@@ -454,6 +492,7 @@ static int hand_over(struct odpd_manager *m)
 		}
 	}
 	free(w.mrs);
+	free(w.ctimes);
 	if (!w.err)
 		w.err = write_state(&w, &fd);
 	if (!w.err) {
@@ -521,12 +560,29 @@ void odpd_restart_begin(struct odpd_manager *m, void (*plain_stop)(struct odpd_m
 			c->read_paused = true;
 		}
 	drop_unkeepable(m);
+	if (LIST_EMPTY(&m->clients) && m->registry.n_relaxed == 0) {
+		log_info("restart: no connection and no relaxed MR to keep");
+		m->quiescing = false;
+		plain_stop(m);
+		return;
+	}
 	on_quiesce(-1, 0, m);
 }
 
 /* ---------------------------------------------------------------- the start */
 
-struct odpd_restart *odpd_restart_read(struct odpd_fdstore *st)
+/* A state that cannot be used: what odpctl status says (the connections
+ * stored, all dropped). */
+static struct odpd_restart *unusable(struct odpd_manager *m, const struct odpd_fdstore *st, const char *version)
+{
+	snprintf(m->restart_from, sizeof(m->restart_from), "%s", version ? version : "unknown");
+	for (unsigned i = 0; i < st->n; i++)
+		if (st->fds[i].name && strncmp(st->fds[i].name, "odpd-conn-", 10) == 0)
+			m->restart_dropped_clients++;
+	return NULL;
+}
+
+struct odpd_restart *odpd_restart_read(struct odpd_manager *m, struct odpd_fdstore *st)
 {
 	struct odpd_restart *rs;
 	OdpdState__State *s;
@@ -535,33 +591,37 @@ struct odpd_restart *odpd_restart_read(struct odpd_fdstore *st)
 	int fd = odpd_fdstore_take(st, "state");
 
 	if (fd < 0) {
-		if (st->n)
+		if (st->n) {
 			log_warning("restart: %u fd(s) in systemd's fd store but no state: dropped", st->n);
+			return unusable(m, st, NULL);
+		}
 		return NULL;
 	}
 	if (fstat(fd, &sb) < 0 || sb.st_size <= 0 || (uint64_t)sb.st_size > STATE_MAX) {
 		log_warning("restart: the stored state is unreadable or too large: dropping everything");
 		close(fd);
-		return NULL;
+		return unusable(m, st, NULL);
 	}
 	buf = malloc((size_t)sb.st_size);
 	if (!buf || pread(fd, buf, (size_t)sb.st_size, 0) != sb.st_size) {
 		log_warning("restart: cannot read the stored state: dropping everything");
 		free(buf);
 		close(fd);
-		return NULL;
+		return unusable(m, st, NULL);
 	}
 	close(fd);
 	s = odpd_state__state__unpack(NULL, (size_t)sb.st_size, buf);
 	free(buf);
 	if (!s) {
 		log_warning("restart: the stored state does not decode: dropping everything");
-		return NULL;
+		return unusable(m, st, NULL);
 	}
 	if (s->format < ODPD_STATE_FORMAT_MIN || s->format > ODPD_STATE_FORMAT) {
 		log_warning("restart: the stored state has format %u (odpd %s); this odpd reads %u to %u: "
 			    "dropping everything", s->format, s->version ? s->version : "?",
 			    ODPD_STATE_FORMAT_MIN, ODPD_STATE_FORMAT);
+		unusable(m, st, s->version);
+		m->restart_dropped_mrs = (unsigned)s->n_mrs;
 		odpd_state__state__free_unpacked(s, NULL);
 		return NULL;
 	}
@@ -793,6 +853,9 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	if (bad) {
 		log_warning("restart: the previous odpd's state cannot be used (%s): %zu connection(s) "
 			    "and %zu MR(s) dropped", bad, st->n_clients, st->n_mrs);
+		snprintf(m->restart_from, sizeof(m->restart_from), "%s", st->version ? st->version : "?");
+		m->restart_dropped_clients = (unsigned)st->n_clients;
+		m->restart_dropped_mrs = (unsigned)st->n_mrs;
 		goto out;
 	}
 	x.n_domains = st->n_domains;
@@ -885,6 +948,7 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	x.dropped_mrs = (unsigned)st->n_mrs - x.kept_mrs;
 	log_notice("restart: kept %u connection(s) and %u MR(s) of odpd %s; dropped %u connection(s) and "
 		   "%u MR(s)", kept, x.kept_mrs, st->version ? st->version : "?", dropped, x.dropped_mrs);
+	snprintf(m->restart_from, sizeof(m->restart_from), "%s", st->version ? st->version : "?");
 	m->restart_kept_clients = kept;
 	m->restart_kept_mrs = x.kept_mrs;
 	m->restart_dropped_clients = dropped;

@@ -27,8 +27,8 @@ struct odpd_restart;
 
 /* At start, before the address window is reserved: read the state in @st, if
  * any (taken from it). Returns NULL when there is none or it cannot be used
- * (said in the log). */
-struct odpd_restart *odpd_restart_read(struct odpd_fdstore *st);
+ * (said in the log, and in @m's restart_* for odpctl status). */
+struct odpd_restart *odpd_restart_read(struct odpd_manager *m, struct odpd_fdstore *st);
 /* Where the previous odpd's window lay (0: anywhere). */
 uintptr_t odpd_restart_window(const struct odpd_restart *rs, size_t size);
 /* Once devices, registry and segments are up, before the first accept: take

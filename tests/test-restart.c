@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <json-c/json.h>
 
 #include "harness.h"
 #include "odpd.h"
@@ -50,8 +51,9 @@ static void stop(struct test_daemon *d)
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
-/* Start the next odpd with everything in @st, as systemd would. */
-static void restart_from(struct test_daemon *d, struct fake_store *st)
+/* Start the next odpd with everything in @st, as systemd would (@args: NULL
+ * or the same as the first one's). */
+static void restart_from(struct test_daemon *d, struct fake_store *st, const char *const *args)
 {
 	const char *names[FAKE_STORE_MAX];
 	int fds[FAKE_STORE_MAX];
@@ -65,7 +67,7 @@ static void restart_from(struct test_daemon *d, struct fake_store *st)
 	}
 	pthread_mutex_unlock(&st->lock);
 	daemon_pass_fds(fds, names, n);
-	daemon_restart(d, NULL);
+	daemon_restart(d, args);
 	for (unsigned i = 0; i < n; i++) {
 		close(fds[i]);
 		free((char *)names[i]);
@@ -77,6 +79,35 @@ static void restart_from(struct test_daemon *d, struct fake_store *st)
 static int kernel_mrs(void)
 {
 	return test_require_device() ? kernel_res_count("mr", 0) : 0;
+}
+
+/* odpctl status --json's "restart" object: what the running odpd kept. */
+static void status_restart(const struct test_daemon *d, unsigned *kept_clients, unsigned *kept_mrs,
+			   unsigned *dropped_clients)
+{
+	static char out[1 << 16];
+	char cmd[512];
+	json_object *root, *rs, *v;
+	size_t n;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "%s --socket %s status --json", getenv("ODPD_TEST_ODPCTL"), d->sock);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	assert_int_equal(pclose(p), 0);
+	out[n] = 0;
+	root = json_tokener_parse(out);
+	assert_non_null(root);
+	if (!json_object_object_get_ex(root, "restart", &rs))
+		fail_msg("odpctl status --json has no \"restart\":\n%s", out);
+	assert_true(json_object_object_get_ex(rs, "kept_clients", &v));
+	*kept_clients = (unsigned)json_object_get_int(v);
+	assert_true(json_object_object_get_ex(rs, "kept_mrs", &v));
+	*kept_mrs = (unsigned)json_object_get_int(v);
+	assert_true(json_object_object_get_ex(rs, "dropped_clients", &v));
+	*dropped_clients = (unsigned)json_object_get_int(v);
+	json_object_put(root);
 }
 
 static bool store_empty(void *arg)
@@ -136,9 +167,17 @@ static void test_restart_keeps_connection(void **state)
 		assert_true(fake_store_find(&st, "odpd-ctx-") >= 0);
 	/* Between the two: the MRs live on in the stored contexts. */
 	assert_int_equal(kernel_mrs(), with_mr);
-	restart_from(&d, &st);
+	restart_from(&d, &st, NULL);
 	/* The new odpd took everything and left nothing in the store. */
 	assert_true(wait_until(store_empty, &st));
+	{
+		unsigned kc, km, dc;
+
+		status_restart(&d, &kc, &km, &dc);
+		assert_int_equal(kc, 1);
+		assert_int_equal(km, mr ? 1 : 0);
+		assert_int_equal(dc, 0);
+	}
 	/* The same connection goes on: a new segment, and the old one is known. */
 	seg2 = odpd_alloc(c, SEG_LEN, 0);
 	if (!seg2)
@@ -160,6 +199,70 @@ static void test_restart_keeps_connection(void **state)
 	fake_store_stop(&st);
 	daemon_stop(&d);
 	/* The kept MR was deregistered by the second odpd: nothing is left. */
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
+/*
+ * A connection in a shared PD, with an MR held and one released relaxed
+ * (odpd keeps it as a cache hit): after the restart the relaxed MR is still
+ * a hit, with its keys, and a flush still invalidates it before it returns.
+ */
+static void test_restart_keeps_shared_relaxed(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *a;
+	struct odpd_segment *sa;
+	struct odpd_mr *held, *relaxed, *hit, *fresh;
+	uint32_t relaxed_lkey;
+	uint8_t *base;
+	int base_mrs = kernel_mrs();
+	char conf[128];
+	const char *args[] = { "--config", NULL, NULL };
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	setenv("ODPD_CACHE", "0", 1);          /* every release reaches odpd */
+	fake_store_start(&st);
+	/* a relaxed window longer than the restart under TCG */
+	daemon_start_conf(&d, conf, sizeof(conf), "relaxed", "[limits]\nrelaxed-window-ms = 600000\n", NULL, NULL);
+	args[1] = conf;
+	a = odpd_connect(d.sock, NULL);
+	assert_non_null(a);
+	assert_int_equal(odpd_join_pd(a, "restart-shared"), 0);
+	sa = odpd_alloc(a, SEG_LEN, 0);
+	assert_non_null(sa);
+	base = odpd_segment_addr(sa);
+	held = odpd_reg(a, base, MR_LEN, IBV_ACCESS_LOCAL_WRITE);
+	relaxed = odpd_reg(a, base + MR_LEN, MR_LEN, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(held);
+	assert_non_null(relaxed);
+	relaxed_lkey = relaxed->lkey;
+	assert_int_equal(odpd_dereg_relaxed(relaxed), 0);
+	stop(&d);
+	restart_from(&d, &st, args);
+	assert_true(wait_until(store_empty, &st));
+	/* odpd's cache still has the relaxed MR */
+	hit = odpd_reg(a, base + MR_LEN, MR_LEN, IBV_ACCESS_LOCAL_WRITE);
+	if (!hit)
+		fail_msg("odpd_reg after the restart: %s", odpd_errmsg());
+	assert_int_equal(hit->cache_hit, 1);
+	assert_int_equal(hit->lkey, relaxed_lkey);
+	assert_int_equal(odpd_dereg_relaxed(hit), 0);
+	/* a flush is still a barrier: the relaxed MR is gone when it returns */
+	assert_true(odpd_flush_relaxed(a) >= 0);
+	fresh = odpd_reg(a, base + MR_LEN, MR_LEN, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(fresh);
+	assert_int_equal(fresh->cache_hit, 0);
+	assert_int_equal(odpd_dereg(fresh), 0);
+	assert_int_equal(odpd_dereg(held), 0);
+	assert_int_equal(odpd_detach(sa), 0);
+	odpd_disconnect(a);
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	unsetenv("ODPD_CACHE");
+	unlink(conf);
 	assert_int_equal(kernel_mrs(), base_mrs);
 }
 
@@ -202,8 +305,16 @@ static void test_restart_drops_unreadable_state(void **state)
 			}
 		pthread_mutex_unlock(&st.lock);
 	}
-	restart_from(&d, &st);
+	restart_from(&d, &st, NULL);
 	assert_true(wait_until(store_empty, &st));
+	{
+		unsigned kc, km, dc;
+
+		status_restart(&d, &kc, &km, &dc);
+		assert_int_equal(kc, 0);
+		assert_int_equal(km, 0);
+		assert_int_equal(dc, 1);
+	}
 	/* The connection was closed: ENOTCONN, as after a plain stop. */
 	assert_null(odpd_alloc(c, SEG_LEN, 0));
 	assert_int_equal(errno, ENOTCONN);
@@ -243,6 +354,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_restart_keeps_connection),
+		cmocka_unit_test(test_restart_keeps_shared_relaxed),
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_without_store_drops),
 	};

@@ -250,6 +250,14 @@ static void print_totals(const Odpd__StatusReply *st)
 		table_add(&t, "%" PRIu64, st->max_map_count);
 	else
 		table_add(&t, "-");
+	table_add(&t, "Restart:");
+	if (st->restart)
+		table_add(&t, "kept %" PRIu32 " connection(s) and %" PRIu32 " MR(s) of odpd %s; dropped %" PRIu32
+			  " connection(s) and %" PRIu32 " MR(s)", st->restart->kept_clients, st->restart->kept_mrs,
+			  st->restart->from_version ? st->restart->from_version : "?",
+			  st->restart->dropped_clients, st->restart->dropped_mrs);
+	else
+		table_add(&t, "-");
 	table_add(&t, "Daemon PID:");
 	table_add(&t, "%" PRId32, st->daemon_pid);
 	table_add(&t, "Daemon version:");

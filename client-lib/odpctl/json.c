@@ -285,6 +285,17 @@ void print_json(const Odpd__StatusReply *st)
 	else
 		put_u64_str(totals, "fd_limit", st->fd_limit);
 	put_u64_str(totals, "max_map_count", st->max_map_count);
+	if (st->restart) {
+		json_object *rs = json_object_new_object();
+
+		json_object_object_add(rs, "from_version", json_object_new_string(st->restart->from_version ?
+										   st->restart->from_version : ""));
+		put_u64(rs, "kept_clients", st->restart->kept_clients);
+		put_u64(rs, "kept_mrs", st->restart->kept_mrs);
+		put_u64(rs, "dropped_clients", st->restart->dropped_clients);
+		put_u64(rs, "dropped_mrs", st->restart->dropped_mrs);
+		json_object_object_add(root, "restart", rs);
+	}
 	json_object_object_add(root, "daemon", daemon);
 	json_object_object_add(root, "devices", devices);
 	json_object_object_add(root, "clients", clients);

@@ -17,6 +17,7 @@
 #include "lookup.h"
 #include "mrlife.h"
 #include "relaxed.h"
+#include "witness.h"
 #include "internal.h"
 
 struct odpd_shared_pd *odpd_registry_restore_shared(struct odpd_registry *r, const char *name, uid_t creator)
@@ -233,4 +234,11 @@ void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr)
 		return;
 	mr_invalidate(r, mr, &list);
 	start_batch(r, list, false, NULL);
+}
+
+bool odpd_registry_mr_current(struct odpd_registry *r, const struct odpd_mr *mr, uint64_t ctime_ns)
+{
+	if (mr->ctime_ok && mr->ctime_ns == ctime_ns)
+		return true;
+	return witness_present(r, mr);
 }
