@@ -487,12 +487,12 @@ int odpd_manager_start(struct odpd_manager *m)
 		if (r < 0) {
 			log_errno(LOG_WARNING, r, "restart: the address window cannot lie where it did: "
 				  "every MR of the previous odpd dropped");
-			odpd_restart_free(m->restart);
+			odpd_restart_drop(m, m->restart);
 			m->restart = NULL;
 		}
 	} else if (m->restart) {
 		log_warning("restart: --window-size changed: every MR of the previous odpd dropped");
-		odpd_restart_free(m->restart);
+		odpd_restart_drop(m, m->restart);
 		m->restart = NULL;
 	}
 	if (r < 0)

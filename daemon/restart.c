@@ -25,7 +25,7 @@
 #include "verify.h"
 
 #define QUIESCE_TICK_MS 10
-#define QUIESCE_MAX_MS 5000
+#define QUIESCE_MAX_MS 30000           /* within systemd's TimeoutStopSec= (90 s) */
 #define STATE_MAX (256u << 20)          /* bytes of state a new odpd reads at most */
 
 struct odpd_restart {
@@ -641,6 +641,14 @@ uintptr_t odpd_restart_window(const struct odpd_restart *rs, size_t size)
 	return (uintptr_t)rs->st->window_base;
 }
 
+void odpd_restart_drop(struct odpd_manager *m, struct odpd_restart *rs)
+{
+	snprintf(m->restart_from, sizeof(m->restart_from), "%s", rs->st->version ? rs->st->version : "unknown");
+	m->restart_dropped_clients = (unsigned)rs->st->n_clients;
+	m->restart_dropped_mrs = (unsigned)rs->st->n_mrs;
+	odpd_restart_free(rs);
+}
+
 void odpd_restart_free(struct odpd_restart *rs)
 {
 	if (!rs)
@@ -853,10 +861,9 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	if (bad) {
 		log_warning("restart: the previous odpd's state cannot be used (%s): %zu connection(s) "
 			    "and %zu MR(s) dropped", bad, st->n_clients, st->n_mrs);
-		snprintf(m->restart_from, sizeof(m->restart_from), "%s", st->version ? st->version : "?");
-		m->restart_dropped_clients = (unsigned)st->n_clients;
-		m->restart_dropped_mrs = (unsigned)st->n_mrs;
-		goto out;
+		m->restore_fds = NULL;
+		odpd_restart_drop(m, rs);
+		return;
 	}
 	x.n_domains = st->n_domains;
 	x.n_maps = st->n_mappings;

@@ -35,6 +35,8 @@ uintptr_t odpd_restart_window(const struct odpd_restart *rs, size_t size);
  * back what @rs describes, from the fds in @st; frees @rs. */
 void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struct odpd_fdstore *st);
 void odpd_restart_free(struct odpd_restart *rs);
+/* @rs cannot be used at all: say so in odpctl status (all dropped), and free it. */
+void odpd_restart_drop(struct odpd_manager *m, struct odpd_restart *rs);
 
 /* SIGTERM: can this stop hand its state over (systemd's notify socket, every
  * device able to import)? Why not, else NULL. */

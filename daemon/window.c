@@ -29,7 +29,7 @@ static const int reserve_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
  * addresses are the clients' iovas), which a place the kernel chose would
  * often not allow. Elsewhere if it is taken (or the address space is small).
  */
-#define WINDOW_HINT (UINT64_C(16) << 40)
+#define WINDOW_HINT (UINT64_C(32) << 40)     /* (above ASan's shadow, which ends at 16 TiB) */
 
 int odpd_window_new(size_t size, struct odpd_window **ret)
 {
