@@ -267,6 +267,28 @@ int fake_store_find(struct fake_store *st, const char *prefix)
 	return fd;
 }
 
+json_object *odpctl_json(const char *sock, const char *args)
+{
+	const char *odpctl = getenv("ODPD_TEST_ODPCTL");
+	static char out[1 << 20];
+	char cmd[512];
+	json_object *root;
+	size_t n;
+	FILE *p;
+
+	assert_non_null(odpctl);
+	snprintf(cmd, sizeof(cmd), "%s --socket %s %s --json", odpctl, sock, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	assert_int_equal(pclose(p), 0);
+	out[n] = 0;
+	root = json_tokener_parse(out);
+	if (!root)
+		fail_msg("odpctl %s printed no JSON:\n%s", args, out);
+	return root;
+}
+
 void daemon_stop(struct test_daemon *d)
 {
 	int st = 0;

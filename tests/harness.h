@@ -56,6 +56,9 @@ struct fake_store {
 };
 void fake_store_start(struct fake_store *st);
 void fake_store_stop(struct fake_store *st);
+/* `odpctl --socket @sock ARGS --json`, which must exit 0, parsed; the
+ * caller puts the root (json_object_put). */
+struct json_object *odpctl_json(const char *sock, const char *args);
 /* The first stored fd whose name starts with @prefix (still the store's), or -1. */
 int fake_store_find(struct fake_store *st, const char *prefix);
 

@@ -1468,29 +1468,6 @@ static int child_status(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
 }
 
-/* odpctl mrs --json, parsed; the caller puts the root object. */
-static json_object *odpctl_json(const char *args)
-{
-	const char *odpctl = getenv("ODPD_TEST_ODPCTL");
-	static char out[1 << 20];
-	char cmd[512];
-	json_object *root;
-	size_t n;
-	FILE *p;
-
-	assert_non_null(odpctl);
-	snprintf(cmd, sizeof(cmd), "%s --socket %s %s --json", odpctl, test_daemon.sock, args);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	n = fread(out, 1, sizeof(out) - 1, p);
-	assert_int_equal(pclose(p), 0);
-	out[n] = 0;
-	root = json_tokener_parse(out);
-	if (!root)
-		fail_msg("odpctl %s printed no JSON:\n%s", args, out);
-	return root;
-}
-
 #define SHARED_N 4
 
 /* SHARED_N children that attach @fd (at @addr, or where the library maps
@@ -1560,7 +1537,7 @@ static void test_shared_pd_same_keys(void **state)
 		assert_int_equal(sr.keys[i][1], sr.keys[0][1]);
 	}
 	assert_int_equal(kmrs(), kernel0 + 1);          /* the kernel has one MR */
-	root = odpctl_json("mrs --pd team");
+	root = odpctl_json(test_daemon.sock, "mrs --pd team");
 	assert_true(json_object_object_get_ex(root, "mrs", &mrs));
 	for (size_t i = 0; i < json_object_array_length(mrs); i++) {
 		json_object *o = json_object_array_get_idx(mrs, i);
@@ -1928,7 +1905,7 @@ static void test_odpctl_flush(void **state)
 	(void)state;
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(odpd_dereg_relaxed(reg_or_fail(c, p + i * MIB, MIB, IBV_ACCESS_LOCAL_WRITE)), 0);
-	root = odpctl_json("mrs");
+	root = odpctl_json(test_daemon.sock, "mrs");
 	assert_true(json_object_object_get_ex(root, "mrs", &v));
 	assert_int_equal(json_object_array_length(v), 3);
 	/* released relaxed, the library keeps them: odpd shows them kept */
@@ -1936,7 +1913,7 @@ static void test_odpctl_flush(void **state)
 									  "state")), "kept");
 	json_object_put(root);
 	assert_int_equal(kmrs(), kernel0 + 3);
-	root = odpctl_json("flush");
+	root = odpctl_json(test_daemon.sock, "flush");
 	assert_int_equal(json_object_get_int(json_object_object_get(root, "mrs")), 3);
 	assert_string_equal(json_object_get_string(json_object_object_get(root, "bytes")), "3145728");
 	json_object_put(root);
@@ -2010,11 +1987,11 @@ static void test_small_miss_on_loop(void **state)
 
 	(void)state;
 	fill(p, MIB - 4096, 11);                                 /* the last page untouched */
-	j[0] = odpctl_json("stats");
+	j[0] = odpctl_json(test_daemon.sock, "stats");
 	mr = reg_or_fail(c, p, 4096, lw);                        /* first: a worker (the PD) */
 	assert_int_equal(verify_or_fail(mr), crc_of(p, 4096));
 	assert_int_equal(odpd_dereg(mr), 0);                    /* deregistered on the loop */
-	j[1] = odpctl_json("stats");
+	j[1] = odpctl_json(test_daemon.sock, "stats");
 	assert_int_equal(jdelta(j[0], j[1], "registrations"), 1);
 	assert_int_equal(jdelta(j[0], j[1], "registrations_on_loop"), 0);
 	assert_int_equal(jdelta(j[0], j[1], "deregistrations"), 1);
@@ -2025,7 +2002,7 @@ static void test_small_miss_on_loop(void **state)
 		assert_int_equal(verify_or_fail(mr), crc_of(p, 4096));
 		assert_int_equal(odpd_dereg(mr), 0);
 	}
-	j[2] = odpctl_json("stats");
+	j[2] = odpctl_json(test_daemon.sock, "stats");
 	assert_int_equal(jdelta(j[1], j[2], "registrations"), 3);
 	assert_int_equal(jdelta(j[1], j[2], "registrations_on_loop"), 3);
 	assert_int_equal(jdelta(j[1], j[2], "deregistrations_on_loop"), 3);
@@ -2034,7 +2011,7 @@ static void test_small_miss_on_loop(void **state)
 		assert_int_equal(verify_or_fail(mr), crc_of(p + 256 * 1024, 128 * 1024));
 		assert_int_equal(odpd_dereg(mr), 0);
 	}
-	j[3] = odpctl_json("stats");
+	j[3] = odpctl_json(test_daemon.sock, "stats");
 	assert_int_equal(jdelta(j[2], j[3], "registrations"), 2);
 	assert_int_equal(jdelta(j[2], j[3], "registrations_on_loop"), 0);
 	assert_int_equal(jdelta(j[2], j[3], "deregistrations"), 2);
@@ -2045,7 +2022,7 @@ static void test_small_miss_on_loop(void **state)
 			   .flags = ODPD_REG_NO_POPULATE, .access = lw });
 	assert_non_null(mr);
 	assert_int_equal(odpd_dereg(mr), 0);
-	j[4] = odpctl_json("stats");
+	j[4] = odpctl_json(test_daemon.sock, "stats");
 	assert_int_equal(jdelta(j[3], j[4], "registrations"), 1);
 	assert_int_equal(jdelta(j[3], j[4], "registrations_on_loop"), 0);
 	for (int i = 0; i < 5; i++)
@@ -2096,7 +2073,7 @@ static void test_ucx_counters(void **state)
 
 	(void)state;
 	assert_int_equal(lstats(c1).hit_table, 1);
-	j0 = odpctl_json("stats");
+	j0 = odpctl_json(test_daemon.sock, "stats");
 	a = reg_or_fail(c0, p0, 4096, lw);                       /* a miss */
 	b = reg_or_fail(c0, p0, 4096, lw);                       /* a daemon hit */
 	assert_true(b->cache_hit);
@@ -2112,7 +2089,7 @@ static void test_ucx_counters(void **state)
 	assert_int_equal(lstats(c1).cached_mrs, 1);
 	/* the flush takes it back and invalidates it; its request reports the local hit */
 	assert_int_equal(odpd_flush_relaxed(c1), 0);
-	j1 = odpctl_json("stats");
+	j1 = odpctl_json(test_daemon.sock, "stats");
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		uint64_t d = jstat(j1, want[i].key) - jstat(j0, want[i].key);
 

@@ -225,29 +225,6 @@ static int kernel_mrs_of_length(pid_t pid, uint64_t len)
 	return count;
 }
 
-/* odpctl ARGS --json against @sock, parsed; the caller puts the root object. */
-static json_object *odpctl_json(const char *sock, const char *args)
-{
-	const char *odpctl = getenv("ODPD_TEST_ODPCTL");
-	static char out[1 << 20];
-	char cmd[512];
-	json_object *root;
-	size_t n;
-	FILE *p;
-
-	assert_non_null(odpctl);
-	snprintf(cmd, sizeof(cmd), "%s --socket %s %s --json", odpctl, sock, args);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	n = fread(out, 1, sizeof(out) - 1, p);
-	assert_int_equal(pclose(p), 0);
-	out[n] = 0;
-	root = json_tokener_parse(out);
-	if (!root)
-		fail_msg("odpctl %s printed no JSON:\n%s", args, out);
-	return root;
-}
-
 #define CHILD_CHECK(cond, code) do { if (!(cond)) { \
 	fprintf(stderr, "child: %s failed (errno %d: %s)\n", #cond, errno, odpd_errmsg()); \
 	return (code); } } while (0)

@@ -85,22 +85,10 @@ static int kernel_mrs(void)
 static void status_restart(const struct test_daemon *d, unsigned *kept_clients, unsigned *kept_mrs,
 			   unsigned *dropped_clients)
 {
-	static char out[1 << 16];
-	char cmd[512];
-	json_object *root, *rs, *v;
-	size_t n;
-	FILE *p;
+	json_object *root = odpctl_json(d->sock, "status"), *rs, *v;
 
-	snprintf(cmd, sizeof(cmd), "%s --socket %s status --json", getenv("ODPD_TEST_ODPCTL"), d->sock);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	n = fread(out, 1, sizeof(out) - 1, p);
-	assert_int_equal(pclose(p), 0);
-	out[n] = 0;
-	root = json_tokener_parse(out);
-	assert_non_null(root);
 	if (!json_object_object_get_ex(root, "restart", &rs))
-		fail_msg("odpctl status --json has no \"restart\":\n%s", out);
+		fail_msg("odpctl status --json has no \"restart\": %s", json_object_to_json_string(root));
 	assert_true(json_object_object_get_ex(rs, "kept_clients", &v));
 	*kept_clients = (unsigned)json_object_get_int(v);
 	assert_true(json_object_object_get_ex(rs, "kept_mrs", &v));
