@@ -32,6 +32,14 @@ struct odpd_restart {
 	OdpdState__State *st;
 };
 
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 /* ---------------------------------------------------------------- the stop */
 
 const char *odpd_restart_unavailable(const struct odpd_manager *m)
@@ -375,6 +383,7 @@ static int hand_over(struct odpd_manager *m)
 	struct odpd_client *c;
 	struct odpd_mr *mr;
 	unsigned n_clients = 0;
+	uint64_t t0 = mono_us();
 	int fd, rc;
 
 	odpd_state__state__init(&w.st);
@@ -504,8 +513,8 @@ static int hand_over(struct odpd_manager *m)
 		w.err = rc;
 	if (!w.err)
 		log_notice("restart: handed %u connection(s), %u PD(s), %u segment(s) and %zu MR(s) to "
-			   "systemd's fd store for the next odpd", n_clients, w.n_domains, w.n_maps,
-			   w.st.n_mrs);
+			   "systemd's fd store for the next odpd in %" PRIu64 " us", n_clients, w.n_domains,
+			   w.n_maps, w.st.n_mrs, mono_us() - t0);
 	rc = w.err;
 	state_free_built(&w.st);
 	return rc;
@@ -846,6 +855,7 @@ static void restore_client(struct restoring *x, size_t i)
 void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struct odpd_fdstore *fds)
 {
 	struct restoring x = { .m = m, .st = rs->st };
+	uint64_t t0 = mono_us();
 	OdpdState__State *st = rs->st;
 	unsigned kept = 0, dropped = 0;
 	const char *bad = NULL;
@@ -954,7 +964,8 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 		m->registry.next_mr_id = st->next_mr_id;
 	x.dropped_mrs = (unsigned)st->n_mrs - x.kept_mrs;
 	log_notice("restart: kept %u connection(s) and %u MR(s) of odpd %s; dropped %u connection(s) and "
-		   "%u MR(s)", kept, x.kept_mrs, st->version ? st->version : "?", dropped, x.dropped_mrs);
+		   "%u MR(s); restored in %" PRIu64 " us", kept, x.kept_mrs, st->version ? st->version : "?",
+		   dropped, x.dropped_mrs, mono_us() - t0);
 	snprintf(m->restart_from, sizeof(m->restart_from), "%s", st->version ? st->version : "?");
 	m->restart_kept_clients = kept;
 	m->restart_kept_mrs = x.kept_mrs;
