@@ -610,3 +610,7 @@ void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr);
  * settled; or its witness pages)? The next odpd trusts it only while the
  * segment's ctime stays @ctime_ns. */
 bool odpd_registry_mr_current(struct odpd_registry *r, const struct odpd_mr *mr, uint64_t ctime_ns);
+/* A stopping odpd keeps @h: take back the references its library keeps
+ * unused (released relaxed: odpd's cache keeps them across the restart, and
+ * a flush reaches them), as a flush does. */
+void odpd_registry_revoke_unused(struct odpd_registry *r, struct odpd_holder *h);

@@ -569,6 +569,10 @@ void odpd_restart_begin(struct odpd_manager *m, void (*plain_stop)(struct odpd_m
 			c->read_paused = true;
 		}
 	drop_unkeepable(m);
+	/* The hit tables cannot be kept (odpd-state.proto): what libraries
+	 * keep unused comes back to odpd's cache now, as on a flush. */
+	LIST_FOREACH(c, &m->clients, link)
+		odpd_registry_revoke_unused(&m->registry, &c->holder);
 	if (LIST_EMPTY(&m->clients) && m->registry.n_relaxed == 0) {
 		log_info("restart: no connection and no relaxed MR to keep");
 		m->quiescing = false;

@@ -192,10 +192,10 @@ static void test_restart_keeps_connection(void **state)
 
 /*
  * A connection in a shared PD, with an MR held and one released relaxed
- * (odpd keeps it as a cache hit): after the restart the relaxed MR is still
+ * (odpd keeps it as a cache hit; with ODPD_CACHE=0, odpd's own cache): after the restart the relaxed MR is still
  * a hit, with its keys, and a flush still invalidates it before it returns.
  */
-static void test_restart_keeps_shared_relaxed(void **state)
+static void keeps_shared_relaxed(bool library_cache)
 {
 	struct test_daemon d = { 0 };
 	struct fake_store st;
@@ -208,10 +208,10 @@ static void test_restart_keeps_shared_relaxed(void **state)
 	char conf[128];
 	const char *args[] = { "--config", NULL, NULL };
 
-	(void)state;
 	if (!test_require_device() || !keeps())
 		skip();
-	setenv("ODPD_CACHE", "0", 1);          /* every release reaches odpd */
+	if (!library_cache)
+		setenv("ODPD_CACHE", "0", 1);  /* every release reaches odpd */
 	fake_store_start(&st);
 	/* a relaxed window longer than the restart under TCG */
 	daemon_start_conf(&d, conf, sizeof(conf), "relaxed", "[limits]\nrelaxed-window-ms = 600000\n", NULL, NULL);
@@ -252,6 +252,21 @@ static void test_restart_keeps_shared_relaxed(void **state)
 	unsetenv("ODPD_CACHE");
 	unlink(conf);
 	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
+static void test_restart_keeps_shared_relaxed(void **state)
+{
+	(void)state;
+	keeps_shared_relaxed(false);
+}
+
+/* The same where the library keeps the relaxed MR itself (its hit table): the
+ * stopping odpd takes it back into its own cache, so it is still a hit, and
+ * still flushed. */
+static void test_restart_keeps_library_relaxed(void **state)
+{
+	(void)state;
+	keeps_shared_relaxed(true);
 }
 
 /* A state the next odpd cannot read: everything is dropped, nothing leaks. */
@@ -343,6 +358,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_restart_keeps_connection),
 		cmocka_unit_test(test_restart_keeps_shared_relaxed),
+		cmocka_unit_test(test_restart_keeps_library_relaxed),
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_without_store_drops),
 	};

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "batch.h"
 #include "charge.h"
+#include "hits.h"
 #include "holder.h"
 #include "lookup.h"
 #include "mrlife.h"
@@ -241,4 +242,12 @@ bool odpd_registry_mr_current(struct odpd_registry *r, const struct odpd_mr *mr,
 	if (mr->ctime_ok && mr->ctime_ns == ctime_ns)
 		return true;
 	return witness_present(r, mr);
+}
+
+void odpd_registry_revoke_unused(struct odpd_registry *r, struct odpd_holder *h)
+{
+	struct odpd_mr *list = NULL;
+
+	if (holder_revoke(r, h, false, &list) && list)
+		start_batch(r, list, false, NULL);
 }
