@@ -47,6 +47,9 @@
  * (shared adds relaxed_hit 0|1 flush_barrier 0|1). After a lost connection
  * (ENOTCONN) no more requests are sent, and after a failed work request no
  * more are posted (the QP is in the error state): each counts once.
+ * SIGUSR1 prints the counters so far, between iterations:
+ *   restart-traffic: status iterations N requests R failed_wr F mismatches M errors E
+ *     enotconn C max_request_us U max_wr_us W
  * Exit status 0 only if F = M = E = 0 and the keys at the end are those of the
  * start (and, for shared, the relaxed MR was a hit and flush a barrier);
  * 1 otherwise; 2 for bad arguments.
@@ -104,12 +107,14 @@ struct keys {
 	bool lost;
 };
 
-static volatile sig_atomic_t stop;
+static volatile sig_atomic_t stop, want_status;
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	stop = 1;
+	if (sig == SIGUSR1)
+		want_status = 1;
+	else
+		stop = 1;
 }
 
 static uint64_t now_ns(void)
@@ -196,8 +201,23 @@ static void wait_interval(void)
 		nanosleep(&ts, NULL);
 }
 
+/* The counters so far, on SIGUSR1: a test asks after each restart. */
+static void print_status(void)
+{
+	printf("restart-traffic: status iterations %lu requests %lu failed_wr %lu mismatches %lu errors %lu "
+	       "enotconn %lu max_request_us %llu max_wr_us %llu\n", st.iterations, st.requests, st.failed_wr,
+	       st.mismatches, st.errors, st.by_errno[ENOTCONN], (unsigned long long)(st.max_request_ns / 1000),
+	       (unsigned long long)(st.max_wr_ns / 1000));
+	fflush(stdout);
+}
+
+/* Between iterations: a status line if asked; whether to stop. */
 static bool done(uint64_t t_end)
 {
+	if (want_status) {
+		want_status = 0;
+		print_status();
+	}
 	return stop || (t_end && now_ns() >= t_end);
 }
 
@@ -671,6 +691,7 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	switch (opt.mode) {
 	case MODE_TRAFFIC: return run_traffic();
