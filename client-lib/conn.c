@@ -247,6 +247,14 @@ static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
  */
 static int conn_drain(struct odpd_conn *c, const char *what)
 {
+	if (hit_retired(c)) {
+		int r = hit_retire(c, what);     /* odpd restarted: a new table */
+
+		if (r >= 0)
+			r = conn_check(c, what); /* (the new odpd may have dropped us) */
+		if (r < 0)
+			return r;
+	}
 	if (hit_events_all_received(c))
 		return 0;
 	for (;;) {

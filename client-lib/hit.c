@@ -40,6 +40,7 @@
 #define HIT_INVALID (UINT64_C(1) << 63)
 #define HIT_REVOKING (UINT64_C(1) << 62)
 #define HIT_STAMP (UINT64_C(1) << 61)   /* release stamps: never a ticket */
+#define HIT_RETIRED UINT64_MAX          /* the events word of a retired table (daemon/hittab.h) */
 #define HIT_SLOTS 4096u
 #define HIT_BUCKETS 1024u               /* hash buckets, a power of two */
 #define CACHE_MAX_MRS_DEFAULT 256u
@@ -538,6 +539,48 @@ void hit_before_request(struct odpd_conn *c, Odpd__Request *req)
 	req->revocations_seen = c->revocations_seen;
 	req->local_hits = c->stats.local_hits;
 	tables_unlock(c);
+}
+
+bool hit_retired(const struct odpd_conn *c)
+{
+	return c->hit_gen && c->hit_events_slot && gen_load(c, c->hit_events_slot) == HIT_RETIRED;
+}
+
+int hit_retire(struct odpd_conn *c, const char *what)
+{
+	struct odpd_link keep = LINK_HEAD_INIT(keep), *l, *tmp;
+
+	tables_lock(c);
+	link_for_each_safe(l, tmp, &c->hit_refs) {
+		struct hit_ref *h = container_of(l, struct hit_ref, link);
+		uint64_t g = gen_load(c, h->slot) & ~(HIT_INVALID | HIT_REVOKING);
+
+		index_del(c, h);
+		if (h->users > 0) {
+			h->slot = 0;             /* in use: its release goes to the daemon */
+			continue;
+		}
+		lazy_del(c, h);
+		if (g == h->ticket) {
+			link_add_tail(&keep, &h->lru);   /* still the daemon's: released below */
+		} else {
+			c->stats.revoked++;      /* taken back at the daemon's stop */
+			free(h);
+		}
+	}
+	munmap((void *)c->hit_gen, table_len(c->hit_slots));
+	munmap(c->hit_use, c->hit_len);
+	c->hit_gen = NULL;
+	c->hit_use = NULL;
+	c->hit_events_slot = 0;
+	c->revocations_seen = 0;
+	free(c->hit_buckets);
+	free(c->hit_by_slot);
+	c->hit_buckets = NULL;
+	c->hit_by_slot = NULL;
+	tables_unlock(c);
+	lazy_release(c, what, &keep);        /* (relaxed: odpd's cache keeps them) */
+	return hit_open(c);
 }
 
 bool hit_events_all_received(const struct odpd_conn *c)

@@ -342,6 +342,13 @@ enum hit_release {
 	HIT_RELEASE_DAEMON,             /* the caller sends DeregMr (then hit_drop_user) */
 };
 
+/* Has the daemon retired this connection's hit table (its events word says
+ * so: a restart of odpd, doc/design.md §12)? */
+bool hit_retired(const struct odpd_conn *c);
+/* Then: forget what it took back, release to it what this process kept
+ * unused, serve nothing more from the old table, and open a new one. Caller
+ * holds c->lock, not the tables lock. 0 (a table or none) or -errno. */
+int hit_retire(struct odpd_conn *c, const char *what);
 /* Open the connection's hit table (after Hello); off if the daemon has none. */
 int hit_open(struct odpd_conn *c);
 void hit_close(struct odpd_conn *c);

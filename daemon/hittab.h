@@ -46,6 +46,9 @@
 #define ODPD_HIT_REVOKING (UINT64_C(1) << 62)
 /* Tickets come from the registry's generation counter: far below this. */
 #define ODPD_HIT_TICKET_LIMIT (UINT64_C(1) << 61)
+/* The events word of a table a restart could not keep (doc/design.md §12):
+ * the library then opens a new one. No count of events reaches it. */
+#define ODPD_HIT_RETIRED UINT64_MAX
 
 struct odpd_hittab;
 

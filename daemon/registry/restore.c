@@ -218,13 +218,13 @@ void odpd_registry_hits_freeze(struct odpd_holder *h)
 	if (!h->hits)
 		return;
 	/* The next odpd cannot write this table (sealed): no slot of it may
-	 * say valid any more, and the events word takes a value no count of
-	 * events reaches, so that the library looks at its socket before
-	 * every request from now on (odpd-state.proto, Client). */
+	 * say valid any more, and the events word says the table is retired:
+	 * the library then opens a new one with the next odpd
+	 * (odpd-state.proto, Client). */
 	LIST_FOREACH(ref, &h->refs, hlink)
 		if (ref->slot)
 			odpd_hittab_invalidate(h->hits, ref->slot, ref->ticket);
-	odpd_hittab_events(h->hits, UINT64_MAX);
+	odpd_hittab_events(h->hits, ODPD_HIT_RETIRED);
 }
 
 void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr)
