@@ -605,6 +605,9 @@ unsigned odpd_registry_drop_unkeepable(struct odpd_registry *r);
 void odpd_registry_hits_freeze(struct odpd_holder *h);
 /* After the references: @mr, restored LIVE, with none is released (deregistered). */
 void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr);
+/* At the end of a restore: domains no member came back to and shared PDs
+ * with none go, as after their last member left. */
+void odpd_registry_restore_settle(struct odpd_registry *r);
 /* A stopping odpd: does pinned @mr still pin its segment's pages, as far as
  * odpd can prove (its ctime baseline is @ctime_ns, a ctime read before and
  * settled; or its witness pages)? The next odpd trusts it only while the

@@ -944,6 +944,7 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	for (size_t i = 0; i < st->n_mrs; i++)
 		if (x.mrs[i])
 			odpd_registry_restore_orphan(&m->registry, x.mrs[i]);
+	odpd_registry_restore_settle(&m->registry);
 	for (size_t i = 0; i < st->n_mappings; i++)
 		if (x.maps[i] && x.maps[i]->refs == 0) {
 			odpd_mapping_ref(x.maps[i]);

@@ -12,6 +12,7 @@
  * profile (rxe cannot import): the stop drops everything as a plain stop does.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -96,6 +97,67 @@ static void status_restart(const struct test_daemon *d, unsigned *kept_clients, 
 	assert_true(json_object_object_get_ex(rs, "dropped_clients", &v));
 	*dropped_clients = (unsigned)json_object_get_int(v);
 	json_object_put(root);
+}
+
+/* odpctl status --json of @d, parsed (the caller puts it). */
+static json_object *status_json(const struct test_daemon *d)
+{
+	return odpctl_json(d->sock, "status");
+}
+
+static int64_t json_int(json_object *o, const char *key)
+{
+	json_object *v;
+
+	if (!json_object_object_get_ex(o, key, &v))
+		fail_msg("odpctl status --json: no \"%s\"", key);
+	return json_object_get_int64(v);    /* (64-bit counts are strings) */
+}
+
+/* odpd holds nothing of anyone: no client, segment, MR, pinned byte or
+ * shared PD, and every account is back at zero. */
+static bool at_baseline(void *arg)
+{
+	const struct test_daemon *d = arg;
+	json_object *root = status_json(d), *totals, *a;
+	bool ok;
+
+	ok = json_object_object_get_ex(root, "totals", &totals) && json_int(totals, "segments") == 0 &&
+	     json_int(totals, "mrs") == 0 && json_int(totals, "pinned_bytes") == 0 &&
+	     json_int(totals, "releasing") == 0;
+	ok = ok && json_object_object_get_ex(root, "clients", &a) && json_object_array_length(a) == 0;
+	ok = ok && json_object_object_get_ex(root, "pds", &a) && json_object_array_length(a) == 0;
+	ok = ok && json_object_object_get_ex(root, "quotas", &a);
+	for (size_t i = 0; ok && i < json_object_array_length(a); i++) {
+		json_object *q = json_object_array_get_idx(a, i);
+
+		ok = json_int(q, "pinned_bytes") == 0 && json_int(q, "mrs") == 0 && json_int(q, "segments") == 0;
+	}
+	if (!ok)
+		fprintf(stderr, "not at baseline yet: %s\n",
+			json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
+	json_object_put(root);
+	return ok;
+}
+
+/* Drop from the store what it holds under names starting with @prefix
+ * (as if systemd had lost them): how many. */
+static unsigned store_remove(struct fake_store *st, const char *prefix)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&st->lock);
+	for (unsigned i = 0; i < st->n; i++)
+		if (strncmp(st->names[i], prefix, strlen(prefix)) == 0) {
+			close(st->fds[i]);
+			st->fds[i] = st->fds[st->n - 1];
+			memmove(st->names[i], st->names[st->n - 1], sizeof(st->names[i]));
+			st->n--;
+			i--;
+			n++;
+		}
+	pthread_mutex_unlock(&st->lock);
+	return n;
 }
 
 static bool store_empty(void *arg)
@@ -184,6 +246,8 @@ static void test_restart_keeps_connection(void **state)
 	assert_int_equal(odpd_detach(seg2), 0);
 	assert_int_equal(odpd_detach(seg), 0);
 	odpd_disconnect(c);
+	/* Everything the restore rebuilt went with the connection. */
+	assert_true(wait_until(at_baseline, &d));
 	fake_store_stop(&st);
 	daemon_stop(&d);
 	/* The kept MR was deregistered by the second odpd: nothing is left. */
@@ -287,6 +351,81 @@ static void test_restart_keeps_library_relaxed(void **state)
 	keeps_shared_relaxed(true);
 }
 
+/*
+ * A connection whose socket did not come back (lost from the store; or its
+ * process exited): the next odpd drops it with everything it held, its
+ * shared PD included, while another connection is kept; and once that one
+ * disconnects, odpd holds nothing.
+ */
+static void test_restart_lost_connection_releases(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *lost, *kept;
+	struct odpd_segment *ls, *ks;
+	int base_mrs = kernel_mrs();
+	char name[64];
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	lost = odpd_connect(d.sock, NULL);
+	kept = odpd_connect(d.sock, NULL);
+	assert_non_null(lost);
+	assert_non_null(kept);
+	assert_int_equal(odpd_join_pd(lost, "restart-lost"), 0);
+	ls = odpd_alloc(lost, SEG_LEN, 0);
+	ks = odpd_alloc(kept, SEG_LEN, 0);
+	assert_non_null(ls);
+	assert_non_null(ks);
+	if (test_require_device()) {
+		assert_non_null(odpd_reg(lost, odpd_segment_addr(ls), MR_LEN, ACCESS));
+		assert_non_null(odpd_reg(kept, odpd_segment_addr(ks), MR_LEN, ACCESS));
+	}
+	stop(&d);
+	{
+		/* @lost connected first: the smaller id */
+		uint64_t low = UINT64_MAX;
+
+		pthread_mutex_lock(&st.lock);
+		for (unsigned i = 0; i < st.n; i++)
+			if (strncmp(st.names[i], "odpd-conn-", 10) == 0 &&
+			    strtoull(st.names[i] + 10, NULL, 10) < low)
+				low = strtoull(st.names[i] + 10, NULL, 10);
+		pthread_mutex_unlock(&st.lock);
+		snprintf(name, sizeof(name), "odpd-conn-%" PRIu64, low);
+	}
+	assert_int_equal(store_remove(&st, name), 1);
+	restart_from(&d, &st, NULL);
+	assert_true(wait_until(store_empty, &st));
+	{
+		unsigned kc, km, dc;
+
+		status_restart(&d, &kc, &km, &dc);
+		assert_int_equal(kc, 1);
+		assert_int_equal(dc, 1);
+	}
+	/* the kept one goes on; the lost one's shared PD is gone */
+	assert_non_null(odpd_alloc(kept, SEG_LEN, 0));
+	{
+		json_object *root = status_json(&d), *pds;
+
+		assert_true(json_object_object_get_ex(root, "pds", &pds));
+		if (json_object_array_length(pds) != 0)
+			fail_msg("a shared PD nobody came back to is still there: %s",
+				 json_object_to_json_string(pds));
+		json_object_put(root);
+	}
+	odpd_disconnect(kept);
+	odpd_disconnect(lost);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
 /* A state the next odpd cannot read: everything is dropped, nothing leaks. */
 static void test_restart_drops_unreadable_state(void **state)
 {
@@ -377,6 +516,7 @@ int main(void)
 		cmocka_unit_test(test_restart_keeps_connection),
 		cmocka_unit_test(test_restart_keeps_shared_relaxed),
 		cmocka_unit_test(test_restart_keeps_library_relaxed),
+		cmocka_unit_test(test_restart_lost_connection_releases),
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_without_store_drops),
 	};

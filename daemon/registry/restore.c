@@ -17,6 +17,7 @@
 #include "holder.h"
 #include "lookup.h"
 #include "mrlife.h"
+#include "pds.h"
 #include "relaxed.h"
 #include "witness.h"
 #include "internal.h"
@@ -249,5 +250,34 @@ void odpd_registry_revoke_unused(struct odpd_registry *r, struct odpd_holder *h)
 	struct odpd_mr *list = NULL;
 
 	if (holder_revoke(r, h, false, &list) && list)
+		start_batch(r, list, false, NULL);
+}
+
+static bool match_domain(const struct odpd_mr *mr, const void *arg)
+{
+	return mr->dom == arg;
+}
+
+void odpd_registry_restore_settle(struct odpd_registry *r)
+{
+	struct odpd_domain *d, *dnext;
+	struct odpd_shared_pd *spd, *snext;
+	struct odpd_mr *list = NULL;
+
+	/* A domain nobody came back to: as after its last member left
+	 * (domain_leave): its relaxed MRs go, and it closes once empty. */
+	for (d = LIST_FIRST(&r->domains); d; d = dnext) {
+		dnext = LIST_NEXT(d, link);
+		if (d->members)
+			continue;
+		collect_relaxed(r, match_domain, d, &list);
+		domain_maybe_close(r, d, true);
+	}
+	/* A shared PD with no member and no domain left. */
+	for (spd = LIST_FIRST(&r->shared); spd; spd = snext) {
+		snext = LIST_NEXT(spd, link);
+		shared_maybe_free(r, spd);
+	}
+	if (list)
 		start_batch(r, list, false, NULL);
 }
