@@ -594,16 +594,19 @@ struct odpd_mr_restore {
 	bool relaxed, ctime_ok, cached, invalidated;
 };
 struct odpd_mr *odpd_registry_restore_mr(struct odpd_registry *r, const struct odpd_mr_restore *q);
-/* Its charge to @uid's account, with @refs references of that account. 0 or -ENOMEM. */
-int odpd_registry_restore_charge(struct odpd_registry *r, struct odpd_mr *mr, uid_t uid, unsigned refs);
-/* @h's reference @handle to @mr, without a hit slot. NULL on ENOMEM. */
+/* Its charge to @uid's account, with no reference yet (the references
+ * restored count themselves). 0 or -ENOMEM. */
+int odpd_registry_restore_charge(struct odpd_registry *r, struct odpd_mr *mr, uid_t uid);
+/* @h's reference @handle to @mr, without a hit slot, counted in the charge
+ * of @h's account. NULL on ENOMEM. */
 struct odpd_ref *odpd_registry_restore_ref(struct odpd_registry *r, struct odpd_holder *h, struct odpd_mr *mr,
 					   uint64_t handle, uint64_t iova, uint64_t length, void *cookie);
 /* A stopping odpd: invalidate the relaxed MRs a restart cannot keep. How many. */
 unsigned odpd_registry_drop_unkeepable(struct odpd_registry *r);
 /* A stopping odpd keeps @h: its hit table's slots all go invalid. */
 void odpd_registry_hits_freeze(struct odpd_holder *h);
-/* After the references: @mr, restored LIVE, with none is released (deregistered). */
+/* After the references: @mr, restored LIVE, with none is released
+ * (deregistered); with some, the charges no reference came back for go. */
 void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr);
 /* At the end of a restore: domains no member came back to and shared PDs
  * with none go, as after their last member left. */

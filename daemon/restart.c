@@ -810,8 +810,7 @@ static void restore_mr(struct restoring *x, size_t i)
 		return;
 	}
 	for (size_t k = 0; k < pm->n_charges; k++)
-		if (odpd_registry_restore_charge(&x->m->registry, mr, pm->charges[k]->uid,
-						 pm->charges[k]->refs) < 0)
+		if (odpd_registry_restore_charge(&x->m->registry, mr, pm->charges[k]->uid) < 0)
 			log_warning("restart: MR %" PRIu64 ": out of memory for a charge", pm->id);
 	x->mrs[i] = mr;
 	x->kept_mrs++;

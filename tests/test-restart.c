@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -426,6 +428,144 @@ static void test_restart_lost_connection_releases(void **state)
 	assert_int_equal(kernel_mrs(), base_mrs);
 }
 
+/* uid @uid's pinned bytes in odpctl status --json (0: no account). */
+static int64_t pinned_of(const struct test_daemon *d, unsigned uid)
+{
+	json_object *root = status_json(d), *quotas;
+	int64_t pinned = 0;
+
+	assert_true(json_object_object_get_ex(root, "quotas", &quotas));
+	for (size_t i = 0; i < json_object_array_length(quotas); i++) {
+		json_object *q = json_object_array_get_idx(quotas, i);
+
+		if (json_int(q, "uid") == uid)
+			pinned = json_int(q, "pinned_bytes");
+	}
+	json_object_put(root);
+	return pinned;
+}
+
+struct charge_wait {
+	const struct test_daemon *d;
+	unsigned uid;
+};
+
+static bool uid_unpinned(void *arg)
+{
+	const struct charge_wait *w = arg;
+
+	return pinned_of(w->d, w->uid) == 0;
+}
+
+#define UID_NOBODY 65534
+
+/*
+ * One MR held by two users (a shared PD): root's connection does not come
+ * back, nobody's does. root's account must not stay charged for an MR it no
+ * longer holds (the charge's count of references came from the state, and
+ * counted root's lost one). Local access: an MR with remote access is not
+ * shared between connections.
+ */
+static void test_restart_lost_holder_uncharged(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *a;
+	struct odpd_segment *seg;
+	struct charge_wait w = { &d, 0 };
+	int base_mrs = kernel_mrs(), ready[2], go[2], status;
+	char name[64], conf[128], c = 0;
+	const char *args[] = { "--config", conf, NULL };
+	pid_t pid;
+
+	(void)state;
+	if (!test_require_device() || !keeps() || geteuid() != 0)
+		skip();
+	fake_store_start(&st);
+	daemon_start_conf(&d, conf, sizeof(conf), "charge", "[pd restart-charge]\nusers = 0 65534\n", NULL, NULL);
+	a = odpd_connect(d.sock, NULL);
+	assert_non_null(a);
+	assert_int_equal(odpd_join_pd(a, "restart-charge"), 0);
+	seg = odpd_alloc(a, SEG_LEN, 0);
+	assert_non_null(seg);
+	assert_non_null(odpd_reg(a, odpd_segment_addr(seg), MR_LEN, IBV_ACCESS_LOCAL_WRITE));
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(go), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct odpd_conn *b;
+		struct odpd_mr *mr;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (setgroups(0, NULL) < 0 || setgid(UID_NOBODY) < 0 || setuid(UID_NOBODY) < 0)
+			_exit(90);
+		b = odpd_connect(d.sock, NULL);
+		if (!b || odpd_join_pd(b, "restart-charge") < 0 ||
+		    !odpd_attach(b, odpd_segment_fd(seg), odpd_segment_addr(seg), SEG_LEN)) {
+			fprintf(stderr, "uid %u: %s\n", UID_NOBODY, odpd_errmsg());
+			_exit(91);
+		}
+		mr = odpd_reg(b, odpd_segment_addr(seg), MR_LEN, IBV_ACCESS_LOCAL_WRITE);
+		if (!mr || !mr->cache_hit) {
+			fprintf(stderr, "uid %u: odpd_reg: %s\n", UID_NOBODY, mr ? "not a hit" : odpd_errmsg());
+			_exit(92);
+		}
+		if (write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(93);
+		odpd_disconnect(b);
+		_exit(0);
+	}
+	close(ready[1]);                     /* (a child that fails: EOF) */
+	close(go[0]);
+	if (read(ready[0], &c, 1) != 1) {
+		waitpid(pid, &status, 0);
+		fail_msg("the second user's child failed: %d", WEXITSTATUS(status));
+	}
+	assert_true(pinned_of(&d, 0) > 0);
+	assert_true(pinned_of(&d, UID_NOBODY) > 0);
+	stop(&d);
+	{
+		/* root's connection came first: the smaller id */
+		uint64_t low = UINT64_MAX;
+
+		pthread_mutex_lock(&st.lock);
+		for (unsigned i = 0; i < st.n; i++)
+			if (strncmp(st.names[i], "odpd-conn-", 10) == 0 &&
+			    strtoull(st.names[i] + 10, NULL, 10) < low)
+				low = strtoull(st.names[i] + 10, NULL, 10);
+		pthread_mutex_unlock(&st.lock);
+		snprintf(name, sizeof(name), "odpd-conn-%" PRIu64, low);
+	}
+	assert_int_equal(store_remove(&st, name), 1);
+	restart_from(&d, &st, args);
+	assert_true(wait_until(store_empty, &st));
+	{
+		unsigned kc, km, dc;
+
+		status_restart(&d, &kc, &km, &dc);
+		assert_int_equal(kc, 1);
+		assert_int_equal(km, 1);
+		assert_int_equal(dc, 1);
+	}
+	if (!wait_until(uid_unpinned, &w))
+		fail_msg("root is still charged %" PRId64 " pinned bytes for an MR only uid %u holds",
+			 pinned_of(&d, 0), UID_NOBODY);
+	assert_true(pinned_of(&d, UID_NOBODY) > 0);
+	assert_int_equal(write(go[1], "x", 1), 1);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	odpd_disconnect(a);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+	close(ready[0]);
+	close(go[1]);
+	unlink(conf);
+}
+
 /* A state the next odpd cannot read: everything is dropped, nothing leaks. */
 static void test_restart_drops_unreadable_state(void **state)
 {
@@ -517,6 +657,7 @@ int main(void)
 		cmocka_unit_test(test_restart_keeps_shared_relaxed),
 		cmocka_unit_test(test_restart_keeps_library_relaxed),
 		cmocka_unit_test(test_restart_lost_connection_releases),
+		cmocka_unit_test(test_restart_lost_holder_uncharged),
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_without_store_drops),
 	};

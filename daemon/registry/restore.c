@@ -122,7 +122,7 @@ struct odpd_mr *odpd_registry_restore_mr(struct odpd_registry *r, const struct o
 	return mr;
 }
 
-int odpd_registry_restore_charge(struct odpd_registry *r, struct odpd_mr *mr, uid_t uid, unsigned refs)
+int odpd_registry_restore_charge(struct odpd_registry *r, struct odpd_mr *mr, uid_t uid)
 {
 	struct odpd_account *a = odpd_account_get(&r->quota, uid);
 	struct odpd_charge *c;
@@ -130,9 +130,9 @@ int odpd_registry_restore_charge(struct odpd_registry *r, struct odpd_mr *mr, ui
 
 	if (!a)
 		return -ENOMEM;
-	rc = charge_add(r, mr, a, &c);
-	if (rc == 0)
-		c->refs = refs;
+	/* refs 0: the references restored count themselves (restore_ref);
+	 * those of connections not taken back must not hold it */
+	rc = charge_find(mr, a) ? 0 : charge_add(r, mr, a, &c);
 	odpd_account_put(&r->quota, a);      /* the charge holds it */
 	return rc;
 }
@@ -143,13 +143,21 @@ struct odpd_ref *odpd_registry_restore_ref(struct odpd_registry *r, struct odpd_
 	struct odpd_reg_req q = { .handle = handle, .iova = iova, .length = length, .cookie = cookie,
 				  .cmd_fd = -1 };
 	struct odpd_hittab *hits = h->hits;
+	struct odpd_charge *c = charge_find(mr, h->acct);
 	struct odpd_ref *ref;
 
+	if (!c && charge_add(r, mr, h->acct, &c) < 0)
+		return NULL;
 	h->hits = NULL;                      /* no slot: the old table is gone (odpd-state.proto) */
 	ref = ref_new(r, h, mr, &q);
 	h->hits = hits;
-	if (ref)
-		h->registered = true;
+	if (!ref) {
+		if (c->refs == 0)
+			charge_drop(r, mr, c);
+		return NULL;
+	}
+	c->refs++;                           /* as a hit counts it (reg.c) */
+	h->registered = true;
 	return ref;
 }
 
@@ -232,8 +240,19 @@ void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr)
 {
 	struct odpd_mr *list = NULL;
 
-	if (mr->refs || mr->state != ODPD_MR_LIVE)
+	if (mr->state != ODPD_MR_LIVE)
 		return;
+	if (mr->refs) {
+		/* A charge no reference came back for (its connections were
+		 * not taken back) would hold its account's pinned bytes for as
+		 * long as the others hold the MR. */
+		for (struct odpd_charge *c = odpd_mr_first_charge(mr), *next; c; c = next) {
+			next = c->next;
+			if (c->refs == 0)
+				charge_drop(r, mr, c);
+		}
+		return;
+	}
 	mr_invalidate(r, mr, &list);
 	start_batch(r, list, false, NULL);
 }
