@@ -608,6 +608,9 @@ void odpd_registry_hits_freeze(struct odpd_holder *h);
 /* After the references: @mr, restored LIVE, with none is released
  * (deregistered); with some, the charges no reference came back for go. */
 void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr);
+/* Connection @id of the previous odpd was not taken back: the relaxed MRs
+ * with remote access it owned go, as when a connection ends. */
+void odpd_registry_restore_gone(struct odpd_registry *r, uint64_t id);
 /* At the end of a restore: domains no member came back to and shared PDs
  * with none go, as after their last member left. */
 void odpd_registry_restore_settle(struct odpd_registry *r);

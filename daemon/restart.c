@@ -943,6 +943,9 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	for (size_t i = 0; i < st->n_mrs; i++)
 		if (x.mrs[i])
 			odpd_registry_restore_orphan(&m->registry, x.mrs[i]);
+	for (size_t i = 0; i < st->n_clients; i++)
+		if (!x.clients[i])
+			odpd_registry_restore_gone(&m->registry, st->clients[i]->id);
 	odpd_registry_restore_settle(&m->registry);
 	for (size_t i = 0; i < st->n_mappings; i++)
 		if (x.maps[i] && x.maps[i]->refs == 0) {

@@ -566,6 +566,85 @@ static void test_restart_lost_holder_uncharged(void **state)
 	unlink(conf);
 }
 
+static bool no_mr(void *arg)
+{
+	json_object *root = status_json(arg), *totals;
+	bool ok = json_object_object_get_ex(root, "totals", &totals) && json_int(totals, "mrs") == 0;
+
+	json_object_put(root);
+	return ok;
+}
+
+/*
+ * A remote key released relaxed dies with the connection that owned it
+ * (doc/design.md §8.3), also when that connection does not come back from a
+ * restart while another member of its shared PD does.
+ */
+static void test_restart_lost_owner_remote_relaxed(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *a, *b;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr;
+	int base_mrs = kernel_mrs();
+	char name[64], conf[128];
+	const char *args[] = { "--config", conf, NULL };
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	setenv("ODPD_CACHE", "0", 1);          /* every release reaches odpd */
+	fake_store_start(&st);
+	daemon_start_conf(&d, conf, sizeof(conf), "remote", "[limits]\nrelaxed-window-ms = 600000\n", NULL, NULL);
+	a = odpd_connect(d.sock, NULL);
+	b = odpd_connect(d.sock, NULL);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(odpd_join_pd(a, "restart-remote"), 0);
+	assert_int_equal(odpd_join_pd(b, "restart-remote"), 0);
+	seg = odpd_alloc(a, SEG_LEN, 0);
+	assert_non_null(seg);
+	mr = odpd_reg(a, odpd_segment_addr(seg), MR_LEN, ACCESS);
+	assert_non_null(mr);
+	assert_int_equal(odpd_dereg_relaxed(mr), 0);
+	assert_false(no_mr(&d));                /* relaxed, kept by odpd */
+	stop(&d);
+	{
+		/* @a connected first: the smaller id */
+		uint64_t low = UINT64_MAX;
+
+		pthread_mutex_lock(&st.lock);
+		for (unsigned i = 0; i < st.n; i++)
+			if (strncmp(st.names[i], "odpd-conn-", 10) == 0 &&
+			    strtoull(st.names[i] + 10, NULL, 10) < low)
+				low = strtoull(st.names[i] + 10, NULL, 10);
+		pthread_mutex_unlock(&st.lock);
+		snprintf(name, sizeof(name), "odpd-conn-%" PRIu64, low);
+	}
+	assert_int_equal(store_remove(&st, name), 1);
+	restart_from(&d, &st, args);
+	assert_true(wait_until(store_empty, &st));
+	{
+		unsigned kc, km, dc;
+
+		status_restart(&d, &kc, &km, &dc);
+		assert_int_equal(kc, 1);
+		assert_int_equal(km, 1);
+		assert_int_equal(dc, 1);
+	}
+	if (!wait_until(no_mr, &d))
+		fail_msg("the lost connection's relaxed remote key is still registered");
+	assert_int_equal(kernel_mrs(), base_mrs);
+	odpd_disconnect(b);
+	odpd_disconnect(a);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	unsetenv("ODPD_CACHE");
+	unlink(conf);
+}
+
 /* A state the next odpd cannot read: everything is dropped, nothing leaks. */
 static void test_restart_drops_unreadable_state(void **state)
 {
@@ -658,6 +737,7 @@ int main(void)
 		cmocka_unit_test(test_restart_keeps_library_relaxed),
 		cmocka_unit_test(test_restart_lost_connection_releases),
 		cmocka_unit_test(test_restart_lost_holder_uncharged),
+		cmocka_unit_test(test_restart_lost_owner_remote_relaxed),
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_without_store_drops),
 	};

@@ -272,9 +272,23 @@ void odpd_registry_revoke_unused(struct odpd_registry *r, struct odpd_holder *h)
 		start_batch(r, list, false, NULL);
 }
 
+static bool match_remote_owned(const struct odpd_mr *mr, const void *arg)
+{
+	return (mr->access & ACCESS_REMOTE) && mr->owner_id == *(const uint64_t *)arg;
+}
+
 static bool match_domain(const struct odpd_mr *mr, const void *arg)
 {
 	return mr->dom == arg;
+}
+
+void odpd_registry_restore_gone(struct odpd_registry *r, uint64_t id)
+{
+	struct odpd_mr *list = NULL;
+
+	/* as when it disconnects (odpd_holder_release, doc/design.md §8.3) */
+	if (collect_relaxed(r, match_remote_owned, &id, &list))
+		start_batch(r, list, false, NULL);
 }
 
 void odpd_registry_restore_settle(struct odpd_registry *r)
