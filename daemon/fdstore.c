@@ -105,6 +105,16 @@ int odpd_fdstore_put(const char *name, int fd)
 	return r > 0 ? 0 : r < 0 ? r : -ENOTCONN;
 }
 
+int odpd_fdstore_remove(const char *name)
+{
+	char msg[96];
+	int r;
+
+	snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=" STORED_PREFIX "%s", name);
+	r = sd_notify(0, msg);
+	return r > 0 ? 0 : r < 0 ? r : -ENOTCONN;
+}
+
 int odpd_fdstore_sync(void)
 {
 	return sd_notify_barrier(0, 5 * 1000000ull);

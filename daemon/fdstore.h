@@ -33,5 +33,7 @@ void odpd_fdstore_release(struct odpd_fdstore *s);
 bool odpd_fdstore_available(void);
 /* Store @fd under @name (FDSTORE=1, FDPOLL=0). 0 or -errno. */
 int odpd_fdstore_put(const char *name, int fd);
+/* Tell systemd to forget what is stored under @name (FDSTOREREMOVE=1). 0 or -errno. */
+int odpd_fdstore_remove(const char *name);
 /* Wait until systemd has read every message sent so far (sd_notify_barrier). */
 int odpd_fdstore_sync(void);

@@ -102,6 +102,8 @@ struct writer {
 	unsigned n_domains, n_maps;
 	struct odpd_mr **mrs;
 	size_t n_mrs, cap_mrs;
+	char **stored;                      /* names stored so far, to take back on a failure */
+	size_t n_stored, cap_stored;
 	int err;
 };
 
@@ -111,17 +113,6 @@ static char *fd_name(const char *kind, uint64_t id)
 
 	snprintf(buf, sizeof(buf), "%s-%" PRIu64, kind, id);
 	return strdup(buf);
-}
-
-static int store(struct writer *w, const char *name, int fd)
-{
-	int r = odpd_fdstore_put(name, fd);
-
-	if (r < 0 && !w->err) {
-		log_errno(LOG_WARNING, -r, "fd store: cannot store %s", name);
-		w->err = r;
-	}
-	return r;
 }
 
 static void *grow(void *p, size_t *cap, size_t n, size_t size)
@@ -135,6 +126,44 @@ static void *grow(void *p, size_t *cap, size_t n, size_t size)
 	if (!q)
 		free(p);
 	return q;
+}
+
+static int store(struct writer *w, const char *name, int fd)
+{
+	int r;
+
+	if (w->n_stored == w->cap_stored) {
+		size_t cap = w->cap_stored ? w->cap_stored * 2 : 16;
+		char **a = realloc(w->stored, cap * sizeof(*a));
+
+		if (a) {
+			w->stored = a;
+			w->cap_stored = cap;
+		}
+	}
+	if (w->n_stored == w->cap_stored || !(w->stored[w->n_stored] = strdup(name))) {
+		w->err = -ENOMEM;                /* not stored: nothing to take back */
+		return -ENOMEM;
+	}
+	r = odpd_fdstore_put(name, fd);
+	if (r < 0 && !w->err) {
+		log_errno(LOG_WARNING, -r, "fd store: cannot store %s", name);
+		w->err = r;
+	}
+	w->n_stored++;                       /* (removing a name not stored does no harm) */
+	return r;
+}
+
+/* A hand-over that failed: nothing it stored may stay in systemd's store,
+ * where a connection's socket would keep its client waiting on a dead odpd
+ * (and a context its MRs pinned) until the next odpd starts. */
+static void unstore(struct writer *w)
+{
+	for (size_t i = 0; i < w->n_stored; i++)
+		if (odpd_fdstore_remove(w->stored[i]) < 0)
+			log_warning("fd store: cannot remove %s", w->stored[i]);
+	if (w->n_stored)
+		odpd_fdstore_sync();
 }
 
 static void save_mapping(struct odpd_mapping *map, void *arg)
@@ -516,6 +545,11 @@ static int hand_over(struct odpd_manager *m)
 			   "systemd's fd store for the next odpd in %" PRIu64 " us", n_clients, w.n_domains,
 			   w.n_maps, w.st.n_mrs, mono_us() - t0);
 	rc = w.err;
+	if (rc < 0)
+		unstore(&w);
+	for (size_t i = 0; i < w.n_stored; i++)
+		free(w.stored[i]);
+	free(w.stored);
 	state_free_built(&w.st);
 	return rc;
 }

@@ -212,8 +212,14 @@ static void *store_run(void *arg)
 			}
 			nfds = 0;
 		}
-		if (strstr(buf, "BARRIER=1"))
+		if (strstr(buf, "BARRIER=1")) {
 			st->barriers++;
+			for (int i = 0; st->hold_barriers && i < nfds; i++)
+				if (st->n_held < FAKE_STORE_MAX)
+					st->held[st->n_held++] = fds[i];   /* unanswered */
+			if (st->hold_barriers)
+				nfds = 0;
+		}
 		pthread_mutex_unlock(&st->lock);
 		for (int i = 0; i < nfds; i++)          /* a barrier's pipe: closing it answers */
 			close(fds[i]);
@@ -250,6 +256,9 @@ void fake_store_stop(struct fake_store *st)
 	for (unsigned i = 0; i < st->n; i++)
 		close(st->fds[i]);
 	st->n = 0;
+	for (unsigned i = 0; i < st->n_held; i++)
+		close(st->held[i]);
+	st->n_held = 0;
 	snprintf(path, sizeof(path), "%s/notify", st->dir);
 	unlink(path);
 	rmdir(st->dir);

@@ -41,7 +41,7 @@ void daemon_stop(struct test_daemon *d);
  * systemd's notify socket and fd store, faked: a thread receives what odpd
  * sends to $NOTIFY_SOCKET (set by start, unset by stop), keeps the fds of
  * FDSTORE=1 under their FDNAME, drops them on FDSTOREREMOVE=1 and answers
- * BARRIER=1. A daemon started meanwhile talks to it.
+ * BARRIER=1 (unless hold_barriers). A daemon started meanwhile talks to it.
  */
 #define FAKE_STORE_MAX 64
 struct fake_store {
@@ -53,6 +53,9 @@ struct fake_store {
 	unsigned n, barriers;
 	int fds[FAKE_STORE_MAX];
 	char names[FAKE_STORE_MAX][64];
+	bool hold_barriers;     /* set: BARRIER=1 is never answered (sd_notify_barrier times out) */
+	int held[FAKE_STORE_MAX];
+	unsigned n_held;
 };
 void fake_store_start(struct fake_store *st);
 void fake_store_stop(struct fake_store *st);

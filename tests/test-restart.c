@@ -708,6 +708,40 @@ static void test_restart_drops_unreadable_state(void **state)
 	daemon_stop(&d);
 }
 
+/*
+ * A hand-over that fails at its end (systemd does not answer the barrier):
+ * odpd stops as without a store, and takes back what it stored, so that no
+ * client's connection stays open in the store with nobody behind it.
+ */
+static void test_restart_failed_hand_over_unstores(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c;
+	int base_mrs = kernel_mrs();
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	pthread_mutex_lock(&st.lock);
+	st.hold_barriers = true;
+	pthread_mutex_unlock(&st.lock);
+	daemon_start(&d, NULL);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	assert_non_null(odpd_alloc(c, SEG_LEN, 0));
+	stop(&d);                              /* (after sd_notify_barrier's 5 s) */
+	if (!wait_until(store_empty, &st))
+		fail_msg("a failed hand-over left %u fd(s) in the store, the first %s", st.n, st.names[0]);
+	/* the connection is closed, as after a plain stop */
+	assert_null(odpd_alloc(c, SEG_LEN, 0));
+	assert_int_equal(errno, ENOTCONN);
+	odpd_disconnect(c);
+	assert_int_equal(kernel_mrs(), base_mrs);
+	fake_store_stop(&st);
+}
+
 /* Without systemd (no notify socket) a stop drops every connection. */
 static void test_restart_without_store_drops(void **state)
 {
@@ -739,6 +773,7 @@ int main(void)
 		cmocka_unit_test(test_restart_lost_holder_uncharged),
 		cmocka_unit_test(test_restart_lost_owner_remote_relaxed),
 		cmocka_unit_test(test_restart_drops_unreadable_state),
+		cmocka_unit_test(test_restart_failed_hand_over_unstores),
 		cmocka_unit_test(test_restart_without_store_drops),
 	};
 
