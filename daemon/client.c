@@ -235,7 +235,7 @@ static int client_new(struct odpd_manager *m, int fd, uint64_t id, struct odpd_c
 	return 0;
 }
 
-int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *name,
+int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *name, uint64_t starttime,
 		      struct odpd_client **ret)
 {
 	struct odpd_client *c;
@@ -246,6 +246,14 @@ int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *n
 	if (c->refused) {
 		odpd_client_disconnect(c, c->refused_msg);
 		return -c->refused;
+	}
+	/* The pid SO_PEERCRED names is the one that connected: if that process
+	 * exited during the restart (a child it forked may hold the socket),
+	 * the pid is gone or another process's, whose pidfd and limits
+	 * client_identify took (without SO_PEERPIDFD). */
+	if (starttime && c->starttime != starttime) {
+		odpd_client_disconnect(c, "its process exited during the restart");
+		return -ESRCH;
 	}
 	if (name && *name)
 		snprintf(c->name, sizeof(c->name), "%s", name);

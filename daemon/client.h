@@ -51,8 +51,9 @@ struct odpd_client {
 
 /* A restart (restart.c): take connection @fd back from the fd store as client
  * @id, Hello answered, named @name. Its peer is identified anew (SO_PEERCRED,
- * pidfd, limits). 0, or -errno with @fd closed. */
-int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *name,
+ * pidfd, limits), and must still be the process that connected, started at
+ * @starttime (0: unknown). 0, or -errno with @fd closed. */
+int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *name, uint64_t starttime,
 		      struct odpd_client **ret);
 /* Accept callback of the listening socket. */
 void odpd_client_accept(evutil_socket_t fd, short what, void *arg);

@@ -266,6 +266,8 @@ static OdpdState__Client *save_client(struct writer *w, struct odpd_client *c)
 	pc->local_hits = c->holder.local_hits;
 	pc->has_events = 1;
 	pc->events = c->holder.events;
+	pc->has_starttime = 1;
+	pc->starttime = c->starttime;
 	if (c->holder.spd)
 		pc->shared = strdup(c->holder.spd->name);
 	pc->segments = calloc(c->segs.n + 1, sizeof(*pc->segments));
@@ -937,7 +939,7 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 			log_warning("restart: client %" PRIu64 ": its connection was not in the fd store", pc->id);
 			continue;
 		}
-		if (odpd_client_adopt(m, fd, pc->id, pc->name, &x.clients[i]) < 0) {
+		if (odpd_client_adopt(m, fd, pc->id, pc->name, pc->starttime, &x.clients[i]) < 0) {
 			log_info("restart: client %" PRIu64 " could not be taken back (it exited?)", pc->id);
 			x.clients[i] = NULL;
 		}

@@ -645,6 +645,81 @@ static void test_restart_lost_owner_remote_relaxed(void **state)
 	unlink(conf);
 }
 
+/*
+ * The process that connected exits during the restart while a child it
+ * forked still holds the socket: the next odpd must not take the connection
+ * back for the child (a plain odpd ends it when the process exits).
+ */
+static void test_restart_connector_exited(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	int ready[2], bye[2], hold[2], status;
+	pid_t p;
+	char c;
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(bye), 0);     /* the test tells the connecting process to exit */
+	assert_int_equal(pipe(hold), 0);    /* its child holds the socket until EOF here */
+	p = fork();
+	assert_true(p >= 0);
+	if (p == 0) {
+		struct odpd_conn *conn;
+		pid_t child;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(ready[0]);
+		close(bye[1]);
+		close(hold[1]);
+		conn = odpd_connect(d.sock, NULL);
+		if (!conn || !odpd_alloc(conn, SEG_LEN, 0))
+			_exit(91);
+		child = fork();
+		if (child < 0)
+			_exit(92);
+		if (child == 0) {
+			close(bye[0]);
+			if (read(hold[0], &c, 1) < 0)   /* EOF: the test is done */
+				_exit(93);
+			_exit(0);
+		}
+		close(hold[0]);
+		if (write(ready[1], "r", 1) != 1 || read(bye[0], &c, 1) != 1)
+			_exit(96);
+		_exit(0);
+	}
+	close(ready[1]);
+	close(bye[0]);
+	close(hold[0]);
+	assert_int_equal(read(ready[0], &c, 1), 1);
+	stop(&d);
+	/* the connecting process exits while odpd is stopped */
+	assert_int_equal(write(bye[1], "x", 1), 1);
+	assert_int_equal(waitpid(p, &status, 0), p);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	restart_from(&d, &st, NULL);
+	assert_true(wait_until(store_empty, &st));
+	{
+		unsigned kc, km, dc;
+
+		status_restart(&d, &kc, &km, &dc);
+		assert_int_equal(kc, 0);
+		assert_int_equal(dc, 1);
+	}
+	assert_true(wait_until(at_baseline, &d));
+	close(hold[1]);                      /* the child (reparented) exits */
+	close(ready[0]);
+	close(bye[1]);
+	fake_store_stop(&st);
+	daemon_stop(&d);
+}
+
 /* A state the next odpd cannot read: everything is dropped, nothing leaks. */
 static void test_restart_drops_unreadable_state(void **state)
 {
@@ -772,6 +847,7 @@ int main(void)
 		cmocka_unit_test(test_restart_lost_connection_releases),
 		cmocka_unit_test(test_restart_lost_holder_uncharged),
 		cmocka_unit_test(test_restart_lost_owner_remote_relaxed),
+		cmocka_unit_test(test_restart_connector_exited),
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_failed_hand_over_unstores),
 		cmocka_unit_test(test_restart_without_store_drops),
