@@ -807,10 +807,20 @@ static void restore_mr(struct restoring *x, size_t i)
 	struct odpd_mr *mr;
 	struct ibv_mr *ibmr;
 
-	if (pm->domain == 0 || pm->domain > x->n_domains || pm->mapping == 0 || pm->mapping > x->n_maps ||
-	    !x->domains[pm->domain - 1] || !x->maps[pm->mapping - 1] || pm->start >= pm->end ||
-	    (i && pm->id <= x->st->mrs[i - 1]->id))
+	if (pm->domain == 0 || pm->domain > x->n_domains || !x->domains[pm->domain - 1])
+		return;                      /* (its context's fd closed: the kernel's MR with it) */
+	if (pm->mapping == 0 || pm->mapping > x->n_maps || !x->maps[pm->mapping - 1] || pm->start >= pm->end ||
+	    (i && pm->id <= x->st->mrs[i - 1]->id)) {
+		/* Its PD lives on (another member came back): so would the
+		 * kernel's MR, pinned, its rkey valid, known to nobody. */
+		ibmr = ibv_import_mr(x->domains[pm->domain - 1]->pd, pm->handle);
+		if (ibmr)
+			ibv_dereg_mr(ibmr);
+		else
+			log_errno(LOG_WARNING, errno, "restart: MR %" PRIu64 " (handle %u) cannot be "
+				  "deregistered (ibv_import_mr): it stays until its PD closes", pm->id, pm->handle);
 		return;
+	}
 	ibmr = ibv_import_mr(x->domains[pm->domain - 1]->pd, pm->handle);
 	if (!ibmr) {
 		log_errno(LOG_WARNING, errno, "restart: ibv_import_mr of MR %" PRIu64 " (handle %u)", pm->id,

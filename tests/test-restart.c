@@ -720,6 +720,74 @@ static void test_restart_connector_exited(void **state)
 	daemon_stop(&d);
 }
 
+/*
+ * A segment that cannot be mapped again (its memfd lost from the store): its
+ * connection is dropped, and the MR over it is deregistered although its
+ * shared PD lives on with the member that came back.
+ */
+static void test_restart_lost_segment_deregisters(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *a, *b;
+	struct odpd_segment *sa, *sb;
+	int base_mrs = kernel_mrs();
+	char name[64] = "";
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	a = odpd_connect(d.sock, NULL);
+	b = odpd_connect(d.sock, NULL);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(odpd_join_pd(a, "restart-seg"), 0);
+	assert_int_equal(odpd_join_pd(b, "restart-seg"), 0);
+	sa = odpd_alloc(a, SEG_LEN, 0);
+	sb = odpd_alloc(b, SEG_LEN, 0);
+	assert_non_null(sa);
+	assert_non_null(sb);
+	memset(odpd_segment_addr(sa), 'A', SEG_LEN);
+	memset(odpd_segment_addr(sb), 'B', SEG_LEN);
+	assert_non_null(odpd_reg(a, odpd_segment_addr(sa), MR_LEN, ACCESS));
+	assert_non_null(odpd_reg(b, odpd_segment_addr(sb), MR_LEN, ACCESS));
+	assert_int_equal(kernel_mrs(), base_mrs + 2);
+	stop(&d);
+	/* lose @sa's memfd: the stored segment that reads 'A' */
+	pthread_mutex_lock(&st.lock);
+	for (unsigned i = 0; i < st.n; i++) {
+		char ch = 0;
+
+		if (strncmp(st.names[i], "odpd-seg-", 9) == 0 && pread(st.fds[i], &ch, 1, 0) == 1 && ch == 'A')
+			snprintf(name, sizeof(name), "%s", st.names[i]);
+	}
+	pthread_mutex_unlock(&st.lock);
+	assert_true(name[0]);
+	assert_int_equal(store_remove(&st, name), 1);
+	restart_from(&d, &st, NULL);
+	assert_true(wait_until(store_empty, &st));
+	{
+		unsigned kc, km, dc;
+
+		status_restart(&d, &kc, &km, &dc);
+		assert_int_equal(kc, 1);
+		assert_int_equal(km, 1);
+		assert_int_equal(dc, 1);
+	}
+	/* only @b's MR is left in the kernel */
+	if (kernel_mrs() != base_mrs + 1)
+		fail_msg("%d MR(s) in the kernel, want %d: the lost segment's MR was left registered",
+			 kernel_mrs() - base_mrs, 1);
+	odpd_disconnect(b);
+	odpd_disconnect(a);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
 /* A state the next odpd cannot read: everything is dropped, nothing leaks. */
 static void test_restart_drops_unreadable_state(void **state)
 {
@@ -848,6 +916,7 @@ int main(void)
 		cmocka_unit_test(test_restart_lost_holder_uncharged),
 		cmocka_unit_test(test_restart_lost_owner_remote_relaxed),
 		cmocka_unit_test(test_restart_connector_exited),
+		cmocka_unit_test(test_restart_lost_segment_deregisters),
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_failed_hand_over_unstores),
 		cmocka_unit_test(test_restart_without_store_drops),
