@@ -25,6 +25,7 @@
 #include "verify.h"
 
 #define QUIESCE_TICK_MS 10
+#define QUIESCE_READ_MS 2000           /* a client's replies wait to be read this long at most */
 #define QUIESCE_MAX_MS 30000           /* within systemd's TimeoutStopSec= (90 s) */
 #define STATE_MAX (256u << 20)          /* bytes of state a new odpd reads at most */
 
@@ -78,6 +79,20 @@ static void drop_unkeepable(struct odpd_manager *m)
 		odpd_client_disconnect(c, why);
 	}
 	odpd_registry_drop_unkeepable(&m->registry);
+}
+
+/* A client that leaves its replies unread must not hold everyone's MRs
+ * hostage: after QUIESCE_READ_MS it is dropped, the rest kept. */
+static void drop_not_reading(struct odpd_manager *m)
+{
+	struct odpd_client *c, *next;
+
+	for (c = LIST_FIRST(&m->clients); c; c = next) {
+		next = LIST_NEXT(c, link);
+		if (c->outq && !c->busy)
+			odpd_client_disconnect(c, "odpd is restarting and this connection did not read "
+					       "its replies");
+	}
 }
 
 static bool quiet(const struct odpd_manager *m)
@@ -565,6 +580,8 @@ static void on_quiesce(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	drop_unkeepable(m);                  /* (a registration that ended meanwhile) */
+	if (!quiet(m) && m->quiesce_ticks * QUIESCE_TICK_MS >= QUIESCE_READ_MS)
+		drop_not_reading(m);
 	if (!quiet(m)) {
 		if (++m->quiesce_ticks * QUIESCE_TICK_MS < QUIESCE_MAX_MS) {
 			evtimer_add(m->ev_quiesce, &tick);
