@@ -162,6 +162,34 @@ static unsigned store_remove(struct fake_store *st, const char *prefix)
 	return n;
 }
 
+/* Drop the stored socket of the connection that came first (the smallest
+ * id), as if its process had exited during the restart. */
+static void remove_first_connection(struct fake_store *st)
+{
+	uint64_t low = UINT64_MAX;
+	char name[64];
+
+	pthread_mutex_lock(&st->lock);
+	for (unsigned i = 0; i < st->n; i++)
+		if (strncmp(st->names[i], "odpd-conn-", 10) == 0 && strtoull(st->names[i] + 10, NULL, 10) < low)
+			low = strtoull(st->names[i] + 10, NULL, 10);
+	pthread_mutex_unlock(&st->lock);
+	snprintf(name, sizeof(name), "odpd-conn-%" PRIu64, low);
+	assert_int_equal(store_remove(st, name), 1);
+}
+
+/* odpctl status says the restart kept @kc connections and @km MRs, and
+ * dropped @dc connections. */
+static void expect_restart(const struct test_daemon *d, unsigned kc, unsigned km, unsigned dc)
+{
+	unsigned k_c, k_m, d_c;
+
+	status_restart(d, &k_c, &k_m, &d_c);
+	assert_int_equal(k_c, kc);
+	assert_int_equal(k_m, km);
+	assert_int_equal(d_c, dc);
+}
+
 static bool store_empty(void *arg)
 {
 	struct fake_store *st = arg;
@@ -222,14 +250,7 @@ static void test_restart_keeps_connection(void **state)
 	restart_from(&d, &st, NULL);
 	/* The new odpd took everything and left nothing in the store. */
 	assert_true(wait_until(store_empty, &st));
-	{
-		unsigned kc, km, dc;
-
-		status_restart(&d, &kc, &km, &dc);
-		assert_int_equal(kc, 1);
-		assert_int_equal(km, mr ? 1 : 0);
-		assert_int_equal(dc, 0);
-	}
+	expect_restart(&d, 1, mr ? 1 : 0, 0);
 	/* The same connection goes on: a new segment, and the old one is known. */
 	seg2 = odpd_alloc(c, SEG_LEN, 0);
 	if (!seg2)
@@ -366,7 +387,6 @@ static void test_restart_lost_connection_releases(void **state)
 	struct odpd_conn *lost, *kept;
 	struct odpd_segment *ls, *ks;
 	int base_mrs = kernel_mrs();
-	char name[64];
 
 	(void)state;
 	if (!keeps())
@@ -387,19 +407,7 @@ static void test_restart_lost_connection_releases(void **state)
 		assert_non_null(odpd_reg(kept, odpd_segment_addr(ks), MR_LEN, ACCESS));
 	}
 	stop(&d);
-	{
-		/* @lost connected first: the smaller id */
-		uint64_t low = UINT64_MAX;
-
-		pthread_mutex_lock(&st.lock);
-		for (unsigned i = 0; i < st.n; i++)
-			if (strncmp(st.names[i], "odpd-conn-", 10) == 0 &&
-			    strtoull(st.names[i] + 10, NULL, 10) < low)
-				low = strtoull(st.names[i] + 10, NULL, 10);
-		pthread_mutex_unlock(&st.lock);
-		snprintf(name, sizeof(name), "odpd-conn-%" PRIu64, low);
-	}
-	assert_int_equal(store_remove(&st, name), 1);
+	remove_first_connection(&st);    /* @lost connected first: the smaller id */
 	restart_from(&d, &st, NULL);
 	assert_true(wait_until(store_empty, &st));
 	{
@@ -474,7 +482,7 @@ static void test_restart_lost_holder_uncharged(void **state)
 	struct odpd_segment *seg;
 	struct charge_wait w = { &d, 0 };
 	int base_mrs = kernel_mrs(), ready[2], go[2], status;
-	char name[64], conf[128], c = 0;
+	char conf[128], c = 0;
 	const char *args[] = { "--config", conf, NULL };
 	pid_t pid;
 
@@ -525,29 +533,10 @@ static void test_restart_lost_holder_uncharged(void **state)
 	assert_true(pinned_of(&d, 0) > 0);
 	assert_true(pinned_of(&d, UID_NOBODY) > 0);
 	stop(&d);
-	{
-		/* root's connection came first: the smaller id */
-		uint64_t low = UINT64_MAX;
-
-		pthread_mutex_lock(&st.lock);
-		for (unsigned i = 0; i < st.n; i++)
-			if (strncmp(st.names[i], "odpd-conn-", 10) == 0 &&
-			    strtoull(st.names[i] + 10, NULL, 10) < low)
-				low = strtoull(st.names[i] + 10, NULL, 10);
-		pthread_mutex_unlock(&st.lock);
-		snprintf(name, sizeof(name), "odpd-conn-%" PRIu64, low);
-	}
-	assert_int_equal(store_remove(&st, name), 1);
+	remove_first_connection(&st);    /* root's connection came first: the smaller id */
 	restart_from(&d, &st, args);
 	assert_true(wait_until(store_empty, &st));
-	{
-		unsigned kc, km, dc;
-
-		status_restart(&d, &kc, &km, &dc);
-		assert_int_equal(kc, 1);
-		assert_int_equal(km, 1);
-		assert_int_equal(dc, 1);
-	}
+	expect_restart(&d, 1, 1, 1);
 	if (!wait_until(uid_unpinned, &w))
 		fail_msg("root is still charged %" PRId64 " pinned bytes for an MR only uid %u holds",
 			 pinned_of(&d, 0), UID_NOBODY);
@@ -588,7 +577,7 @@ static void test_restart_lost_owner_remote_relaxed(void **state)
 	struct odpd_segment *seg;
 	struct odpd_mr *mr;
 	int base_mrs = kernel_mrs();
-	char name[64], conf[128];
+	char conf[128];
 	const char *args[] = { "--config", conf, NULL };
 
 	(void)state;
@@ -610,29 +599,10 @@ static void test_restart_lost_owner_remote_relaxed(void **state)
 	assert_int_equal(odpd_dereg_relaxed(mr), 0);
 	assert_false(no_mr(&d));                /* relaxed, kept by odpd */
 	stop(&d);
-	{
-		/* @a connected first: the smaller id */
-		uint64_t low = UINT64_MAX;
-
-		pthread_mutex_lock(&st.lock);
-		for (unsigned i = 0; i < st.n; i++)
-			if (strncmp(st.names[i], "odpd-conn-", 10) == 0 &&
-			    strtoull(st.names[i] + 10, NULL, 10) < low)
-				low = strtoull(st.names[i] + 10, NULL, 10);
-		pthread_mutex_unlock(&st.lock);
-		snprintf(name, sizeof(name), "odpd-conn-%" PRIu64, low);
-	}
-	assert_int_equal(store_remove(&st, name), 1);
+	remove_first_connection(&st);    /* @a connected first: the smaller id */
 	restart_from(&d, &st, args);
 	assert_true(wait_until(store_empty, &st));
-	{
-		unsigned kc, km, dc;
-
-		status_restart(&d, &kc, &km, &dc);
-		assert_int_equal(kc, 1);
-		assert_int_equal(km, 1);
-		assert_int_equal(dc, 1);
-	}
+	expect_restart(&d, 1, 1, 1);
 	if (!wait_until(no_mr, &d))
 		fail_msg("the lost connection's relaxed remote key is still registered");
 	assert_int_equal(kernel_mrs(), base_mrs);
@@ -768,14 +738,7 @@ static void test_restart_lost_segment_deregisters(void **state)
 	assert_int_equal(store_remove(&st, name), 1);
 	restart_from(&d, &st, NULL);
 	assert_true(wait_until(store_empty, &st));
-	{
-		unsigned kc, km, dc;
-
-		status_restart(&d, &kc, &km, &dc);
-		assert_int_equal(kc, 1);
-		assert_int_equal(km, 1);
-		assert_int_equal(dc, 1);
-	}
+	expect_restart(&d, 1, 1, 1);
 	/* only @b's MR is left in the kernel */
 	if (kernel_mrs() != base_mrs + 1)
 		fail_msg("%d MR(s) in the kernel, want %d: the lost segment's MR was left registered",
@@ -829,14 +792,7 @@ static void test_restart_drops_unreadable_state(void **state)
 	}
 	restart_from(&d, &st, NULL);
 	assert_true(wait_until(store_empty, &st));
-	{
-		unsigned kc, km, dc;
-
-		status_restart(&d, &kc, &km, &dc);
-		assert_int_equal(kc, 0);
-		assert_int_equal(km, 0);
-		assert_int_equal(dc, 1);
-	}
+	expect_restart(&d, 0, 0, 1);
 	/* The connection was closed: ENOTCONN, as after a plain stop. */
 	assert_null(odpd_alloc(c, SEG_LEN, 0));
 	assert_int_equal(errno, ENOTCONN);
