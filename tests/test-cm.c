@@ -1031,28 +1031,15 @@ static void test_killed_client_leaves_nothing(void **state)
 /* odpctl status --json: the totals and this @pid's client entry, as text. */
 static void odpctl_totals(pid_t pid, char *out, size_t cap)
 {
-	const char *odpctl = getenv("ODPD_TEST_ODPCTL");
-	char cmd[512], buf[1 << 16];
-	json_object *root, *totals, *clients, *mine = NULL;
-	size_t n;
-	FILE *p;
+	json_object *root = odpctl_json(test_daemon.sock, "status"), *totals, *clients, *mine = NULL;
 
-	assert_non_null(odpctl);
-	snprintf(cmd, sizeof(cmd), "%s --socket %s status --json", odpctl, test_daemon.sock);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	n = fread(buf, 1, sizeof(buf) - 1, p);
-	assert_int_equal(pclose(p), 0);
-	buf[n] = 0;
-	root = json_tokener_parse(buf);
-	assert_non_null(root);
 	assert_true(json_object_object_get_ex(root, "totals", &totals));
 	assert_true(json_object_object_get_ex(root, "clients", &clients));
 	for (size_t i = 0; i < json_object_array_length(clients); i++)
 		if (jint(json_object_array_get_idx(clients, i), "pid") == pid)
 			mine = json_object_array_get_idx(clients, i);
 	if (!mine)
-		fail_msg("odpctl status: no client with pid %d:\n%s", (int)pid, buf);
+		fail_msg("odpctl status: no client with pid %d:\n%s", (int)pid, json_object_to_json_string(root));
 	snprintf(out, cap, "mrs %" PRId64 " pinned %" PRId64 " registrations %" PRId64 " errors %" PRId64
 		 " | client mrs %" PRId64 " pinned %" PRId64, jint(totals, "mrs"), jint(totals, "pinned_bytes"),
 		 jint(totals, "registrations"), jint(totals, "errors"), jint(mine, "mrs"),
