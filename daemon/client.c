@@ -101,6 +101,13 @@ static struct odpd_client *client_by_id(struct odpd_manager *m, uint64_t id)
 	return NULL;
 }
 
+struct odpd_client *odpd_client_connected(struct odpd_manager *m, uint64_t id)
+{
+	struct odpd_client *c = client_by_id(m, id);
+
+	return c && !c->dead ? c : NULL;
+}
+
 static void client_free(struct odpd_client *c)
 {
 	LIST_REMOVE(c, idlink);

@@ -55,6 +55,8 @@ struct odpd_client {
  * @starttime (0: unknown). 0, or -errno with @fd closed. */
 int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *name, uint64_t starttime,
 		      struct odpd_client **ret);
+/* Connection @id if it is still connected, else NULL. */
+struct odpd_client *odpd_client_connected(struct odpd_manager *m, uint64_t id);
 /* Accept callback of the listening socket. */
 void odpd_client_accept(evutil_socket_t fd, short what, void *arg);
 

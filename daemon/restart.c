@@ -737,17 +737,6 @@ struct restoring {
 	unsigned kept_mrs, dropped_mrs;
 };
 
-static struct odpd_client *client_by_id(struct restoring *x, uint64_t id, size_t *ret_i)
-{
-	for (size_t i = 0; i < x->st->n_clients; i++)
-		if (x->st->clients[i]->id == id) {
-			if (ret_i)
-				*ret_i = i;
-			return x->clients[i];
-		}
-	return NULL;
-}
-
 static struct odpd_shared_pd *shared_by_name(struct restoring *x, const char *name)
 {
 	for (size_t i = 0; name && i < x->st->n_shared; i++)
@@ -787,7 +776,8 @@ static void restore_domain(struct restoring *x, const OdpdState__Domain *pd)
 		if (!spd || spd->doms[pd->dev_index])
 			return;
 	} else {
-		struct odpd_client *c = client_by_id(x, pd->owner, NULL);
+		/* adopted (with its old id) and not dropped at once */
+		struct odpd_client *c = odpd_client_connected(m, pd->owner);
 
 		if (!c || c->holder.domains[pd->dev_index])
 			return;
