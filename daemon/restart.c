@@ -729,21 +729,12 @@ struct restoring {
 	OdpdState__State *st;
 	struct odpd_client **clients;       /* [st->n_clients], NULL: not kept */
 	const char **why;                   /* [st->n_clients]: why a client is dropped */
-	struct odpd_shared_pd **shared;     /* [st->n_shared] */
 	struct odpd_domain **domains;       /* by Domain.id - 1 */
 	struct odpd_mapping **maps;         /* by Mapping.id - 1 */
 	struct odpd_mr **mrs;               /* [st->n_mrs] */
 	size_t n_domains, n_maps;
 	unsigned kept_mrs, dropped_mrs;
 };
-
-static struct odpd_shared_pd *shared_by_name(struct restoring *x, const char *name)
-{
-	for (size_t i = 0; name && i < x->st->n_shared; i++)
-		if (x->shared[i] && strcmp(x->st->shared[i]->name, name) == 0)
-			return x->shared[i];
-	return NULL;
-}
 
 static struct odpd_mr *mr_by_id(struct restoring *x, uint64_t id)
 {
@@ -772,7 +763,7 @@ static void restore_domain(struct restoring *x, const OdpdState__Domain *pd)
 	if (pd->id == 0 || pd->id > x->n_domains || pd->dev_index >= m->devices.n)
 		return;
 	if (pd->shared) {
-		spd = shared_by_name(x, pd->shared);
+		spd = odpd_registry_find_shared(&m->registry, pd->shared);
 		if (!spd || spd->doms[pd->dev_index])
 			return;
 	} else {
@@ -935,11 +926,10 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	x.n_maps = st->n_mappings;
 	x.clients = calloc(st->n_clients + 1, sizeof(*x.clients));
 	x.why = calloc(st->n_clients + 1, sizeof(*x.why));
-	x.shared = calloc(st->n_shared + 1, sizeof(*x.shared));
 	x.domains = calloc(st->n_domains + 1, sizeof(*x.domains));
 	x.maps = calloc(st->n_mappings + 1, sizeof(*x.maps));
 	x.mrs = calloc(st->n_mrs + 1, sizeof(*x.mrs));
-	if (!x.clients || !x.why || !x.shared || !x.domains || !x.maps || !x.mrs) {
+	if (!x.clients || !x.why || !x.domains || !x.maps || !x.mrs) {
 		log_error("restart: out of memory: every connection dropped");
 		goto out;
 	}
@@ -962,13 +952,14 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 		}
 	}
 	for (size_t i = 0; i < st->n_shared; i++)
-		x.shared[i] = odpd_registry_restore_shared(&m->registry, st->shared[i]->name,
-							   st->shared[i]->creator_uid);
+		/* (out of memory: its members say so below) */
+		(void)odpd_registry_restore_shared(&m->registry, st->shared[i]->name, st->shared[i]->creator_uid);
 	for (size_t i = 0; i < st->n_clients; i++) {
-		struct odpd_shared_pd *spd = shared_by_name(&x, st->clients[i]->shared);
+		struct odpd_shared_pd *spd;
 
 		if (!x.clients[i] || !st->clients[i]->shared)
 			continue;
+		spd = odpd_registry_find_shared(&m->registry, st->clients[i]->shared);
 		if (spd)
 			odpd_registry_restore_join(&x.clients[i]->holder, spd, st->clients[i]->registered);
 		else
@@ -1035,7 +1026,6 @@ out:
 	m->restore_fds = NULL;
 	free(x.clients);
 	free(x.why);
-	free(x.shared);
 	free(x.domains);
 	free(x.maps);
 	free(x.mrs);
