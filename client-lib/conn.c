@@ -137,7 +137,7 @@ struct odpd_conn *conns_find(bool (*match)(struct odpd_conn *c, const void *key)
 
 /* ---------------------------------------------------------------- request/reply */
 
-static int call_send(struct odpd_conn *c, const char *what, Odpd__Request *req,
+static int call_send(struct odpd_conn *c, const char *what, const Odpd__Request *req,
 		     const int *fds, unsigned nfds)
 {
 	int r = odpd_wire_send(c->sock, &req->base, fds, nfds, 0);
@@ -197,7 +197,7 @@ static enum reply_fate reply_classify(const Odpd__Reply *reply, uint64_t id)
 	if (reply->id == id)
 		return REPLY_OURS;
 	/*
-	 * Id 0 is an event (a DeviceEvent), or the daemon's answer to
+	 * Id 0 is an event (a DeviceEvent, a RestartEvent), or the daemon's answer to
 	 * a packet whose id it could not read: with one request in flight,
 	 * that error is ours. Events carry a body; such an error does not.
 	 */
@@ -222,6 +222,14 @@ static int reply_error(const char *what, const Odpd__Reply *reply)
 	return errmsg_set(-status, "%s: %m", what);
 }
 
+/* A RestartEvent (id 0): odpd crashed, and a new one took the connection back. */
+static const Odpd__RestartEvent *restart_event(const Odpd__Reply *reply)
+{
+	if (reply->id != 0 || reply->body_case != ODPD__REPLY__BODY_RESTART_EVENT)
+		return NULL;
+	return reply->restart_event;
+}
+
 /* An event from the daemon (id 0, with a body). */
 static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
 {
@@ -229,6 +237,14 @@ static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
 
 	if (reply->id == 0 && reply->body_case != ODPD__REPLY__BODY__NOT_SET)
 		c->events_received++;            /* known or not: the daemon counted it */
+	/*
+	 * The hit table mapped now is the crashed odpd's: the next conn_drain
+	 * retires it, whether or not the new odpd marked it retired. (None
+	 * mapped: the table a call in flight opens is the new odpd's, as its
+	 * reply comes after this event.)
+	 */
+	if (restart_event(reply) && c->hit_gen)
+		atomic_store(&c->hit_stale, true);
 	if (reply->id != 0 || reply->body_case != ODPD__REPLY__BODY_DEVICE_EVENT || !ev ||
 	    ev->kind != ODPD__DEVICE_EVENT__KIND__KIND_REMOVED)
 		return;                          /* unknown events are for newer libraries */
@@ -245,16 +261,8 @@ static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
  * ahead of what can be read, this reads nothing now and looks again before
  * the next request.
  */
-static int conn_drain(struct odpd_conn *c, const char *what)
+static int conn_drain_events(struct odpd_conn *c, const char *what)
 {
-	if (hit_retired(c)) {
-		int r = hit_retire(c, what);     /* odpd restarted: a new table */
-
-		if (r >= 0)
-			r = conn_check(c, what); /* (the new odpd may have dropped us) */
-		if (r < 0)
-			return r;
-	}
 	if (hit_events_all_received(c))
 		return 0;
 	for (;;) {
@@ -268,9 +276,30 @@ static int conn_drain(struct odpd_conn *c, const char *what)
 			return r;
 		if (fd >= 0)
 			close(fd);
-		conn_event(c, reply);            /* else the late answer to a failed call */
+		/* an event (a RestartEvent outside a call: nothing to send
+		 * again), else the late answer to a failed call, or the second
+		 * answer to a request sent again after a RestartEvent */
+		conn_event(c, reply);
 		odpd__reply__free_unpacked(reply, NULL);
 	}
+}
+
+/*
+ * Before a request: the events, then a new hit table if the daemon retired
+ * this one (a restart of odpd: its events word, or a RestartEvent read by
+ * the last call or just now). A retired table's events word never equals
+ * the events received, so what is queued is read first.
+ */
+static int conn_drain(struct odpd_conn *c, const char *what)
+{
+	int r = conn_drain_events(c, what);
+
+	if (r >= 0 && hit_retired(c)) {
+		r = hit_retire(c, what);         /* odpd restarted: a new table */
+		if (r >= 0)
+			r = conn_check(c, what); /* (the new odpd may have dropped us) */
+	}
+	return r;
 }
 
 /* Releases go through after a device loss: they are how the caller cleans up. */
@@ -280,12 +309,24 @@ static bool is_release(const Odpd__Request *req)
 	       req->body_case == ODPD__REQUEST__BODY_DETACH_SEGMENT;
 }
 
-/* Read until the reply to request @id arrives. */
-static int call_wait(struct odpd_conn *c, const char *what, uint64_t id, Odpd__Reply **ret, int *ret_fd)
+/*
+ * Read until the reply to @req (sent, with @fds) arrives. A RestartEvent
+ * that says the new odpd did not keep @req's effect (odpd crashed before it
+ * answered, and @req may or may not have been read) has @req sent again,
+ * same id, same fds: the new odpd answers it once, and, if it also reads the
+ * first copy, answers that too with the same reply, which the next call
+ * skips as stale (reply_classify).
+ */
+static int call_wait(struct odpd_conn *c, const char *what, const Odpd__Request *req,
+		     const int *fds, unsigned nfds, Odpd__Reply **ret, int *ret_fd)
 {
+	uint64_t id = req->id;
+
 	for (;;) {
+		const Odpd__RestartEvent *restart;
 		Odpd__Reply *reply = NULL;
 		enum reply_fate fate;
+		bool resend;
 		int r = call_recv(c, what, &reply, ret_fd, 0);
 
 		if (r < 0)
@@ -296,12 +337,19 @@ static int call_wait(struct odpd_conn *c, const char *what, uint64_t id, Odpd__R
 			return 0;
 		}
 		conn_event(c, reply);
+		restart = restart_event(reply);
+		resend = restart && restart->last_id < id;
 		if (*ret_fd >= 0)
 			close(*ret_fd);
 		*ret_fd = -1;
 		odpd__reply__free_unpacked(reply, NULL);
 		if (fate == REPLY_BAD)
 			return errmsg_set(-EIO, "%s: the daemon answered a request not yet sent", what);
+		if (resend) {
+			r = call_send(c, what, req, fds, nfds);
+			if (r < 0)
+				return r;
+		}
 	}
 }
 
@@ -341,7 +389,7 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	r = call_send(c, what, req, fds, nfds);
 	if (r < 0)
 		return r;
-	r = call_wait(c, what, req->id, &reply, &fd);
+	r = call_wait(c, what, req, fds, nfds, &reply, &fd);
 	if (r < 0)
 		return r;
 

@@ -317,8 +317,11 @@ bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_
 	    (q->flags & (ODPD__REG_FLAGS__REG_NO_CACHE | ODPD__REG_FLAGS__REG_PREFETCH)) || length == 0)
 		return false;
 	/* A dead connection: the daemon's word no longer counts. (A device
-	 * loss marked the MRs on it invalid before the daemon said so.) */
-	if (atomic_load(&c->dead))
+	 * loss marked the MRs on it invalid before the daemon said so.) Nor
+	 * does a retired table's, or the table of an odpd that crashed (a
+	 * RestartEvent came), whatever its words say: the next call opens a
+	 * new one. */
+	if (atomic_load(&c->dead) || hit_retired(c))
 		return false;
 	h = ref_find(c, a, length, q->access, q->kind);
 	if (h && h->users == 0) {
@@ -543,7 +546,9 @@ void hit_before_request(struct odpd_conn *c, Odpd__Request *req)
 
 bool hit_retired(const struct odpd_conn *c)
 {
-	return c->hit_gen && c->hit_events_slot && gen_load(c, c->hit_events_slot) == HIT_RETIRED;
+	/* The flag does not wait for the new odpd to have written the word. */
+	return c->hit_gen && (atomic_load_explicit(&c->hit_stale, memory_order_relaxed) ||
+			      (c->hit_events_slot && gen_load(c, c->hit_events_slot) == HIT_RETIRED));
 }
 
 int hit_retire(struct odpd_conn *c, const char *what)
@@ -574,6 +579,7 @@ int hit_retire(struct odpd_conn *c, const char *what)
 	c->hit_use = NULL;
 	c->hit_events_slot = 0;
 	c->revocations_seen = 0;
+	atomic_store(&c->hit_stale, false);  /* it was about this table */
 	free(c->hit_buckets);
 	free(c->hit_by_slot);
 	c->hit_buckets = NULL;

@@ -151,6 +151,11 @@ struct odpd_conn {
 	/* Events (id 0, with a body) received since connect; under @lock.
 	 * Equal to the hit table's events word: none waits to be read. */
 	uint64_t events_received;
+	/* A RestartEvent came while the hit table was mapped: odpd crashed
+	 * and a new one took the connection back, so the table is the old
+	 * odpd's. No local hit is served from it (read without the lock:
+	 * hit.c), and the next conn_drain retires it (hit_retire clears this). */
+	atomic_bool hit_stale;
 	uint64_t client_id;
 	/* HelloReply.resident_check_max: pinned ranges up to this long are
 	 * registered with REG_UNPOPULATED (0: never) */
@@ -343,7 +348,8 @@ enum hit_release {
 };
 
 /* Has the daemon retired this connection's hit table (its events word says
- * so: a restart of odpd, doc/design.md §12)? */
+ * so: a restart of odpd, doc/design.md §12; or a RestartEvent came while it
+ * was mapped: hit_stale)? Then no local hit is served from it. */
 bool hit_retired(const struct odpd_conn *c);
 /* Then: forget what it took back, release to it what this process kept
  * unused, serve nothing more from the old table, and open a new one. Caller

@@ -330,7 +330,9 @@ struct odpd_mr {
  * ODPD_CACHE_MAX_BYTES (default 256 MiB) released relaxed; the daemon
  * takes back any it keeps unused for a relaxed window. Set ODPD_CACHE=0
  * in the environment before odpd_connect() to ask the daemon every time.
- * When odpd restarts and keeps the connection (odpd(8), RESTART), the
+ * When odpd restarts and keeps the connection (odpd(8), RESTART; also
+ * after a crash under systemd, when a call waiting for its reply is sent
+ * again by the library), the
  * library starts its cache over at its next call (since 1.4.2): what it kept
  * unused is in odpd's cache, and the first registration of a range goes to
  * odpd, which answers it from there with the same keys.

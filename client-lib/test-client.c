@@ -14,6 +14,19 @@
  * a relaxed DeregMr of an MR of 4321 bytes is refused with ENOMEM; JoinPd
  * of "forbidden" is refused with EPERM.
  *
+ * A crash of odpd taken back under systemd (RestartEvent) is scripted by
+ * Verify lengths too: 336, a RestartEvent that did not keep the request
+ * instead of the reply, then the reply to the same request sent again (same
+ * id, same bytes: flog->resends); 337, a RestartEvent that kept it, then the
+ * reply; 338, as 336 but the request sent again is answered twice, the
+ * second time with an fd; 339, the reply, then a RestartEvent. A request id
+ * seen again unasked counts in flog->unasked_resends.
+ *
+ * With flog->hit_tables set, it answers OpenHitTable with a generation
+ * table of its own, gives every RegMr without REG_NO_CACHE a slot and
+ * ticket there, and stores the number of events it sent in the events
+ * word; it never invalidates nor retires a table.
+ *
  * Its registration cache is a caricature of odpd's: a RegMr without
  * REG_NO_CACHE for the same range, kind and no more access than a live or
  * relaxed MR of the connection is a hit (same MR, handle and generation);
@@ -27,6 +40,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +84,10 @@
 #define GARBAGE_LENGTH 333
 #define HUGE_LENGTH 334
 #define LATE_LENGTH 335
+#define RESTART_LENGTH 336
+#define RESTART_KEPT_LENGTH 337
+#define RESTART_DUP_LENGTH 338
+#define RESTART_AFTER_LENGTH 339
 #define NO_RELAX_LENGTH 4321
 #define FAKE_GENERATION (1ull << 40)    /* + the MR's handle: 64 bits on the wire */
 #define FAKE_FORBIDDEN_PD "forbidden"
@@ -103,6 +121,11 @@ struct fake_log {
 	char join_name[128];
 	unsigned maps;                  /* MapSegment requests; the last one's range */
 	uint64_t map_offset, map_length;
+	int hit_tables;                 /* answer OpenHitTable (else EINVAL: no cache) */
+	unsigned hit_opens;             /* tables handed out */
+	unsigned resends;               /* requests sent again as asked, byte for byte */
+	unsigned resend_mismatches;     /* sent again, but not the same bytes */
+	unsigned unasked_resends;       /* an id seen again without a RestartEvent asking */
 };
 
 struct fake_opts {
@@ -132,6 +155,14 @@ struct fake_client {
 	struct fake_mr mrs[FAKE_MRS];
 	uint64_t next_handle;
 	bool registered, joined;
+	uint64_t last_id;               /* of the last request read */
+	int restart_len;                /* a RestartEvent asked for this request again: */
+	uint64_t restart_id;            /* its id and bytes */
+	uint8_t restart_req[512];
+	uint64_t events;                /* RestartEvents sent */
+	_Atomic uint64_t *gen;          /* the generation table (flog->hit_tables) */
+	size_t gen_len;
+	uint32_t gen_slots, next_slot;
 };
 
 /* What one request produced: a status, or one of the bodies. */
@@ -145,6 +176,8 @@ struct fake_reply {
 	Odpd__VerifyReply verify;
 	Odpd__JoinPdReply join;
 	Odpd__FlushReply flush;
+	Odpd__HitTableReply hit_table;
+	int fd;                         /* sent along, then closed; -1: none */
 };
 
 static struct fake_log *flog;
@@ -369,6 +402,16 @@ static bool fake_reg(struct fake_client *c, const Odpd__RegMr *m, const struct o
 	f->mr.access = mr->access;
 	f->mr.generation = FAKE_GENERATION + mr->handle;
 	f->mr.cache_hit = hit;
+	if (c->gen && !(m->flags & ODPD__REG_FLAGS__REG_NO_CACHE) && c->next_slot < c->gen_slots) {
+		uint32_t slot = c->next_slot++;
+
+		f->mr.has_slot = f->mr.has_ticket = f->mr.has_mr_iova = f->mr.has_mr_length = true;
+		f->mr.slot = slot;
+		f->mr.ticket = 1000 + slot;
+		f->mr.mr_iova = mr->addr;
+		f->mr.mr_length = mr->length;
+		atomic_store(&c->gen[slot], f->mr.ticket);
+	}
 	f->r.body_case = ODPD__REPLY__BODY_MR;
 	f->r.mr = &f->mr;
 	return true;
@@ -454,6 +497,44 @@ static void fake_verify(struct fake_client *c, const Odpd__Verify *v, struct fak
 	f->r.verify = &f->verify;
 }
 
+static void fake_gen_unmap(struct fake_client *c)
+{
+	if (c->gen)
+		munmap((void *)c->gen, c->gen_len);
+	c->gen = NULL;
+}
+
+/* A generation table of its own (a new one each time); the events word counts on. */
+static void fake_open_hit_table(struct fake_client *c, const Odpd__OpenHitTable *o, struct fake_reply *f)
+{
+	uint32_t slots = o->has_slots && o->slots <= 4096 ? o->slots : 4096;
+	int fd;
+
+	if (!flog->hit_tables)
+		return fake_fail(f, EINVAL, "fake: unknown request");
+	fake_gen_unmap(c);
+	c->gen_slots = slots;
+	c->gen_len = (slots * sizeof(uint64_t) + 4095) & ~(size_t)4095;
+	c->next_slot = 2;
+	fd = memfd_create("fake-hit-generations", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)c->gen_len) < 0 ||
+	    (c->gen = mmap(NULL, c->gen_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		c->gen = NULL;
+		if (fd >= 0)
+			close(fd);
+		return fake_fail(f, EIO, "fake: no generation table");
+	}
+	atomic_store(&c->gen[1], c->events);
+	flog->hit_opens++;
+	odpd__hit_table_reply__init(&f->hit_table);
+	f->hit_table.has_slots = f->hit_table.has_events_slot = true;
+	f->hit_table.slots = slots;
+	f->hit_table.events_slot = 1;
+	f->r.body_case = ODPD__REPLY__BODY_HIT_TABLE;
+	f->r.hit_table = &f->hit_table;
+	f->fd = fd;
+}
+
 static bool fake_dispatch(struct fake_client *c, const Odpd__Request *q, const struct odpd_packet *p,
 			  const struct fake_opts *o, struct fake_reply *f)
 {
@@ -481,6 +562,9 @@ static bool fake_dispatch(struct fake_client *c, const Odpd__Request *q, const s
 	case ODPD__REQUEST__BODY_JOIN_PD:
 		fake_join(c, q->join_pd, f);
 		return true;
+	case ODPD__REQUEST__BODY_OPEN_HIT_TABLE:
+		fake_open_hit_table(c, q->open_hit_table, f);
+		return true;
 	case ODPD__REQUEST__BODY_MAP_SEGMENT:
 		flog->maps++;
 		flog->map_offset = q->map_segment->offset;
@@ -498,8 +582,66 @@ static void fake_drop(struct fake_client *c)
 		if (c->segs[i].used)
 			munmap(c->segs[i].map, c->segs[i].length);
 	close(c->sock);
+	fake_gen_unmap(c);
 	memset(c, 0, sizeof(*c));
 	c->sock = -1;
+}
+
+static uint64_t verify_length(const Odpd__Request *q)
+{
+	return q->body_case == ODPD__REQUEST__BODY_VERIFY ? q->verify->length : 0;
+}
+
+/* An event as the new odpd sends it after a crash: counted in the events word first. */
+static void fake_restart_event(struct fake_client *c, uint64_t last_id)
+{
+	Odpd__Reply event = ODPD__REPLY__INIT;
+	Odpd__RestartEvent re = ODPD__RESTART_EVENT__INIT;
+
+	re.has_last_id = true;
+	re.last_id = last_id;
+	event.has_id = true;
+	event.body_case = ODPD__REPLY__BODY_RESTART_EVENT;
+	event.restart_event = &re;
+	c->events++;
+	if (c->gen)
+		atomic_store(&c->gen[1], c->events);
+	odpd_wire_send(c->sock, &event.base, NULL, 0, 0);
+}
+
+/*
+ * The crash scripts before the reply (Verify lengths, see the top). true:
+ * no reply now (the request is to be sent again). @dup: answer twice.
+ */
+static bool fake_restart(struct fake_client *c, const Odpd__Request *q, const struct odpd_packet *p,
+			 const uint8_t *buf, bool *dup)
+{
+	uint64_t len = verify_length(q);
+
+	*dup = false;
+	if (c->restart_len && q->id == c->restart_id) {
+		/* the request sent again */
+		if ((size_t)c->restart_len == p->len && memcmp(c->restart_req, buf, p->len) == 0)
+			flog->resends++;
+		else
+			flog->resend_mismatches++;
+		*dup = verify_length(q) == RESTART_DUP_LENGTH;
+		c->restart_len = 0;
+		return false;
+	}
+	if (q->id <= c->last_id)
+		flog->unasked_resends++;
+	c->last_id = q->id;
+	if ((len == RESTART_LENGTH || len == RESTART_DUP_LENGTH) && p->len <= sizeof(c->restart_req)) {
+		c->restart_len = (int)p->len;
+		c->restart_id = q->id;
+		memcpy(c->restart_req, buf, p->len);
+		fake_restart_event(c, q->id - 1);
+		return true;
+	}
+	if (len == RESTART_KEPT_LENGTH)
+		fake_restart_event(c, q->id);
+	return false;
 }
 
 /* Scripted bad answers to Verify; true if the normal reply is not to follow. */
@@ -524,7 +666,7 @@ static void fake_handle(struct fake_client *c, const struct fake_opts *o)
 	struct fake_reply f;
 	struct odpd_packet p;
 	Odpd__Request *q;
-	bool keep, quiet;
+	bool keep, quiet, dup;
 
 	if (odpd_wire_recv(c->sock, buf, sizeof(buf), &p, 0) < 0 || p.eof)
 		return fake_drop(c);
@@ -533,7 +675,13 @@ static void fake_handle(struct fake_client *c, const struct fake_opts *o)
 		odpd_packet_close_fds(&p);
 		return fake_drop(c);
 	}
+	if (fake_restart(c, q, &p, buf, &dup)) {
+		odpd_packet_close_fds(&p);
+		odpd__request__free_unpacked(q, NULL);
+		return;
+	}
 	memset(&f, 0, sizeof(f));
+	f.fd = -1;
 	odpd__reply__init(&f.r);
 	f.r.has_id = true;
 	f.r.id = q->id;
@@ -546,9 +694,21 @@ static void fake_handle(struct fake_client *c, const struct fake_opts *o)
 	event.has_id = true;
 	odpd_wire_send(c->sock, &event.base, NULL, 0, 0);
 	quiet = fake_misbehave(c, q);
-	odpd__request__free_unpacked(q, NULL);
 	if (!quiet)
-		odpd_wire_send(c->sock, &f.r.base, NULL, 0, 0);
+		odpd_wire_send(c->sock, &f.r.base, f.fd >= 0 ? &f.fd : NULL, f.fd >= 0 ? 1 : 0, 0);
+	if (dup) {
+		/* the first copy's answer too, with an fd the library must close */
+		int fd = memfd_create("fake-dup-reply", MFD_CLOEXEC);
+
+		odpd_wire_send(c->sock, &f.r.base, &fd, fd >= 0 ? 1 : 0, 0);
+		if (fd >= 0)
+			close(fd);
+	}
+	if (verify_length(q) == RESTART_AFTER_LENGTH)
+		fake_restart_event(c, q->id);
+	odpd__request__free_unpacked(q, NULL);
+	if (f.fd >= 0)
+		close(f.fd);
 }
 
 static void fake_accept(int listener, struct fake_client *cl)
@@ -1608,6 +1768,90 @@ static void test_bad_replies(const char *path)
 	odpd_disconnect(c);
 }
 
+static unsigned open_fds(void)
+{
+	char path[64];
+	unsigned n = 0;
+
+	for (int fd = 0; fd < 1024; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n += access(path, F_OK) == 0;
+	}
+	return n;
+}
+
+/*
+ * odpd crashed and a new one took the connection back (RestartEvent): the
+ * request it did not keep is sent again, same id and bytes, and answered;
+ * one it kept is not sent again; a second answer to a request sent again is
+ * skipped by the next call, its fd closed. From the event on, the hit table
+ * serves no local hit, and the next call opens a new one, although the
+ * (fake) daemon never marked the old one retired; an event read between
+ * calls does the same, and sends nothing again.
+ */
+static void test_restart_event(const char *path)
+{
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr, *mr2;
+	struct odpd_stats st;
+	unsigned regs, fds;
+	uint32_t crc;
+	uint8_t *p;
+
+	flog->hit_tables = 1;
+	flog->hit_opens = flog->resends = flog->resend_mismatches = flog->unasked_resends = 0;
+	c = odpd_connect(path, NULL);
+	CHECK(c && flog->hit_opens == 1);
+	CHECK(odpd_stats(c, &st, sizeof(st)) == 0 && st.hit_table);
+	seg = odpd_alloc(c, 4 * page_size(), 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	memset(p, 0x5a, page_size());
+	mr = odpd_reg(c, p, page_size(), 0);
+	CHECK(mr && mr->cache_hit == 0);
+	regs = flog->regs;
+	mr2 = odpd_reg(c, p, page_size(), 0);         /* a local hit: the daemon is not asked */
+	CHECK(mr2 && mr2->cache_hit == 1 && flog->regs == regs);
+	CHECK(odpd_dereg(mr2) == 0);
+
+	/* not kept: sent again, answered */
+	CHECK(odpd_verify(mr, p, RESTART_LENGTH, &crc) == 0 && crc == crc32(0, p, RESTART_LENGTH));
+	CHECK(flog->resends == 1 && flog->resend_mismatches == 0);
+	CHECK(flog->hit_opens == 1);                  /* not yet: the next call */
+	/* the old table serves nothing more, though its words did not change */
+	mr2 = odpd_reg(c, p, page_size(), 0);
+	CHECK(mr2 && flog->regs == regs + 1);
+	CHECK(flog->hit_opens == 2);
+	CHECK(odpd_stats(c, &st, sizeof(st)) == 0 && st.hit_table);
+	CHECK(odpd_dereg(mr2) == 0);
+
+	/* kept: not sent again */
+	CHECK(odpd_verify(mr, p, RESTART_KEPT_LENGTH, &crc) == 0 && crc == crc32(0, p, RESTART_KEPT_LENGTH));
+	CHECK(odpd_verify(mr, p, 64, &crc) == 0 && crc == crc32(0, p, 64));
+	CHECK(flog->unasked_resends == 0 && flog->resends == 1);
+	CHECK(flog->hit_opens == 3);                  /* that table was mapped at the event too */
+
+	/* answered twice: the second answer is skipped, its fd closed */
+	fds = open_fds();
+	CHECK(odpd_verify(mr, p, RESTART_DUP_LENGTH, &crc) == 0 && crc == crc32(0, p, RESTART_DUP_LENGTH));
+	CHECK(flog->resends == 2);
+	CHECK(odpd_verify(mr, p + 64, 128, &crc) == 0 && crc == crc32(0, p + 64, 128));
+	CHECK(open_fds() == fds);
+	CHECK(flog->hit_opens == 4);
+
+	/* between calls: read by the next call's drain, nothing sent again */
+	CHECK(odpd_verify(mr, p, RESTART_AFTER_LENGTH, &crc) == 0);
+	CHECK(flog->hit_opens == 4);
+	CHECK(odpd_verify(mr, p, 64, &crc) == 0 && crc == crc32(0, p, 64));
+	CHECK(flog->hit_opens == 5);
+	CHECK(flog->unasked_resends == 0 && flog->resends == 2 && flog->resend_mismatches == 0);
+
+	CHECK(odpd_dereg(mr) == 0 && odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+	flog->hit_tables = 0;
+}
+
 /* Huge pages: rounded to the huge page size, or refused where none are reserved. */
 static void test_hugetlb(const char *path)
 {
@@ -1785,6 +2029,7 @@ int main(void)
 	test_fork(path);
 	test_hangup(path);
 	test_bad_replies(path);
+	test_restart_event(path);
 	test_hugetlb(path);
 	test_threads(path);
 	test_mirror(path);
