@@ -130,8 +130,9 @@ int hit_open(struct odpd_conn *c)
 		events_slot = 0;                 /* not a word of the table: drain as without one */
 	if (slots < 2 || slots > HIT_SLOTS)
 		goto off;
-	/* Read-only: the daemon sealed it F_SEAL_FUTURE_WRITE, so nothing can
-	 * ever map it writable here. */
+	/* Read-only: the daemon sends a read-only description of it (an older
+	 * odpd: sealed F_SEAL_FUTURE_WRITE), so nothing can ever map it
+	 * writable here. */
 	gen = mmap(NULL, table_len(slots), PROT_READ, MAP_SHARED, gen_fd, 0);
 	close(gen_fd);
 	gen_fd = -1;

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,10 +12,6 @@
 #include "hittab.h"
 #include "segment.h"
 
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
-
 struct quarantined {
 	uint32_t slot;
 	uint64_t seq;                   /* the header's value when it was revoked */
@@ -22,6 +19,7 @@ struct quarantined {
 
 struct odpd_hittab {
 	_Atomic uint64_t *gen;          /* ours, read-write */
+	int gen_fd;                     /* its memfd, read-write (the client's is read-only) */
 	const _Atomic uint64_t *use;    /* the client's, read-only here */
 	size_t len;                     /* bytes of each mapping (ordinary shmem: what the
 					 * kernel maps is exactly this) */
@@ -82,26 +80,58 @@ static int use_map(struct odpd_hittab *t, int fd, struct odpd_err *err)
 	return 0;
 }
 
+/*
+ * A read-only file description of the generation table for the client: a
+ * new open of the memfd's inode, not a dup (which would share the
+ * read-write description). Through it no writable shared mapping can be
+ * made (EACCES), mprotect cannot add PROT_WRITE to a shared one, and
+ * F_ADD_SEALS is refused (it needs a writable fd); reopening it read-write
+ * through /proc needs write permission on the inode, which is odpd's uid's
+ * only (0600).
+ */
+static int gen_reopen_ro(int fd, int *ret_fd, struct odpd_err *err)
+{
+	char path[64];
+	int ro;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		return err_set(err, errno, "reopening the generation table read-only (%s): %s; odpd "
+			       "needs /proc to hand out hit tables", path, strerror(errno));
+	*ret_fd = ro;
+	return 0;
+}
+
+/*
+ * The generation table: a memfd that cannot change size (sealed), not
+ * sealed against writes, so that the odpd after a crash can still retire it
+ * through the read-write memfd kept in systemd's fd store
+ * (odpd_hittab_retire_fd). The client gets a read-only description of it.
+ */
 static int gen_make(struct odpd_hittab *t, int *ret_fd, struct odpd_err *err)
 {
-	const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+	const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 	int fd = memfd_create("odpd-hit-generations", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	void *p;
+	int r;
 
 	if (fd < 0)
 		return err_set(err, errno, "memfd_create: %s", strerror(errno));
-	if (ftruncate(fd, (off_t)t->len) < 0)
+	if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)t->len) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, seals) < 0)
 		goto fail;
 	p = mmap(NULL, t->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		goto fail;
-	/* Our mapping stays writable; no other ever can be. */
-	if (fcntl(fd, F_ADD_SEALS, seals) < 0) {
+	r = gen_reopen_ro(fd, ret_fd, err);
+	if (r < 0) {
 		munmap(p, t->len);
-		goto fail;
+		close(fd);
+		return r;
 	}
 	t->gen = p;
-	*ret_fd = fd;
+	t->gen_fd = fd;
 	return 0;
 fail:
 	err_set(err, errno, "making the generation table: %s", strerror(errno));
@@ -117,6 +147,7 @@ int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *r
 
 	if (!t)
 		return err_set(err, ENOMEM, "out of memory");
+	t->gen_fd = -1;
 	t->slots = slots_clamp(want);
 	t->len = table_len(t->slots);
 	t->free = malloc(t->slots * sizeof(*t->free));
@@ -145,6 +176,8 @@ void odpd_hittab_close(struct odpd_hittab *t)
 		return;
 	if (t->gen)
 		munmap((void *)t->gen, t->len);
+	if (t->gen_fd >= 0)
+		close(t->gen_fd);
 	if (t->use)
 		munmap((void *)t->use, t->len);
 	free(t->free);
@@ -155,6 +188,53 @@ void odpd_hittab_close(struct odpd_hittab *t)
 uint64_t odpd_hittab_mapped(uint32_t want)
 {
 	return 2 * (uint64_t)table_len(slots_clamp(want));
+}
+
+int odpd_hittab_fd(const struct odpd_hittab *t)
+{
+	return t->gen_fd;
+}
+
+/*
+ * Retire the generation table of @slots words at @gen: no reference slot
+ * says valid any more (each one holding a ticket gets ODPD_HIT_INVALID,
+ * its ticket kept), then the events word says ODPD_HIT_RETIRED. Release
+ * stores, slots first: a client that sees the word sees the slots.
+ */
+static void gen_retire(_Atomic uint64_t *gen, uint32_t slots)
+{
+	for (uint32_t s = ODPD_HIT_HEADER_SLOTS; s < slots; s++) {
+		uint64_t v = atomic_load_explicit(&gen[s], memory_order_relaxed);
+
+		if (v)
+			atomic_store_explicit(&gen[s], v | ODPD_HIT_INVALID, memory_order_release);
+	}
+	atomic_store_explicit(&gen[ODPD_HIT_EVENTS_SLOT], ODPD_HIT_RETIRED, memory_order_release);
+}
+
+void odpd_hittab_retire(struct odpd_hittab *t)
+{
+	gen_retire(t->gen, t->slots);
+}
+
+int odpd_hittab_retire_fd(int fd, struct odpd_err *err)
+{
+	struct stat st;
+	size_t len;
+	void *p;
+
+	if (fstat(fd, &st) < 0)
+		return err_set(err, errno, "fstat on a generation table: %s", strerror(errno));
+	if (!S_ISREG(st.st_mode) || st.st_size < (off_t)(ODPD_HIT_SLOTS_MIN * sizeof(uint64_t)) ||
+	    (uint64_t)st.st_size > (uint64_t)table_len(ODPD_HIT_SLOTS_MAX))
+		return err_set(err, EINVAL, "not a generation table (%lld bytes)", (long long)st.st_size);
+	len = (size_t)st.st_size;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return err_set(err, errno, "mapping a generation table to retire it: %s", strerror(errno));
+	gen_retire(p, (uint32_t)(len / sizeof(uint64_t)));
+	munmap(p, len);
+	return 0;
 }
 
 uint32_t odpd_hittab_slots(const struct odpd_hittab *t)

@@ -7,9 +7,16 @@
  * without asking the daemon (proto/odpd.proto, OpenHitTable).
  *
  * Two arrays of 64-bit words, one slot per MR reference of the connection:
- *  - the generation table, made here and written only here. The client
- *    maps it read-only: the memfd carries F_SEAL_FUTURE_WRITE, so no one
- *    but this mapping can ever write it. Slot s holds the reference's
+ *  - the generation table, made here and written only by odpd. The client
+ *    gets a read-only file description of the memfd (a new open through
+ *    /proc/self/fd, not a dup) and maps it read-only: from that fd no
+ *    writable shared mapping can be made, nor seals added, and the memfd
+ *    is 0600, odpd's uid's, so another uid cannot reopen it read-write.
+ *    The memfd is sealed against resizing only, not against writes, and
+ *    odpd keeps its read-write fd (odpd_hittab_fd): after a crash, the
+ *    next odpd finds it in systemd's fd store and retires the table
+ *    (odpd_hittab_retire_fd), which a table sealed F_SEAL_FUTURE_WRITE
+ *    would forbid. Slot s holds the reference's
  *    ticket while it is valid, ticket | ODPD_HIT_INVALID once its MR was
  *    invalidated, 0 when free or revoked. Two header slots are never
  *    handed to a reference: slot 0, how many references were revoked;
@@ -54,14 +61,34 @@ struct odpd_hittab;
 
 /*
  * Map the client's use table @use_fd (not taken) and make the generation
- * table; *@ret_gen_fd is its memfd for the reply (the caller sends and
- * closes it). @want slots, clamped to [MIN, MAX]; the use file must hold
- * them. EINVAL: not a memfd, not sealed with F_SEAL_SHRINK, a hugetlb
- * memfd (its mapping would be rounded up to the huge page), too small.
+ * table; *@ret_gen_fd is a read-only description of it for the reply (the
+ * caller sends and closes it). @want slots, clamped to [MIN, MAX]; the use
+ * file must hold them. EINVAL: not a memfd, not sealed with F_SEAL_SHRINK,
+ * a hugetlb memfd (its mapping would be rounded up to the huge page), too
+ * small. The read-only reopen goes through /proc/self/fd: without /proc it
+ * fails (its errno), rather than hand out the writable memfd.
  */
 int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *ret_gen_fd,
 		     struct odpd_err *err);
+/* Closes the read-write memfd too (a copy in systemd's fd store stays). */
 void odpd_hittab_close(struct odpd_hittab *t);
+/* The generation table's read-write memfd (the table's own: dup it to keep
+ * it), for systemd's fd store. */
+int odpd_hittab_fd(const struct odpd_hittab *t);
+/*
+ * Retire the table: every reference slot that holds a ticket gets
+ * ODPD_HIT_INVALID (the ticket kept), then the events word
+ * ODPD_HIT_RETIRED (release stores, slots first). The library serves
+ * nothing more from it and opens a new table at its next call.
+ */
+void odpd_hittab_retire(struct odpd_hittab *t);
+/*
+ * The same on the generation table whose read-write memfd is @fd (not
+ * taken): a new odpd does it to a table it found in systemd's fd store
+ * after a crash. It maps the file writable (its size from fstat), retires
+ * it and unmaps it. EINVAL: not a file of a generation table's size.
+ */
+int odpd_hittab_retire_fd(int fd, struct odpd_err *err);
 
 uint32_t odpd_hittab_slots(const struct odpd_hittab *t);
 /* Mappings a table takes in the daemon: the use and generation tables. */

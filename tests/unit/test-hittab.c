@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Unit tests of daemon/hittab.c: the two header slots (revocations, events)
  * are never a reference's, nothing aimed at them changes them, and the
- * events word is what the client's read-only mapping sees. */
+ * events word is what the client's read-only mapping sees; the client's fd
+ * is read-only while odpd's stays writable, and a table is retired through
+ * either the table or odpd's fd alone (as the odpd after a crash does). */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -9,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -124,12 +128,121 @@ static void test_events_word(void **state)
 	table_close(&tb);
 }
 
+/* The client's fd cannot write; odpd's is the table, writable. */
+static void test_fds(void **state)
+{
+	struct table tb;
+	struct stat st;
+	_Atomic uint64_t *w;
+	uint32_t s;
+	int fd;
+
+	(void)state;
+	table_open(&tb, SLOTS);
+	assert_int_equal(fcntl(tb.gen_fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+	assert_int_equal(fcntl(tb.gen_fd, F_GET_SEALS), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	assert_int_equal(fstat(tb.gen_fd, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_true(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, tb.gen_fd, 0) == MAP_FAILED);
+	assert_int_equal(errno, EACCES);
+	assert_int_equal(mprotect((void *)tb.gen, 4096, PROT_READ | PROT_WRITE), -1);
+	assert_int_equal(errno, EACCES);
+	assert_int_equal(fcntl(tb.gen_fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+
+	fd = odpd_hittab_fd(tb.t);
+	assert_true(fd >= 0 && fd != tb.gen_fd);
+	assert_int_equal(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDWR);
+	w = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(w != MAP_FAILED);
+	s = odpd_hittab_take(tb.t, 77);
+	assert_int_equal(atomic_load(&w[s]), 77);        /* the same table */
+	munmap((void *)w, 4096);
+	table_close(&tb);
+}
+
+/* What a retired table says: every ticket invalid (kept), free slots and
+ * the revocations header as they were, the events word ODPD_HIT_RETIRED. */
+static void check_retired(const struct table *tb, const uint64_t *before, uint32_t slots)
+{
+	for (uint32_t s = ODPD_HIT_HEADER_SLOTS; s < slots; s++)
+		assert_int_equal(atomic_load(&tb->gen[s]), before[s] ? before[s] | ODPD_HIT_INVALID : 0);
+	assert_int_equal(atomic_load(&tb->gen[0]), before[0]);
+	assert_int_equal(atomic_load(&tb->gen[ODPD_HIT_EVENTS_SLOT]), ODPD_HIT_RETIRED);
+}
+
+/* Tickets in some slots: one valid, one invalidated, one revoked, one put. */
+static void fill(struct table *tb, uint64_t *before)
+{
+	uint32_t a = odpd_hittab_take(tb->t, 11), b = odpd_hittab_take(tb->t, 12);
+	uint32_t c = odpd_hittab_take(tb->t, 13), d = odpd_hittab_take(tb->t, 14);
+
+	odpd_hittab_invalidate(tb->t, b, 12);
+	assert_true(odpd_hittab_revoke(tb->t, c, 13));
+	odpd_hittab_put(tb->t, d);
+	odpd_hittab_events(tb->t, 4);
+	(void)a;
+	for (uint32_t s = 0; s < SLOTS; s++)
+		before[s] = atomic_load(&tb->gen[s]);
+	assert_int_equal(before[a], 11);
+	assert_int_equal(before[b], 12 | ODPD_HIT_INVALID);
+	assert_int_equal(before[c], 0);
+	assert_int_equal(before[d], 0);
+	assert_int_equal(before[0], 1);
+}
+
+static void test_retire(void **state)
+{
+	uint64_t before[SLOTS];
+	struct table tb;
+
+	(void)state;
+	table_open(&tb, SLOTS);
+	fill(&tb, before);
+	odpd_hittab_retire(tb.t);
+	check_retired(&tb, before, SLOTS);
+	table_close(&tb);
+}
+
+/* After a crash: the stored fd alone, the table (and odpd's mapping) gone. */
+static void test_retire_fd(void **state)
+{
+	struct odpd_err err = { 0 };
+	uint64_t before[SLOTS];
+	struct table tb;
+	int stored, p[2];
+
+	(void)state;
+	table_open(&tb, SLOTS);
+	fill(&tb, before);
+	stored = dup(odpd_hittab_fd(tb.t));              /* what systemd's fd store keeps */
+	assert_true(stored >= 0);
+	odpd_hittab_close(tb.t);
+	tb.t = NULL;
+	assert_int_equal(odpd_hittab_retire_fd(stored, &err), 0);
+	check_retired(&tb, before, SLOTS);
+	assert_int_equal(odpd_hittab_retire_fd(stored, &err), 0);   /* again: the same */
+	check_retired(&tb, before, SLOTS);
+
+	/* not through the client's read-only fd; not a pipe */
+	assert_true(odpd_hittab_retire_fd(tb.gen_fd, &err) < 0);
+	assert_int_equal(err.code, EACCES);
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(odpd_hittab_retire_fd(p[0], &err), -EINVAL);
+	close(p[0]);
+	close(p[1]);
+	close(stored);
+	table_close(&tb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_headers_never_taken),
 		cmocka_unit_test(test_headers_untouched),
 		cmocka_unit_test(test_events_word),
+		cmocka_unit_test(test_fds),
+		cmocka_unit_test(test_retire),
+		cmocka_unit_test(test_retire_fd),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
