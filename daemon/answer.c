@@ -88,6 +88,7 @@ void odpd_out_reply(struct odpd_out *o, const Odpd__Reply *reply, int fd)
 	a->next = NULL;
 	a->fd = fd;
 	a->status = reply->status;
+	a->id = reply->id;
 	a->len = len;
 	o->answer = a;
 	return;

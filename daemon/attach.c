@@ -8,6 +8,7 @@
 #include "implicit.h"
 #include "log.h"
 #include "handler.h"
+#include "journal.h"
 
 static struct odpd_cseg *cseg_overlapping(const struct odpd_caller *c, uint64_t addr, uint64_t length)
 {
@@ -101,6 +102,7 @@ void odpd_cseg_drop(struct odpd_manager *m, struct odpd_holder *h, struct odpd_c
 {
 	struct odpd_account *a = h->acct;
 
+	odpd_journal_segment_gone(h->id, s->handle);
 	LIST_REMOVE(s, link);
 	segs->n--;
 	odpd_account_hold(a, ODPD_UL_SEGMENTS, -1);
@@ -295,6 +297,7 @@ int odpd_attach_segment(const struct odpd_caller *c, const Odpd__AttachSegment *
 	s->handle = ++c->segs->next_handle;
 	LIST_INSERT_HEAD(&c->segs->list, s, link);
 	c->segs->n++;
+	odpd_journal_segment(c->holder->id, s);
 	log_debug(CALLER_FMT ": segment %" PRIu64 " at %#" PRIx64 " (+%" PRIu64 "), odpd %p",
 		  CALLER_ARGS(c), s->handle, s->client_addr, s->length,
 		  (void *)(s->map->addr + s->file_offset));

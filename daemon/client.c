@@ -123,6 +123,7 @@ static void client_free(struct odpd_client *c)
 		close(c->pidfd);
 	client_release_holder(c);
 	free(c->groups);
+	free(c->resume_reply);
 	free(c);
 }
 
@@ -454,6 +455,14 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 		odpd_client_disconnect(c, "slow reader: output queue full");
 		return;
 	}
+	/* Nothing leaves that the journal does not hold (journal.h). */
+	if (odpd_journal_pending()) {
+		struct odpd_keep_client v;
+
+		if (c->stored)
+			odpd_client_keep_view(c, &v);
+		odpd_journal_commit(c->stored ? &v : NULL, it->id, it->data, it->len, it->fd >= 0);
+	}
 	outq_push(c, it);
 }
 
@@ -508,6 +517,21 @@ void odpd_client_send_error(struct odpd_client *c, uint64_t id, int code, const 
 	log_debug(CLIENT_FMT ": request %llu: %s: %s", CLIENT_ARGS(c),
 		  (unsigned long long)id, strerror(code), msg);
 	odpd_client_send(c, &reply);
+}
+
+void odpd_client_keep_view(const struct odpd_client *c, struct odpd_keep_client *v)
+{
+	*v = (struct odpd_keep_client){
+		.id = c->id,
+		.name = c->name,
+		.shared = c->has_holder && c->holder.spd ? c->holder.spd->name : NULL,
+		.registered = c->has_holder && c->holder.registered,
+		.next_handle = c->segs.next_handle,
+		.local_hits = c->has_holder ? c->holder.local_hits : 0,
+		.events = c->has_holder ? c->holder.events : 0,
+		.starttime = c->starttime,
+		.unkeepable = c->has_holder && c->holder.n_cctxs ? "it registered into its own PD" : NULL,
+	};
 }
 
 /* ---------------------------------------------------------------- input */
@@ -570,6 +594,13 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 			snprintf(c->name, sizeof(c->name), "%s", req->client_name);
 		c->monitor = req->has_monitor && req->monitor;
 		odpd_client_log_hello(c);
+		if (!c->monitor && odpd_journal_on()) {
+			struct odpd_keep_client v;
+
+			odpd_client_keep_view(c, &v);
+			odpd_journal_client_new(&v, c->fd);
+			c->stored = true;
+		}
 	}
 	odpd_client_send(c, &reply);
 	free(devs);
@@ -683,6 +714,49 @@ static void arena_end(struct odpd_arena *a, Odpd__Request *req, ProtobufCAllocat
 }
 
 /* Decode and act on one packet of @c. Consumes @pkt's fds on every path. */
+/*
+ * After a crash (restart.c, RestartEvent): the library sends its request in
+ * flight again, and may have sent it to the odpd that crashed too. Is
+ * request @id one the journal has the answer to (sent again now), or an
+ * older one (dropped)? A newer one ends the resumption.
+ */
+static bool client_resumed(struct odpd_client *c, uint64_t id)
+{
+	struct odpd_answer *a;
+
+	if (id > c->resume_id) {
+		c->resume_id = 0;
+		free(c->resume_reply);
+		c->resume_reply = NULL;
+		return false;
+	}
+	if (id < c->resume_id || !c->resume_reply) {
+		/* older: a duplicate; the same without its answer: done again
+		 * (the journal keeps answers of requests that changed nothing
+		 * only as "not kept") */
+		if (id == c->resume_id)
+			return false;
+		log_debug(CLIENT_FMT ": request %" PRIu64 " again after the restart: answered before", CLIENT_ARGS(c),
+			  id);
+		return true;
+	}
+	a = malloc(sizeof(*a) + c->resume_len);
+	if (!a) {
+		odpd_client_disconnect(c, "out of memory");
+		return true;
+	}
+	a->next = NULL;
+	a->fd = -1;
+	a->status = 0;
+	a->id = id;
+	a->len = c->resume_len;
+	memcpy(a->data, c->resume_reply, c->resume_len);
+	log_info(CLIENT_FMT ": request %" PRIu64 " again after the restart: its answer sent again", CLIENT_ARGS(c),
+		 id);
+	outq_push(c, a);
+	return true;
+}
+
 static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt)
 {
 	struct odpd_arena *a = &c->m->arena;
@@ -713,6 +787,8 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 		  (unsigned long long)req->id, odpd_request_name(req->body_case));
 	if (!req->has_id || req->id == 0)
 		odpd_client_send_error(c, 0, EINVAL, "request id 0 is reserved for events");
+	else if (c->resume_id && client_resumed(c, req->id))
+		;                            /* answered before the crash (or a duplicate) */
 	else if (req->body_case == ODPD__REQUEST__BODY_HELLO)
 		handle_hello(c, req->id, req->hello);
 	else if (!c->hello)
@@ -977,6 +1053,11 @@ void odpd_client_disconnect(struct odpd_client *c, const char *why)
 		return;
 	log_msg(client_level(c), CLIENT_FMT " disconnected: %s", CLIENT_ARGS(c), why);
 	c->dead = true;
+	if (c->stored) {
+		/* systemd's copy of the socket goes too: the client sees the end */
+		odpd_journal_client_gone(c->id, true);
+		c->stored = false;
+	}
 	LIST_REMOVE(c, link);
 	event_free(c->ev_read);
 	event_free(c->ev_write);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "handler.h"
+#include "journal.h"
 #include "manager.h"
 #include "odpd.pb-c.h"
 #include "registry.h"
@@ -43,7 +44,18 @@ struct odpd_client {
 	gid_t *groups;                  /* supplementary groups (SO_PEERGROUPS) */
 	unsigned n_groups;
 	unsigned long long starttime;   /* of its process (/proc/PID/stat), to know it again; 0 unknown */
+	bool stored;                    /* its socket is in systemd's fd store (journal.h) */
+	/* Taken back after a crash (restart.c): the last request whose effect
+	 * the journal kept, and its answer (NULL: none kept). A request again
+	 * with that id gets the answer again; one with an older id is a
+	 * duplicate. Cleared by the first newer request. */
+	uint64_t resume_id;
+	uint8_t *resume_reply;
+	size_t resume_len;
 };
+
+/* The journal's view of @c (journal.h). */
+void odpd_client_keep_view(const struct odpd_client *c, struct odpd_keep_client *v);
 
 /* How every log line about a client names it: "client 7 (pid 1234)". */
 #define CLIENT_FMT "client %llu (pid %d)"

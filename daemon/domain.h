@@ -67,7 +67,10 @@ struct odpd_domain {
 	struct ibv_pd *pd;
 	struct odpd_verifier *verifier;     /* an idle one, kept for verify-idle-ms; or NULL */
 	bool exported;                      /* its cmd_fd went to a client (ImportPd) */
-	unsigned save_id;                   /* restart.c: its number in the state written at stop */
+	/* Its id in the journal and the fd store ("ctx-ID"; journal.h): given
+	 * by the first worker that tracks an MR of it, or the first record. */
+	unsigned save_id;
+	bool jstored;                       /* its context's fd is in systemd's fd store */
 	/* Implicit ODP (implicit.h): the loop's only; reaped on the loop
 	 * before the close job runs (by odpd_domain_close only when no job
 	 * could be made). */

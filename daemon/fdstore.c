@@ -69,8 +69,14 @@ int odpd_fdstore_take(struct odpd_fdstore *s, const char *name)
 
 void odpd_fdstore_release(struct odpd_fdstore *s)
 {
+	odpd_fdstore_release_unused(s, NULL, NULL);
+}
+
+void odpd_fdstore_release_unused(struct odpd_fdstore *s, bool (*in_use)(const char *name, void *arg), void *arg)
+{
 	for (unsigned i = 0; i < s->n; i++) {
-		if (s->fds[i].name && stored_name(s->fds[i].name)) {
+		if (s->fds[i].name && stored_name(s->fds[i].name) &&
+		    !(in_use && in_use(s->fds[i].name + strlen(STORED_PREFIX), arg))) {
 			char msg[96];
 
 			snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", s->fds[i].name);

@@ -29,6 +29,9 @@ int odpd_fdstore_take(struct odpd_fdstore *s, const char *name);
  * taken and free @s. Nothing stays in the store once odpd has read it: the
  * next stop stores what is live then. */
 void odpd_fdstore_release(struct odpd_fdstore *s);
+/* The same, but what @in_use says is in use (its name without "odpd-")
+ * stays in systemd's store: what odpd took back and keeps storing. */
+void odpd_fdstore_release_unused(struct odpd_fdstore *s, bool (*in_use)(const char *name, void *arg), void *arg);
 /* Can odpd store fds: is it systemd's main process with a notify socket? */
 bool odpd_fdstore_available(void);
 /* Store @fd under @name (FDSTORE=1, FDPOLL=0). 0 or -errno. */

@@ -76,6 +76,7 @@ struct odpd_answer {
 	struct odpd_answer *next;       /* the connection layer's output queue */
 	int fd;                         /* sent along (SCM_RIGHTS) and closed, or -1 */
 	int status;                     /* the reply's status */
+	uint64_t id;                    /* the reply's id (0: an event) */
 	size_t len;
 	uint8_t data[];
 };

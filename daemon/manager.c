@@ -18,6 +18,7 @@
 #include "hotplug.h"
 #include "log.h"
 #include "odpd-wire.h"
+#include "journal.h"
 #include "restart.h"
 
 /* What odpd asks of the OOM killer (-1000: never; clients are preferred). */
@@ -527,7 +528,10 @@ int odpd_manager_start(struct odpd_manager *m)
 		m->restart = NULL;
 	}
 	r = listen_socket(m, &m->fdstore);
-	odpd_fdstore_release(&m->fdstore);  /* nothing stays stored while odpd runs */
+	if (r >= 0 && m->cfg.live_restart && !odpd_restart_unavailable(m))
+		odpd_restart_journal_start(m);
+	/* What the journal does not name goes (from systemd's store too). */
+	odpd_fdstore_release_unused(&m->fdstore, odpd_restart_in_use, m);
 	if (r < 0)
 		return r;
 	r = m->cfg.no_bus ? 0 : odpd_bus_start(m);
@@ -563,6 +567,7 @@ void odpd_manager_finish(struct odpd_manager *m)
 	odpd_pool_free(m->pool);              /* runs what is left (start-up failures) */
 	odpd_bus_stop(m);                     /* after the last Flush() was answered */
 	odpd_registry_finish(&m->registry);
+	odpd_journal_stop();                  /* (after the PDs: their fds left the store) */
 	odpd_conf_free(&m->conf);
 	if (m->ev_stop)
 		event_free(m->ev_stop);

@@ -111,6 +111,7 @@ struct odpd_manager {
 	unsigned restart_kept_clients, restart_kept_mrs;        /* by the last restart */
 	unsigned restart_dropped_clients, restart_dropped_mrs;
 	char restart_from[32];              /* the previous odpd's version; "" without a restart */
+	uint64_t restart_epoch;             /* the journal taken over (journal-N); 0: none */
 	void (*plain_stop)(struct odpd_manager *m);
 	/* $ODPD_TEST_IMPLICIT_ODP=1, for odpd's tests on devices without the
 	 * cap: implicit ODP requests go on to the registrar, and the kernel

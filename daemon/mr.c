@@ -13,6 +13,7 @@
 
 #include "hotplug.h"
 #include "implicit.h"
+#include "journal.h"
 #include "log.h"
 #include "handler.h"
 
@@ -722,6 +723,7 @@ int odpd_join_pd(const struct odpd_caller *k, const Odpd__JoinPd *req, struct od
 	}
 	log_info(CALLER_FMT " (uid %u) joined shared PD \"%s\"%s", CALLER_ARGS(k),
 		 k->uid, name, created ? " (created)" : "");
+	odpd_journal_shared(name, spd ? spd->creator_uid : k->uid);
 	jr.has_created = jr.has_members = 1;
 	jr.created = created;
 	jr.members = members;
@@ -807,6 +809,7 @@ int odpd_open_hit_table(const struct odpd_caller *k, const Odpd__OpenHitTable *r
 		return ODPD_DONE;
 	}
 	close(fd);                           /* mapped */
+	odpd_journal_client_hits(k->holder->id, odpd_hittab_fd(k->holder->hits));
 	ht.has_slots = 1;
 	ht.slots = odpd_hittab_slots(k->holder->hits);
 	ht.has_events_slot = 1;

@@ -201,6 +201,10 @@ struct odpd_mr {
 	unsigned cached : 1;                /* a lookup may serve it (not stale, no-cache, client PD) */
 	unsigned counted : 1;               /* its pages count in registry->pinned */
 	unsigned invalidated : 1;           /* its generation moved (odpd_mr_generation) */
+	unsigned jdirty : 1;                /* to be written at the journal's next commit (journal.c) */
+	/* Its slot in the journal's limbo (keep.h; 0: none): set by the worker
+	 * that registered it, cleared by the one that deregisters it. */
+	uint32_t limbo;
 };
 
 /* Verifies in flight through one MR at most (EBUSY beyond). */

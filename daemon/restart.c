@@ -21,6 +21,9 @@
 #include "log.h"
 #include "manager.h"
 #include "odpd-state.pb-c.h"
+#include "hittab.h"
+#include "journal.h"
+#include "keep.h"
 #include "restart.h"
 #include "verify.h"
 
@@ -31,6 +34,9 @@
 
 struct odpd_restart {
 	OdpdState__State *st;
+	bool folded;                        /* from a journal (odpd_journal_state_free) */
+	bool crashed;                       /* the journal did not end with a hand-over */
+	uint64_t epoch;                     /* the journal's number; 0: a state of odpd 1.4.2 */
 };
 
 static uint64_t mono_us(void)
@@ -42,6 +48,26 @@ static uint64_t mono_us(void)
 }
 
 /* ---------------------------------------------------------------- the stop */
+
+static void max_mapping_one(struct odpd_mapping *map, void *arg)
+{
+	uint32_t *max = arg;
+
+	if (map->save_id > *max)
+		*max = map->save_id;
+}
+
+struct in_use_map {
+	uint32_t id;
+	bool found;
+};
+
+static void in_use_map_one(struct odpd_mapping *map, void *arg)
+{
+	struct in_use_map *q = arg;
+
+	q->found = q->found || map->save_id == q->id;
+}
 
 const char *odpd_restart_unavailable(const struct odpd_manager *m)
 {
@@ -109,16 +135,13 @@ static bool quiet(const struct odpd_manager *m)
 	return true;
 }
 
-/* What the state names, as it is written. */
+/* What the state names, as it is built. */
 struct writer {
 	struct odpd_manager *m;
-	uint64_t *ctimes;                   /* by mapping save_id - 1: its ctime in ns (0: unknown) */
-	OdpdState__State st;
-	unsigned n_domains, n_maps;
+	bool clean;
+	OdpdState__State *st;
 	struct odpd_mr **mrs;
 	size_t n_mrs, cap_mrs;
-	char **stored;                      /* names stored so far, to take back on a failure */
-	size_t n_stored, cap_stored;
 	int err;
 };
 
@@ -143,107 +166,74 @@ static void *grow(void *p, size_t *cap, size_t n, size_t size)
 	return q;
 }
 
-static int store(struct writer *w, const char *name, int fd)
-{
-	int r;
-
-	if (w->n_stored == w->cap_stored) {
-		size_t cap = w->cap_stored ? w->cap_stored * 2 : 16;
-		char **a = realloc(w->stored, cap * sizeof(*a));
-
-		if (a) {
-			w->stored = a;
-			w->cap_stored = cap;
-		}
-	}
-	if (w->n_stored == w->cap_stored || !(w->stored[w->n_stored] = strdup(name))) {
-		w->err = -ENOMEM;                /* not stored: nothing to take back */
-		return -ENOMEM;
-	}
-	r = odpd_fdstore_put(name, fd);
-	if (r < 0 && !w->err) {
-		log_errno(LOG_WARNING, -r, "fd store: cannot store %s", name);
-		w->err = r;
-	}
-	w->n_stored++;                       /* (removing a name not stored does no harm) */
-	return r;
-}
-
-/* A hand-over that failed: nothing it stored may stay in systemd's store,
- * where a connection's socket would keep its client waiting on a dead odpd
- * (and a context its MRs pinned) until the next odpd starts. */
-static void unstore(struct writer *w)
-{
-	for (size_t i = 0; i < w->n_stored; i++)
-		if (odpd_fdstore_remove(w->stored[i]) < 0)
-			log_warning("fd store: cannot remove %s", w->stored[i]);
-	if (w->n_stored)
-		odpd_fdstore_sync();
-}
-
 static void save_mapping(struct odpd_mapping *map, void *arg)
 {
 	struct writer *w = arg;
 	OdpdState__Mapping *pm;
 	OdpdState__Mapping **a;
 
-	map->save_id = 0;
-	if (!map->refs)
+	if (!map->refs || !odpd_journal_mapping_id(map))
 		return;
-	a = realloc(w->st.mappings, (w->st.n_mappings + 1) * sizeof(*a));
+	a = realloc(w->st->mappings, (w->st->n_mappings + 1) * sizeof(*a));
 	pm = calloc(1, sizeof(*pm));
 	if (!a || !pm) {
 		free(pm);
 		if (a)
-			w->st.mappings = a;
+			w->st->mappings = a;
 		w->err = -ENOMEM;
 		return;
 	}
-	w->st.mappings = a;
+	w->st->mappings = a;
 	odpd_state__mapping__init(pm);
-	map->save_id = ++w->n_maps;
 	pm->id = map->save_id;
 	pm->fd = fd_name("seg", pm->id);
 	pm->addr = (uintptr_t)map->addr;
 	pm->has_in_window = 1;
 	pm->in_window = map->in_window;
-	a[w->st.n_mappings++] = pm;
-	if (pm->fd)
-		store(w, pm->fd, map->fd);
-	else
+	a[w->st->n_mappings++] = pm;
+	if (!pm->fd)
 		w->err = -ENOMEM;
 }
 
+/* A stop's proof that its pinned MRs are current (doc/design.md §12): each
+ * saved mapping's ctime, read once the coarse clock has passed them all (a
+ * change after the read then stamps a later ctime). */
+struct ctimes {
+	uint64_t *ns;                       /* by mapping save_id - 1 (0: unknown) */
+	unsigned n;
+};
+
 static void ctime_one(struct odpd_mapping *map, void *arg)
 {
-	struct writer *w = arg;
+	struct ctimes *ct = arg;
 	struct timespec ts;
 
-	if (map->save_id && odpd_mapping_ctime(map, &ts) == 0)
-		w->ctimes[map->save_id - 1] = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (map->save_id && map->save_id <= ct->n && odpd_mapping_ctime(map, &ts) == 0)
+		ct->ns[map->save_id - 1] = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Every saved mapping's ctime, once the coarse clock has passed them all:
- * a change after the read then stamps a later ctime. */
-static void read_ctimes(struct writer *w)
+static void read_ctimes(struct writer *w, struct ctimes *ct)
 {
 	struct timespec now;
 	uint64_t newest = 0;
 
-	w->ctimes = calloc(w->n_maps + 1, sizeof(*w->ctimes));
-	if (!w->ctimes)
+	for (size_t i = 0; i < w->st->n_mappings; i++)
+		if (w->st->mappings[i]->id > ct->n)
+			ct->n = w->st->mappings[i]->id;
+	ct->ns = calloc(ct->n + 1, sizeof(*ct->ns));
+	if (!ct->ns)
 		return;                      /* no MR proven: all stale after the restart */
-	odpd_mapping_each(&w->m->segs, ctime_one, w);
-	for (unsigned i = 0; i < w->n_maps; i++)
-		if (w->ctimes[i] > newest)
-			newest = w->ctimes[i];
+	odpd_mapping_each(&w->m->segs, ctime_one, ct);
+	for (unsigned i = 0; i < ct->n; i++)
+		if (ct->ns[i] > newest)
+			newest = ct->ns[i];
 	for (int i = 0; i < 100; i++) {       /* a tick or two of the coarse clock */
 		clock_gettime(CLOCK_REALTIME_COARSE, &now);
 		if ((uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec > newest)
 			return;
 		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
-	memset(w->ctimes, 0, (w->n_maps + 1) * sizeof(*w->ctimes));
+	memset(ct->ns, 0, (ct->n + 1) * sizeof(*ct->ns));
 }
 
 static int cmp_mr(const void *a, const void *b)
@@ -267,6 +257,8 @@ static OdpdState__Client *save_client(struct writer *w, struct odpd_client *c)
 	OdpdState__Client *pc = calloc(1, sizeof(*pc));
 	struct odpd_cseg *s;
 	struct odpd_ref *ref;
+	const char *unkeepable = w->clean ? NULL : client_unkeepable(c);
+
 	if (!pc)
 		return NULL;
 	odpd_state__client__init(pc);
@@ -283,11 +275,14 @@ static OdpdState__Client *save_client(struct writer *w, struct odpd_client *c)
 	pc->events = c->holder.events;
 	pc->has_starttime = 1;
 	pc->starttime = c->starttime;
+	if (unkeepable)
+		pc->unkeepable = strdup(unkeepable);
 	if (c->holder.spd)
 		pc->shared = strdup(c->holder.spd->name);
 	pc->segments = calloc(c->segs.n + 1, sizeof(*pc->segments));
 	pc->refs = calloc(c->holder.n_refs + 1, sizeof(*pc->refs));
-	if (!pc->fd || !pc->name || !pc->segments || !pc->refs || (c->holder.spd && !pc->shared))
+	if (!pc->fd || !pc->name || !pc->segments || !pc->refs || (c->holder.spd && !pc->shared) ||
+	    (unkeepable && !pc->unkeepable))
 		return pc;                   /* (freed with the state; w->err set by the caller) */
 	LIST_FOREACH(s, &c->segs.list, link) {
 		OdpdState__Segment *ps = calloc(1, sizeof(*ps));
@@ -296,7 +291,7 @@ static OdpdState__Client *save_client(struct writer *w, struct odpd_client *c)
 			return pc;
 		odpd_state__segment__init(ps);
 		ps->handle = s->handle;
-		ps->mapping = s->map->save_id;
+		ps->mapping = odpd_journal_mapping_id(s->map);
 		ps->has_client_addr = ps->has_file_offset = ps->has_length = 1;
 		ps->has_writable = ps->has_charged = 1;
 		ps->client_addr = s->client_addr;
@@ -326,136 +321,75 @@ static OdpdState__Client *save_client(struct writer *w, struct odpd_client *c)
 	return pc;
 }
 
-static OdpdState__Mr *save_mr(struct writer *w, struct odpd_mr *mr)
+static OdpdState__Mr *save_mr(struct writer *w, const struct ctimes *ct, struct odpd_mr *mr)
 {
 	OdpdState__Mr *pm = calloc(1, sizeof(*pm));
-	uint64_t ctime = w->ctimes ? w->ctimes[mr->map->save_id - 1] : 0;
-	unsigned n = 0;
+	OdpdState__Mr tmp;
 
-	if (!pm)
+	(void)w;
+	if (!pm || odpd_journal_fill_mr(&tmp, mr) < 0) {
+		free(pm);
 		return NULL;
-	odpd_state__mr__init(pm);
-	pm->id = mr->node.seq;
-	pm->domain = mr->dom->save_id;
-	pm->mapping = mr->map->save_id;
-	pm->start = mr->node.start;
-	pm->end = mr->node.end;
-	pm->iova = mr->iova;
-	pm->has_access = 1;
-	pm->access = mr->access;
-	pm->handle = mr->mr->handle;
-	pm->has_lkey = pm->has_rkey = 1;
-	pm->lkey = mr->mr->lkey;
-	pm->rkey = mr->mr->rkey;
-	pm->has_relaxed = 1;
-	pm->relaxed = mr->state == ODPD_MR_RELAXED;
-	if (pm->relaxed) {
-		pm->has_relaxed_by = pm->has_relaxed_pid = pm->has_relaxed_ms = 1;
-		pm->relaxed_by = mr->relaxed_by;
-		pm->relaxed_pid = mr->relaxed_pid;
-		pm->relaxed_ms = mr->relaxed_ms;
 	}
-	pm->has_ctime_ns = pm->has_ctime_ok = pm->has_owner = pm->has_cached = pm->has_invalidated = 1;
-	/* Proven current against a settled ctime read before: the next odpd
-	 * serves it while the ctime stays (a punched hole moves it). */
-	pm->ctime_ns = ctime;
-	pm->ctime_ok = ctime && odpd_registry_mr_current(&w->m->registry, mr, ctime);
-	pm->owner = mr->owner_id;
-	pm->cached = mr->cached;
-	pm->invalidated = mr->invalidated;
-	for (struct odpd_charge *c = odpd_mr_first_charge(mr); c; c = c->next)
-		n++;
-	pm->charges = calloc(n + 1, sizeof(*pm->charges));
-	if (!pm->charges)
-		return pm;
-	for (struct odpd_charge *c = odpd_mr_first_charge(mr); c; c = c->next) {
-		OdpdState__Charge *pc = calloc(1, sizeof(*pc));
+	*pm = tmp;
+	/* (odpd_journal_fill_mr's charges are one block: copied so that
+	 * protobuf-c can free them one by one) */
+	pm->charges = calloc(tmp.n_charges + 1, sizeof(*pm->charges));
+	pm->n_charges = 0;
+	for (size_t i = 0; pm->charges && i < tmp.n_charges; i++) {
+		OdpdState__Charge *pc = malloc(sizeof(*pc));
 
 		if (!pc)
 			break;
-		odpd_state__charge__init(pc);
-		pc->uid = c->acct->uid;
-		pc->has_refs = 1;
-		pc->refs = c->refs;
+		*pc = *tmp.charges[i];
 		pm->charges[pm->n_charges++] = pc;
+	}
+	odpd_journal_mr_clear(&tmp);
+	if (ct && ct->ns) {
+		/* Proven current against a settled ctime read before: the next
+		 * odpd serves it while the ctime stays (a punched hole moves it). */
+		uint64_t ctime = mr->map->save_id <= ct->n ? ct->ns[mr->map->save_id - 1] : 0;
+
+		pm->ctime_ns = ctime;
+		pm->ctime_ok = ctime && odpd_registry_mr_current(&w->m->registry, mr, ctime);
 	}
 	return pm;
 }
 
-/* Free the fields of a message built here with calloc and strdup, as
- * protobuf-c frees what it unpacked (the message itself is the caller's). */
-static void state_free_built(OdpdState__State *st)
-{
-	OdpdState__State *heap = malloc(sizeof(*heap));
-
-	if (!heap)
-		return;                      /* stopping anyway: the process exits */
-	*heap = *st;
-	protobuf_c_message_free_unpacked(&heap->base, NULL);
-}
-
-static int write_state(struct writer *w, int *ret_fd)
-{
-	size_t len = odpd_state__state__get_packed_size(&w->st);
-	uint8_t *buf = malloc(len ? len : 1);
-	int fd;
-
-	if (!buf)
-		return -ENOMEM;
-	odpd_state__state__pack(&w->st, buf);
-	fd = memfd_create("odpd-state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0 || write(fd, buf, len) != (ssize_t)len ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
-		int e = errno ? errno : EIO;
-
-		if (fd >= 0)
-			close(fd);
-		free(buf);
-		return -e;
-	}
-	free(buf);
-	log_info("restart: state of %zu bytes written", len);
-	*ret_fd = fd;
-	return 0;
-}
-
-/* Everything quiet: store it all. 0, or -errno with nothing usable stored
- * (the next odpd finds no state and drops what it got). */
-static int hand_over(struct odpd_manager *m)
+/* odpd_state_build_fn (journal.h): @m's state as it is now. */
+static int build_state(struct odpd_manager *m, OdpdState__State *st, bool clean)
 {
 	struct odpd_registry *r = &m->registry;
-	struct writer w = { .m = m };
+	struct writer w = { .m = m, .clean = clean, .st = st };
+	struct ctimes ct = { 0 };
 	struct odpd_domain *d;
 	struct odpd_client *c;
 	struct odpd_mr *mr;
-	unsigned n_clients = 0;
-	uint64_t t0 = mono_us();
-	int fd, rc;
 
-	odpd_state__state__init(&w.st);
-	w.st.format = ODPD_STATE_FORMAT;
-	w.st.version = strdup(ODPD_VERSION);
-	w.st.has_window_base = w.st.has_window_size = 1;
+	odpd_state__state__init(st);
+	st->format = ODPD_STATE_FORMAT;
+	st->version = strdup(ODPD_VERSION);
+	st->has_window_base = st->has_window_size = 1;
 	{
 		size_t size;
 
-		w.st.window_base = odpd_window_base(m->segs.window, &size);
-		w.st.window_size = size;
+		st->window_base = odpd_window_base(m->segs.window, &size);
+		st->window_size = size;
 	}
-	w.st.has_next_client_id = w.st.has_next_mr_id = w.st.has_generation = 1;
-	w.st.next_client_id = m->next_client_id;
-	w.st.next_mr_id = r->next_mr_id;
-	w.st.generation = r->generation;
-	w.st.devices = calloc(m->devices.n + 1, sizeof(char *));
-	for (unsigned i = 0; w.st.devices && i < m->devices.n; i++)
-		w.st.devices[w.st.n_devices++] = strdup(m->devices.dev[i].name);
+	st->has_next_client_id = st->has_next_mr_id = st->has_generation = 1;
+	st->next_client_id = m->next_client_id;
+	st->next_mr_id = r->next_mr_id;
+	st->generation = r->generation;
+	st->devices = calloc(m->devices.n + 1, sizeof(char *));
+	for (unsigned i = 0; st->devices && i < m->devices.n; i++)
+		st->devices[st->n_devices++] = strdup(m->devices.dev[i].name);
 	/* Shared PDs. */
 	{
 		struct odpd_shared_pd *spd;
 
-		w.st.shared = calloc(r->n_shared + 1, sizeof(*w.st.shared));
+		st->shared = calloc(r->n_shared + 1, sizeof(*st->shared));
 		LIST_FOREACH(spd, &r->shared, link) {
-			OdpdState__SharedPd *ps = w.st.shared ? calloc(1, sizeof(*ps)) : NULL;
+			OdpdState__SharedPd *ps = st->shared ? calloc(1, sizeof(*ps)) : NULL;
 
 			if (!ps) {
 				w.err = -ENOMEM;
@@ -465,31 +399,34 @@ static int hand_over(struct odpd_manager *m)
 			ps->name = strdup(spd->name);
 			ps->has_creator_uid = 1;
 			ps->creator_uid = spd->creator_uid;
-			w.st.shared[w.st.n_shared++] = ps;
+			st->shared[st->n_shared++] = ps;
 		}
 	}
-	/* Domains: their contexts' command fds. An idle verifier goes first:
-	 * its QP, CQ and bounce MR would stay in the context unknown. */
+	/* Domains: their contexts' command fds are in the store. A stop frees
+	 * an idle verifier first: its QP, CQ and bounce MR would stay in the
+	 * context unknown. */
 	LIST_FOREACH(d, &r->domains, link) {
 		OdpdState__Domain *pd, **a;
 
-		d->save_id = 0;
 		if (!d->pd || d->retired)
 			continue;
-		odpd_verifier_free(d->verifier);
-		d->verifier = NULL;
-		a = realloc(w.st.domains, (w.st.n_domains + 1) * sizeof(*a));
+		if (clean) {
+			odpd_verifier_free(d->verifier);
+			d->verifier = NULL;
+		}
+		if (!odpd_journal_domain_id(d))
+			continue;
+		a = realloc(st->domains, (st->n_domains + 1) * sizeof(*a));
 		pd = calloc(1, sizeof(*pd));
 		if (!a || !pd) {
 			free(pd);
 			if (a)
-				w.st.domains = a;
+				st->domains = a;
 			w.err = -ENOMEM;
 			break;
 		}
-		w.st.domains = a;
+		st->domains = a;
 		odpd_state__domain__init(pd);
-		d->save_id = ++w.n_domains;
 		pd->id = d->save_id;
 		pd->dev_index = d->dev_index;
 		if (d->spd)
@@ -499,18 +436,21 @@ static int hand_over(struct odpd_manager *m)
 		pd->pd_handle = d->pd->handle;
 		pd->exported = d->exported;
 		pd->fd = fd_name("ctx", pd->id);
-		a[w.st.n_domains++] = pd;
-		if (pd->fd)
-			store(&w, pd->fd, d->ctx->cmd_fd);
+		a[st->n_domains++] = pd;
+		if (!pd->fd)
+			w.err = -ENOMEM;
 	}
 	odpd_mapping_each(&m->segs, save_mapping, &w);
-	read_ctimes(&w);
-	/* Connections, their segments and references. */
-	w.st.clients = calloc(m->n_clients + 1, sizeof(*w.st.clients));
+	if (clean)
+		read_ctimes(&w, &ct);
+	/* Connections (those stored), their segments and references. */
+	st->clients = calloc(m->n_clients + 1, sizeof(*st->clients));
 	LIST_FOREACH(c, &m->clients, link) {
 		OdpdState__Client *pc;
 
-		if (!w.st.clients || client_unkeepable(c)) {
+		if (!c->stored)
+			continue;
+		if (!st->clients || (clean && client_unkeepable(c))) {
 			w.err = w.err ? w.err : -EAGAIN;
 			break;
 		}
@@ -519,10 +459,7 @@ static int hand_over(struct odpd_manager *m)
 			w.err = -ENOMEM;
 			break;
 		}
-		w.st.clients[w.st.n_clients++] = pc;
-		n_clients++;
-		odpd_registry_hits_freeze(&c->holder);
-		store(&w, pc->fd, c->fd);
+		st->clients[st->n_clients++] = pc;
 	}
 	/* MRs: those held, and the relaxed ones. */
 	TAILQ_FOREACH(mr, &r->relaxed, rlink)
@@ -530,44 +467,49 @@ static int hand_over(struct odpd_manager *m)
 			w.err = -ENOMEM;
 	if (w.mrs) {
 		qsort(w.mrs, w.n_mrs, sizeof(*w.mrs), cmp_mr);
-		w.st.mrs = calloc(w.n_mrs + 1, sizeof(*w.st.mrs));
-		for (size_t i = 0; w.st.mrs && i < w.n_mrs; i++) {
+		st->mrs = calloc(w.n_mrs + 1, sizeof(*st->mrs));
+		for (size_t i = 0; st->mrs && i < w.n_mrs; i++) {
 			if (i && w.mrs[i] == w.mrs[i - 1])
 				continue;
-			if (!odpd_registry_mr_keepable(w.mrs[i]) || !w.mrs[i]->dom->save_id ||
-			    !w.mrs[i]->map->save_id) {
-				w.err = w.err ? w.err : -EAGAIN;
+			if (!odpd_registry_mr_keepable(w.mrs[i]) || !odpd_journal_domain_id(w.mrs[i]->dom) ||
+			    !odpd_journal_mapping_id(w.mrs[i]->map)) {
+				if (clean)
+					w.err = w.err ? w.err : -EAGAIN;
 				continue;
 			}
-			w.st.mrs[w.st.n_mrs] = save_mr(&w, w.mrs[i]);
-			if (!w.st.mrs[w.st.n_mrs])
+			st->mrs[st->n_mrs] = save_mr(&w, clean ? &ct : NULL, w.mrs[i]);
+			if (!st->mrs[st->n_mrs])
 				w.err = -ENOMEM;
 			else
-				w.st.n_mrs++;
+				st->n_mrs++;
 		}
 	}
 	free(w.mrs);
-	free(w.ctimes);
-	if (!w.err)
-		w.err = write_state(&w, &fd);
-	if (!w.err) {
-		store(&w, "state", fd);
-		close(fd);
-	}
-	rc = odpd_fdstore_sync();
-	if (rc < 0 && !w.err)
-		w.err = rc;
-	if (!w.err)
-		log_notice("restart: handed %u connection(s), %u PD(s), %u segment(s) and %zu MR(s) to "
-			   "systemd's fd store for the next odpd in %" PRIu64 " us", n_clients, w.n_domains,
-			   w.n_maps, w.st.n_mrs, mono_us() - t0);
-	rc = w.err;
-	if (rc < 0)
-		unstore(&w);
-	for (size_t i = 0; i < w.n_stored; i++)
-		free(w.stored[i]);
-	free(w.stored);
-	state_free_built(&w.st);
+	free(ct.ns);
+	return w.err;
+}
+
+/* Everything quiet: the last snapshot, marked clean, into the journal.
+ * 0, or -errno (then a plain stop: the journal goes with everything). */
+static int hand_over(struct odpd_manager *m)
+{
+	OdpdState__State st;
+	struct odpd_client *c;
+	uint64_t t0 = mono_us();
+	int rc;
+
+	if (!odpd_journal_on())
+		return -ENOENT;
+	LIST_FOREACH(c, &m->clients, link)
+		odpd_registry_hits_freeze(&c->holder);
+	rc = build_state(m, &st, true);
+	if (rc >= 0)
+		rc = odpd_journal_hand_over(&st);
+	if (rc >= 0)
+		log_notice("restart: handed %zu connection(s), %zu PD(s), %zu segment(s) and %zu MR(s) to "
+			   "systemd's fd store for the next odpd in %" PRIu64 " us", st.n_clients, st.n_domains,
+			   st.n_mappings, st.n_mrs, mono_us() - t0);
+	odpd_journal_state_free_built(&st);
 	return rc;
 }
 
@@ -648,14 +590,72 @@ static struct odpd_restart *unusable(struct odpd_manager *m, const struct odpd_f
 	return NULL;
 }
 
+/* The newest journal among the stored fds (journal-N), taken: its fd, or -1. */
+static int take_journal(struct odpd_fdstore *st, uint64_t *ret_epoch)
+{
+	uint64_t best = 0;
+	char name[48];
+
+	for (unsigned i = 0; i < st->n; i++) {
+		unsigned long long n;
+
+		if (st->fds[i].fd >= 0 && st->fds[i].name &&
+		    sscanf(st->fds[i].name, "odpd-journal-%llu", &n) == 1 && n > best)
+			best = n;
+	}
+	if (!best)
+		return -1;
+	*ret_epoch = best;
+	snprintf(name, sizeof(name), "journal-%" PRIu64, best);
+	return odpd_fdstore_take(st, name);
+}
+
+static struct odpd_restart *read_journal(struct odpd_manager *m, struct odpd_fdstore *st, int fd,
+					 uint64_t epoch)
+{
+	struct odpd_restart *rs = calloc(1, sizeof(*rs));
+	bool crashed;
+	uint64_t e;
+
+	rs = rs ? rs : NULL;
+	if (rs)
+		rs->st = odpd_journal_read(fd, &crashed, &e);
+	close(fd);
+	if (!rs || !rs->st) {
+		free(rs);
+		log_warning("restart: the stored journal cannot be read: dropping everything");
+		return unusable(m, st, NULL);
+	}
+	rs->folded = true;
+	rs->crashed = crashed;
+	rs->epoch = epoch;
+	if (rs->st->format < ODPD_STATE_FORMAT_MIN || rs->st->format > ODPD_STATE_FORMAT) {
+		log_warning("restart: the stored journal has format %u (odpd %s); this odpd reads %u to %u: "
+			    "dropping everything", rs->st->format, rs->st->version ? rs->st->version : "?",
+			    ODPD_STATE_FORMAT_MIN, ODPD_STATE_FORMAT);
+		unusable(m, st, rs->st->version);
+		m->restart_dropped_mrs = (unsigned)rs->st->n_mrs;
+		odpd_restart_free(rs);
+		return NULL;
+	}
+	log_info("restart: journal-%" PRIu64 " of odpd %s read: %zu connection(s), %zu MR(s)%s", epoch,
+		 rs->st->version ? rs->st->version : "?", rs->st->n_clients, rs->st->n_mrs,
+		 crashed ? "; the odpd before did not stop, it crashed" : "");
+	return rs;
+}
+
 struct odpd_restart *odpd_restart_read(struct odpd_manager *m, struct odpd_fdstore *st)
 {
 	struct odpd_restart *rs;
 	OdpdState__State *s;
 	struct stat sb;
 	uint8_t *buf;
-	int fd = odpd_fdstore_take(st, "state");
+	uint64_t epoch = 0;
+	int fd = take_journal(st, &epoch);
 
+	if (fd >= 0)
+		return read_journal(m, st, fd, epoch);
+	fd = odpd_fdstore_take(st, "state");      /* odpd 1.4.2's hand-over */
 	if (fd < 0) {
 		if (st->n) {
 			log_warning("restart: %u fd(s) in systemd's fd store but no state: dropped", st->n);
@@ -719,7 +719,10 @@ void odpd_restart_free(struct odpd_restart *rs)
 {
 	if (!rs)
 		return;
-	odpd_state__state__free_unpacked(rs->st, NULL);
+	if (rs->folded)
+		odpd_journal_state_free(rs->st);
+	else
+		odpd_state__state__free_unpacked(rs->st, NULL);
 	free(rs);
 }
 
@@ -734,7 +737,23 @@ struct restoring {
 	struct odpd_mr **mrs;               /* [st->n_mrs] */
 	size_t n_domains, n_maps;
 	unsigned kept_mrs, dropped_mrs;
+	bool crashed;                       /* from a journal that did not end with a hand-over */
+	uint64_t *kept;                     /* PD id << 32 | handle of each MR taken back */
+	size_t n_kept;
 };
+
+/* The id an fd name gives ("ctx-7": 7), 0 if none. */
+static uint32_t name_id(const char *name, const char *kind)
+{
+	size_t n = strlen(kind);
+	unsigned long v;
+	char *end;
+
+	if (!name || strncmp(name, kind, n) != 0 || name[n] != '-')
+		return 0;
+	v = strtoul(name + n + 1, &end, 10);
+	return *end || v > UINT32_MAX ? 0 : (uint32_t)v;
+}
 
 static struct odpd_mr *mr_by_id(struct restoring *x, uint64_t id)
 {
@@ -795,7 +814,11 @@ static void restore_domain(struct restoring *x, const OdpdState__Domain *pd)
 	if (!x->domains[pd->id - 1]) {
 		ibv_unimport_pd(ibpd);
 		ibv_close_device(ctx);
+		return;
 	}
+	/* its id in the journal and the store stays */
+	x->domains[pd->id - 1]->save_id = name_id(pd->fd, "ctx");
+	x->domains[pd->id - 1]->jstored = x->domains[pd->id - 1]->save_id != 0;
 }
 
 static void restore_mr(struct restoring *x, size_t i)
@@ -856,6 +879,9 @@ static void restore_mr(struct restoring *x, size_t i)
 	for (size_t k = 0; k < pm->n_charges; k++)
 		if (odpd_registry_restore_charge(&x->m->registry, mr, pm->charges[k]->uid) < 0)
 			log_warning("restart: MR %" PRIu64 ": out of memory for a charge", pm->id);
+	mr->limbo = odpd_limbo_enter(q.dom, pm->handle);
+	if (x->kept)
+		x->kept[x->n_kept++] = (uint64_t)q.dom->save_id << 32 | pm->handle;
 	x->mrs[i] = mr;
 	x->kept_mrs++;
 }
@@ -867,6 +893,8 @@ static void restore_client(struct restoring *x, size_t i)
 
 	if (!c)
 		return;
+	if (pc->unkeepable)
+		x->why[i] = pc->unkeepable;
 	for (size_t k = 0; k < pc->n_segments && !x->why[i]; k++) {
 		const OdpdState__Segment *ps = pc->segments[k];
 
@@ -888,7 +916,13 @@ static void restore_client(struct restoring *x, size_t i)
 		LIST_FOREACH(s, &c->segs.list, link)
 			if (s->handle == pr->segment)
 				seg = s;
-		if (!mr)
+		if (!mr && x->crashed)
+			/* Deregistered after the journal's last commit: the
+			 * client's release of it was in flight (it sends it
+			 * again). */
+			log_info("restart: client %" PRIu64 ": MR %" PRIu64 " (its handle %" PRIu64 ") is gone",
+				 pc->id, pr->mr, pr->handle);
+		else if (!mr)
 			x->why[i] = "an MR of its could not be imported again";
 		else if (!odpd_registry_restore_ref(&x->m->registry, &c->holder, mr, pr->handle, pr->iova,
 						    pr->length, seg))
@@ -897,6 +931,113 @@ static void restore_client(struct restoring *x, size_t i)
 			seg->n_mrs++;
 	}
 	c->holder.registered = c->holder.registered || pc->registered;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * After a crash: the MRs the odpd before had in the kernel but not in its
+ * journal (a registration that ran on a worker, a deregistration not yet
+ * run) are in its limbo. Those in PDs taken back that were not taken back
+ * themselves are deregistered: else they stayed pinned, known to nobody,
+ * until their PD closes.
+ */
+static void sweep_limbo(struct restoring *x)
+{
+	char name[48];
+	unsigned swept = 0;
+
+	if (!x->kept)
+		return;
+	qsort(x->kept, x->n_kept, sizeof(*x->kept), cmp_u64);
+	for (unsigned f = 0; f < x->m->restore_fds->n; f++) {
+		const struct odpd_stored_fd *sf = &x->m->restore_fds->fds[f];
+		unsigned long long e;
+		uint64_t *ent;
+		size_t n;
+		int fd;
+
+		if (!sf->name || sscanf(sf->name, "odpd-limbo-%llu", &e) != 1)
+			continue;
+		snprintf(name, sizeof(name), "limbo-%llu", e);
+		fd = odpd_fdstore_take(x->m->restore_fds, name);
+		if (fd < 0)
+			continue;
+		if (odpd_limbo_read(fd, &ent, &n) < 0) {
+			log_warning("restart: %s is not a limbo", name);
+			close(fd);
+			continue;
+		}
+		close(fd);
+		for (size_t i = 0; i < n; i++) {
+			uint32_t jid = (uint32_t)(ent[i] >> 32), handle = (uint32_t)ent[i];
+			struct odpd_domain *d = NULL;
+			struct ibv_mr *ibmr;
+
+			if (bsearch(&ent[i], x->kept, x->n_kept, sizeof(*x->kept), cmp_u64))
+				continue;
+			for (size_t k = 0; k < x->n_domains && !d; k++)
+				if (x->domains[k] && x->domains[k]->save_id == jid)
+					d = x->domains[k];
+			if (!d)
+				continue;            /* its PD's context closed: the MR with it */
+			ibmr = ibv_import_mr(d->pd, handle);
+			if (!ibmr)
+				continue;            /* deregistered after all */
+			if (ibv_dereg_mr(ibmr) == 0)
+				swept++;
+			else
+				ibv_unimport_mr(ibmr);
+		}
+		free(ent);
+	}
+	if (swept)
+		log_notice("restart: deregistered %u MR(s) whose registration or release was in flight at the "
+			   "crash", swept);
+}
+
+/* A connection kept: after a crash, its hit table retired, the answer to
+ * its last request kept, and the event that makes its library send the
+ * request it waits for again. */
+static void resume_client(struct restoring *x, size_t i)
+{
+	const OdpdState__Client *pc = x->st->clients[i];
+	struct odpd_client *c = x->clients[i];
+	Odpd__Reply reply = ODPD__REPLY__INIT;
+	Odpd__RestartEvent ev = ODPD__RESTART_EVENT__INIT;
+	struct odpd_err err = { 0 };
+	char name[48];
+	int fd;
+
+	snprintf(name, sizeof(name), "hit-%" PRIu64, pc->id);
+	fd = odpd_fdstore_take(x->m->restore_fds, name);
+	if (fd >= 0) {
+		if (x->crashed && odpd_hittab_retire_fd(fd, &err) < 0)
+			log_warning("restart: client %" PRIu64 ": its hit table: %s", pc->id, err.msg);
+		close(fd);
+	}
+	if (!x->crashed)
+		return;
+	c->resume_id = pc->has_last_id ? pc->last_id : 0;
+	if (pc->has_last_reply && pc->last_reply.len) {
+		c->resume_reply = malloc(pc->last_reply.len);
+		if (c->resume_reply) {
+			memcpy(c->resume_reply, pc->last_reply.data, pc->last_reply.len);
+			c->resume_len = pc->last_reply.len;
+		}
+	}
+	ev.has_last_id = 1;
+	ev.last_id = c->resume_id;
+	reply.has_id = reply.has_status = 1;
+	reply.body_case = ODPD__REPLY__BODY_RESTART_EVENT;
+	reply.restart_event = &ev;
+	odpd_registry_event_sent(&c->holder);
+	odpd_client_send(c, &reply);
 }
 
 void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struct odpd_fdstore *fds)
@@ -908,6 +1049,7 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	const char *bad = NULL;
 
 	m->restore_fds = fds;
+	m->restart_epoch = rs->epoch;
 	if (st->n_devices > m->devices.n)
 		bad = "it names more devices than odpd found";
 	for (size_t i = 0; !bad && i < st->n_devices; i++)
@@ -924,6 +1066,18 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	}
 	x.n_domains = st->n_domains;
 	x.n_maps = st->n_mappings;
+	x.crashed = rs->crashed;
+	x.kept = calloc(st->n_mrs + 1, sizeof(*x.kept));
+	if (m->cfg.live_restart && !odpd_restart_unavailable(m)) {
+		/* the MRs taken back go into the next journal's limbo */
+		uint32_t max_domain = 0;
+
+		for (size_t i = 0; i < st->n_domains; i++)
+			if (name_id(st->domains[i]->fd, "ctx") > max_domain)
+				max_domain = name_id(st->domains[i]->fd, "ctx");
+		if (odpd_journal_prepare(rs->epoch + 1, max_domain) < 0)
+			log_warning("restart: no limbo for the next journal");
+	}
 	x.clients = calloc(st->n_clients + 1, sizeof(*x.clients));
 	x.why = calloc(st->n_clients + 1, sizeof(*x.why));
 	x.domains = calloc(st->n_domains + 1, sizeof(*x.domains));
@@ -978,9 +1132,13 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 		if (fd >= 0 && odpd_mapping_restore(&m->segs, fd, (uintptr_t)pm->addr, pm->in_window,
 						    &x.maps[pm->id - 1], &err) < 0)
 			log_warning("restart: segment %u: %s", pm->id, err.msg);
+		else if (fd >= 0)
+			x.maps[pm->id - 1]->save_id = name_id(pm->fd, "seg");
 	}
 	for (size_t i = 0; i < st->n_mrs; i++)
 		restore_mr(&x, i);
+	if (x.crashed)
+		sweep_limbo(&x);
 	for (size_t i = 0; i < st->n_clients; i++)
 		restore_client(&x, i);
 	/* What nobody holds any more goes as after any last release. */
@@ -1005,6 +1163,7 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 		}
 		if (!x.why[i]) {
 			kept++;
+			resume_client(&x, i);
 			continue;
 		}
 		dropped++;
@@ -1029,5 +1188,49 @@ out:
 	free(x.domains);
 	free(x.maps);
 	free(x.mrs);
+	free(x.kept);
 	odpd_restart_free(rs);
+}
+
+/* ---------------------------------------------------------------- the journal */
+
+void odpd_restart_journal_start(struct odpd_manager *m)
+{
+	struct odpd_domain *d;
+	uint32_t max_domain = 0;
+	uint32_t max_mapping = 0;
+
+	LIST_FOREACH(d, &m->registry.domains, link)
+		if (d->save_id > max_domain)
+			max_domain = d->save_id;
+	odpd_mapping_each(&m->segs, max_mapping_one, &max_mapping);
+	(void)odpd_journal_start(m, build_state, m->restart_epoch, NULL, max_domain, max_mapping);
+}
+
+bool odpd_restart_in_use(const char *name, void *arg)
+{
+	struct odpd_manager *m = arg;
+	struct in_use_map q = { 0 };
+	struct odpd_domain *d;
+	uint32_t id;
+
+	if (odpd_journal_owns(name))
+		return true;
+	if ((id = name_id(name, "ctx"))) {
+		LIST_FOREACH(d, &m->registry.domains, link)
+			if (d->jstored && d->save_id == id)
+				return true;
+		return false;
+	}
+	if ((id = name_id(name, "seg"))) {
+		q.id = id;
+		odpd_mapping_each(&m->segs, in_use_map_one, &q);
+		return q.found;
+	}
+	if ((id = name_id(name, "conn"))) {
+		struct odpd_client *c = odpd_client_connected(m, id);
+
+		return c && c->stored;
+	}
+	return false;                        /* hit tables are new, old journals and limbos go */
 }

@@ -38,6 +38,12 @@ void odpd_restart_free(struct odpd_restart *rs);
 /* @rs cannot be used at all: say so in odpctl status (all dropped), and free it. */
 void odpd_restart_drop(struct odpd_manager *m, struct odpd_restart *rs);
 
+/* Once restored (or at a start without a state): keep a journal, so that a
+ * crash too keeps the MRs (journal.h). */
+void odpd_restart_journal_start(struct odpd_manager *m);
+/* Is the stored fd @name (without "odpd-") one odpd keeps storing? */
+bool odpd_restart_in_use(const char *name, void *arg);
+
 /* SIGTERM: can this stop hand its state over (systemd's notify socket, every
  * device able to import)? Why not, else NULL. */
 const char *odpd_restart_unavailable(const struct odpd_manager *m);

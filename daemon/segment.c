@@ -15,6 +15,7 @@
 
 #include "log.h"
 #include "odpd-wire.h"
+#include "keep.h"
 #include "segment.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
@@ -408,6 +409,7 @@ void odpd_mapping_put(struct odpd_segtable *t, struct odpd_mapping *m)
 {
 	if (--m->refs > 0)
 		return;
+	keep_mapping_gone(m);
 	mapping_unlist(t, m);
 	m->table = t;
 	m->unmap.run = unmap_run;

@@ -61,7 +61,7 @@ struct odpd_mapping {
 	size_t page_size;       /* the file's: 4 KiB, or a hugetlb page size */
 	bool writable;
 	bool in_window;
-	unsigned save_id;               /* restart.c: its number in the state written at stop */
+	unsigned save_id;               /* its id in the journal and the fd store ("seg-ID"; 0: none) */
 	unsigned refs;                  /* client attachments and MRs */
 	/* The registry's MRs over this mapping, of every PD, by file range
 	 * (struct odpd_mr.node): the registration cache's lookups, the

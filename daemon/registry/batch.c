@@ -18,6 +18,7 @@
 #include "mrlife.h"
 #include "witness.h"
 #include "internal.h"
+#include "keep.h"
 
 static bool batch_split_implicit(struct odpd_registry *r, struct odpd_mr **list, bool flush);
 
@@ -139,8 +140,12 @@ static void batch_run(struct odpd_job *job)
 			mr->mr = NULL;
 		} else if (mr->mr) {
 			int e = ibv_dereg_mr(mr->mr);
-			if (e)
+			if (e) {
 				log_errno(LOG_ERR, e, "ibv_dereg_mr of MR %" PRIu64, mr->node.seq);
+			} else {
+				odpd_limbo_leave(mr->limbo);
+				mr->limbo = 0;
+			}
 			mr->mr = NULL;
 		}
 		witness_end(mr);

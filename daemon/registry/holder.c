@@ -22,6 +22,7 @@
 #include "pds.h"
 #include "relaxed.h"
 #include "internal.h"
+#include "keep.h"
 
 /* ---------------------------------------------------------------- references */
 
@@ -86,6 +87,8 @@ struct odpd_ref *ref_new(struct odpd_registry *r, struct odpd_holder *h, struct 
 	LIST_INSERT_HEAD(&mr->holders, ref, mlink);
 	mr->refs++;
 	ref_hit_slot(r, h, ref, q);
+	keep_ref(h->id, ref, false);
+	keep_mr(mr);
 	return ref;
 }
 
@@ -112,6 +115,8 @@ void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed, struc
 	struct odpd_mr *mr = ref->mr;
 	struct odpd_charge *c = charge_find(mr, h->acct);
 
+	keep_ref(h->id, ref, true);
+	keep_mr(mr);
 	LIST_REMOVE(ref, hlink);
 	ref_index_del(h, ref);
 	h->n_refs--;

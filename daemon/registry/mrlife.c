@@ -19,9 +19,12 @@
 #include "hits.h"
 #include "lookup.h"
 #include "mrlife.h"
+#include "keep.h"
 #include "pds.h"
 #include "relaxed.h"
 #include "internal.h"
+
+const struct odpd_keep *odpd_keep;
 
 /* MRs and references come from slabs, whose objects are 8-byte aligned. */
 _Static_assert(_Alignof(struct odpd_mr) <= 8 && _Alignof(struct odpd_ref) <= 8,
@@ -84,6 +87,7 @@ void mr_set_state(struct odpd_mr *mr, enum odpd_mr_state to)
 		assert(!"an MR state transition that registry.h does not list");
 	}
 	mr->state = to;
+	keep_mr(mr);
 }
 
 bool odpd_mr_may_free(const struct odpd_mr *mr)
@@ -93,7 +97,7 @@ bool odpd_mr_may_free(const struct odpd_mr *mr)
 
 /* Issue 11: odpd's own memory per cached MR <= 256 bytes, of which
  * libibverbs' MR object takes 64 (bench/run-mem measures the whole). */
-_Static_assert(sizeof(struct odpd_mr) <= 184, "struct odpd_mr grew past 184 bytes");
+_Static_assert(sizeof(struct odpd_mr) <= 192, "struct odpd_mr grew past 192 bytes");
 _Static_assert(ODPD__ACCESS__ACCESS_REMOTE_ATOMIC < 16, "Odpd__Access needs more than mr->access's 4 bits");
 
 /*
@@ -176,6 +180,7 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 {
 	assert(odpd_mr_may_free(mr));
 	r->n_mrs--;
+	keep_mr_free(mr);
 	if (mr->map)
 		odpd_mapping_put(r->segs, mr->map);
 	if (mr->implicit)

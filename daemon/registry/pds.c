@@ -17,6 +17,7 @@
 #include "relaxed.h"
 #include "verifyjob.h"
 #include "internal.h"
+#include "keep.h"
 
 static void domain_close_run(struct odpd_job *job);
 static void domain_close_done(struct odpd_job *job);
@@ -41,6 +42,7 @@ void domain_maybe_close(struct odpd_registry *r, struct odpd_domain *d, bool kee
 	if (d->members || d->n_mrs || d->jobs)
 		return;
 	verifier_unlist(r, d);                 /* the close frees it */
+	keep_domain_gone(d);
 	LIST_REMOVE(d, link);
 	if (spd) {
 		spd->doms[d->dev_index] = NULL;
@@ -106,6 +108,7 @@ void shared_maybe_free(struct odpd_registry *r, struct odpd_shared_pd *spd)
 	for (unsigned i = 0; i < r->devices->n; i++)
 		if (spd->doms[i])
 			return;
+	keep_shared_gone(spd->name);
 	LIST_REMOVE(spd, link);
 	r->n_shared--;
 	free(spd->doms);
@@ -269,6 +272,8 @@ static void export_done(struct odpd_job *job)
 		op->fd = -1;
 		op->rc = err_set(&op->err, ENODEV, "device %s was removed", d->dev->name);
 	}
+	if (op->rc == 0)
+		keep_domain(d);                  /* (its context is a client's too now) */
 	op->cb(op->arg, op->rc, &op->err, op->fd, op->pd_handle);
 	d->jobs--;
 	domain_maybe_close(op->r, d, false);

@@ -25,6 +25,7 @@
 #include "relaxed.h"
 #include "witness.h"
 #include "internal.h"
+#include "keep.h"
 
 static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_err *err);
 static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd);
@@ -124,6 +125,8 @@ static void reg_run(struct odpd_job *job)
 		if (!mr->mr)
 			op->rc = err_set(&op->err, errno, "ibv_reg_mr (ODP) on %s: %s", op->q.dev->name,
 					 strerror(errno));
+		else if (!mr_cctx(mr))
+			mr->limbo = odpd_limbo_enter(mr->dom, mr->mr->handle);
 		else if (op->q.prefetch)
 			op->prefetch_rc = prefetch_whole(pd, mr);
 		return;
@@ -161,6 +164,8 @@ static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd)
 	e = errno;                           /* the verb's, before anything else can set it */
 	if (!mr->mr)
 		mr->witnessed = false;           /* (witness_end) nothing relies on those pages */
+	else if (!mr_cctx(mr))
+		mr->limbo = odpd_limbo_enter(mr->dom, mr->mr->handle);
 	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (!mr->mr)
 		op->rc = err_set(&op->err, e, "ibv_reg_mr%s on %s: %s%s",

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * What the registry and the segment table tell the journal (journal.h,
+ * doc/design.md §12) as their objects change, so that a crash loses nothing
+ * a client was told. Like notify.h, an interface the modules call and do not
+ * implement: they never include the journal's header. NULL: no journal.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct odpd_mr;
+struct odpd_ref;
+struct odpd_domain;
+struct odpd_mapping;
+
+struct odpd_keep {
+	/* @mr changed (its state, charges, flags): written at the next commit. */
+	void (*mr)(void *ctx, struct odpd_mr *mr);
+	/* @mr is about to be freed. */
+	void (*mr_free)(void *ctx, struct odpd_mr *mr);
+	/* Holder @holder took reference @ref (@gone false), or dropped it. */
+	void (*ref)(void *ctx, uint64_t holder, const struct odpd_ref *ref, bool gone);
+	/* @d changed (exported): written again. */
+	void (*domain)(void *ctx, struct odpd_domain *d);
+	/* @d is closing: its context goes. */
+	void (*domain_gone)(void *ctx, struct odpd_domain *d);
+	/* @map is being unmapped. */
+	void (*mapping_gone)(void *ctx, struct odpd_mapping *map);
+	/* The shared PD @name was freed. */
+	void (*shared_gone)(void *ctx, const char *name);
+	void *ctx;
+};
+
+/*
+ * The limbo (any thread): MRs odpd has in the kernel, in PDs a crash would
+ * keep, whether or not the journal knows them yet: made on a worker and
+ * not yet committed, or invalidated and not yet deregistered. After a
+ * crash the next odpd deregisters those the journal does not name. Enter
+ * right after the verb made @handle in @d's PD; returns the MR's slot (0:
+ * not tracked, no journal). Leave once it is deregistered.
+ */
+uint32_t odpd_limbo_enter(struct odpd_domain *d, uint32_t handle);
+void odpd_limbo_leave(uint32_t slot);
+
+/* The daemon's one journal's hooks, set while it runs (journal.c); NULL
+ * otherwise (and in unit tests). */
+extern const struct odpd_keep *odpd_keep;
+
+static inline void keep_mr(struct odpd_mr *mr)
+{
+	if (odpd_keep)
+		odpd_keep->mr(odpd_keep->ctx, mr);
+}
+
+static inline void keep_mr_free(struct odpd_mr *mr)
+{
+	if (odpd_keep)
+		odpd_keep->mr_free(odpd_keep->ctx, mr);
+}
+
+static inline void keep_ref(uint64_t holder, const struct odpd_ref *ref, bool gone)
+{
+	if (odpd_keep)
+		odpd_keep->ref(odpd_keep->ctx, holder, ref, gone);
+}
+
+static inline void keep_domain(struct odpd_domain *d)
+{
+	if (odpd_keep)
+		odpd_keep->domain(odpd_keep->ctx, d);
+}
+
+static inline void keep_domain_gone(struct odpd_domain *d)
+{
+	if (odpd_keep)
+		odpd_keep->domain_gone(odpd_keep->ctx, d);
+}
+
+static inline void keep_mapping_gone(struct odpd_mapping *map)
+{
+	if (odpd_keep)
+		odpd_keep->mapping_gone(odpd_keep->ctx, map);
+}
+
+static inline void keep_shared_gone(const char *name)
+{
+	if (odpd_keep)
+		odpd_keep->shared_gone(odpd_keep->ctx, name);
+}
