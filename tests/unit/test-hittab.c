@@ -11,8 +11,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -234,6 +237,59 @@ static void test_retire_fd(void **state)
 	table_close(&tb);
 }
 
+static unsigned fds_open(void)
+{
+	unsigned n = 0;
+
+	for (int fd = 0; fd < 1024; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* The child of test_no_proc, in a mount namespace of its own with an empty
+ * /proc: 0 if odpd_hittab_open fails as it should, else the failed step. */
+static int no_proc_child(void)
+{
+	struct odpd_err err = { 0 };
+	struct odpd_hittab *t = NULL;
+	int use, gen = -1;
+	unsigned fds;
+
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("none", "/proc", "tmpfs", 0, NULL) < 0)
+		return 77;                       /* not allowed here: skipped */
+	use = memfd_create("test-hittab-use", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (use < 0 || ftruncate(use, 4096) < 0 || fcntl(use, F_ADD_SEALS, F_SEAL_SHRINK) < 0)
+		return 1;
+	fds = fds_open();
+	if (odpd_hittab_open(SLOTS, use, &t, &gen, &err) != -ENOENT || err.code != ENOENT)
+		return 2;
+	if (!strstr(err.msg, "needs /proc") || gen != -1)
+		return 3;
+	if (fds_open() != fds)                   /* the memfd went with the failure */
+		return 4;
+	return 0;
+}
+
+/* Without /proc no read-only fd can be made: OpenHitTable fails, saying
+ * why, rather than hand out the writable memfd. */
+static void test_no_proc(void **state)
+{
+	int status;
+	pid_t pid;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(no_proc_child());
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 77)
+		skip();
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -243,6 +299,7 @@ int main(void)
 		cmocka_unit_test(test_fds),
 		cmocka_unit_test(test_retire),
 		cmocka_unit_test(test_retire_fd),
+		cmocka_unit_test(test_no_proc),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
