@@ -455,6 +455,14 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 		odpd_client_disconnect(c, "slow reader: output queue full");
 		return;
 	}
+	if (c->resume_capture && it->id == c->resume_id) {
+		c->resume_capture = false;
+		c->resume_captured = true;
+		if (it->fd < 0 && (c->resume_reply = malloc(it->len ? it->len : 1))) {
+			memcpy(c->resume_reply, it->data, it->len);
+			c->resume_len = it->len;
+		}
+	}
 	/* Nothing leaves that the journal does not hold (journal.h). */
 	if (odpd_journal_pending()) {
 		struct odpd_keep_client v;
@@ -725,9 +733,15 @@ static bool client_resumed(struct odpd_client *c, uint64_t id)
 	struct odpd_answer *a;
 
 	if (id > c->resume_id) {
-		c->resume_id = 0;
 		free(c->resume_reply);
 		c->resume_reply = NULL;
+		c->resume_len = 0;
+		if (c->resume_captured) {
+			c->resume_id = 0;        /* resumed */
+		} else {
+			c->resume_id = id;       /* done now; its answer kept (client_put) */
+			c->resume_capture = true;
+		}
 		return false;
 	}
 	if (id < c->resume_id || !c->resume_reply) {

@@ -52,6 +52,10 @@ struct odpd_client {
 	uint64_t resume_id;
 	uint8_t *resume_reply;
 	size_t resume_len;
+	/* The first newer request's answer is kept too (resume_capture until
+	 * it is sent): the library may have sent it to this odpd and then, on
+	 * the event, again. Any later request ends the resumption. */
+	bool resume_capture, resume_captured;
 };
 
 /* The journal's view of @c (journal.h). */

@@ -912,7 +912,6 @@ int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint6
 	}
 	if (old)
 		(void)odpd_fdstore_remove(old);
-	odpd_fdstore_sync();
 	log_info("journal: kept in systemd's fd store (journal-%" PRIu64 ", %zu bytes of snapshot)", J->epoch,
 		 J->snapshot_len);
 	return 0;
@@ -926,8 +925,8 @@ int odpd_journal_hand_over(const OdpdState__State *st)
 		return -ENOENT;
 	r = snapshot(true, st);
 	if (r >= 0)
-		r = odpd_fdstore_sync();
-	return r;
+		r = odpd_fdstore_sync();         /* (sd_notify_barrier: > 0 once systemd has read it all) */
+	return r < 0 ? r : 0;
 }
 
 void odpd_journal_stop(void)

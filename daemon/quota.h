@@ -84,10 +84,11 @@ static inline bool odpd_fd_short(uint64_t nofile, int fd, bool segment)
  * fds one connection may make odpd hold, as the auto defaults count them:
  * its socket and pidfd; for a device, its context (the command fd and the
  * async event fd), its verify buffer (a memfd), an imported client-PD
- * context, and an implicit-ODP registrar (two sockets and a pidfd) — 9
- * with one device, of which a plain client uses 5.
+ * context, an implicit-ODP registrar (two sockets and a pidfd), and its
+ * hit table's generation table (kept for systemd's fd store) — 10 with one
+ * device, of which a plain client uses 6.
  */
-#define ODPD_FDS_PER_CONNECTION 9
+#define ODPD_FDS_PER_CONNECTION 10
 #define ODPD_MAX_MAP_COUNT_DEFAULT 65530
 
 /* The budget's share of one user for each auto default of @c (the

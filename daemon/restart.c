@@ -651,8 +651,18 @@ struct odpd_restart *odpd_restart_read(struct odpd_manager *m, struct odpd_fdsto
 	struct stat sb;
 	uint8_t *buf;
 	uint64_t epoch = 0;
-	int fd = take_journal(st, &epoch);
+	int fd;
 
+	/* The next journal's and limbo's names come after every stored one,
+	 * used or not: a name stored twice would be removed twice. */
+	for (unsigned i = 0; i < st->n; i++) {
+		unsigned long long n;
+
+		if (st->fds[i].name && (sscanf(st->fds[i].name, "odpd-journal-%llu", &n) == 1 ||
+					sscanf(st->fds[i].name, "odpd-limbo-%llu", &n) == 1) && n > m->restart_epoch)
+			m->restart_epoch = n;
+	}
+	fd = take_journal(st, &epoch);
 	if (fd >= 0)
 		return read_journal(m, st, fd, epoch);
 	fd = odpd_fdstore_take(st, "state");      /* odpd 1.4.2's hand-over */
@@ -1014,6 +1024,7 @@ static void resume_client(struct restoring *x, size_t i)
 	char name[48];
 	int fd;
 
+	c->stored = true;                    /* (its socket is in the store: conn-ID) */
 	snprintf(name, sizeof(name), "hit-%" PRIu64, pc->id);
 	fd = odpd_fdstore_take(x->m->restore_fds, name);
 	if (fd >= 0) {
@@ -1049,7 +1060,6 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 	const char *bad = NULL;
 
 	m->restore_fds = fds;
-	m->restart_epoch = rs->epoch;
 	if (st->n_devices > m->devices.n)
 		bad = "it names more devices than odpd found";
 	for (size_t i = 0; !bad && i < st->n_devices; i++)
@@ -1075,7 +1085,7 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 		for (size_t i = 0; i < st->n_domains; i++)
 			if (name_id(st->domains[i]->fd, "ctx") > max_domain)
 				max_domain = name_id(st->domains[i]->fd, "ctx");
-		if (odpd_journal_prepare(rs->epoch + 1, max_domain) < 0)
+		if (odpd_journal_prepare(m->restart_epoch + 1, max_domain) < 0)
 			log_warning("restart: no limbo for the next journal");
 	}
 	x.clients = calloc(st->n_clients + 1, sizeof(*x.clients));

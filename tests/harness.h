@@ -43,7 +43,7 @@ void daemon_stop(struct test_daemon *d);
  * FDSTORE=1 under their FDNAME, drops them on FDSTOREREMOVE=1 and answers
  * BARRIER=1 (unless hold_barriers). A daemon started meanwhile talks to it.
  */
-#define FAKE_STORE_MAX 64
+#define FAKE_STORE_MAX 256
 struct fake_store {
 	int sock;
 	char dir[64];

@@ -30,6 +30,7 @@
 #include <json-c/json.h>
 
 #include "harness.h"
+#include "odpd.pb-c.h"
 #include "odpd.h"
 
 #define SEG_LEN (1u << 20)
@@ -190,6 +191,39 @@ static void expect_restart(const struct test_daemon *d, unsigned kc, unsigned km
 	assert_int_equal(d_c, dc);
 }
 
+static unsigned store_count(struct fake_store *st, const char *prefix)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&st->lock);
+	for (unsigned i = 0; i < st->n; i++)
+		n += strncmp(st->names[i], prefix, strlen(prefix)) == 0;
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
+/* What a restart leaves in the store: the new odpd's journal and limbo, and
+ * the fds of what it kept (journal.h), nothing of the odpd before. */
+struct settled {
+	struct fake_store *st;
+	unsigned conns;
+};
+
+static bool store_settled(void *arg)
+{
+	const struct settled *s = arg;
+	unsigned journals = store_count(s->st, "odpd-journal-"), limbos = store_count(s->st, "odpd-limbo-");
+	unsigned conns = store_count(s->st, "odpd-conn-");
+
+	if (journals == 1 && limbos == 1 && conns == s->conns && store_count(s->st, "odpd-state") == 0)
+		return true;
+	fprintf(stderr, "store: %u journal(s), %u limbo(s), %u connection(s) (want 1, 1, %u)\n", journals,
+		limbos, conns, s->conns);
+	return false;
+}
+
+#define assert_store_settled(st, n) assert_true(wait_until(store_settled, &(struct settled){ (st), (n) }))
+
 static bool store_empty(void *arg)
 {
 	struct fake_store *st = arg;
@@ -230,7 +264,7 @@ static void test_restart_keeps_connection(void **state)
 	stop(&d);
 	if (!keeps()) {
 		/* stock: no import, so nothing was stored and everything went */
-		assert_int_equal(fake_store_find(&st, "odpd-state"), -1);
+		assert_int_equal(fake_store_find(&st, "odpd-journal-"), -1);
 		assert_null(odpd_alloc(c, SEG_LEN, 0));
 		assert_int_equal(errno, ENOTCONN);
 		assert_int_equal(kernel_mrs(), base_mrs);
@@ -240,7 +274,7 @@ static void test_restart_keeps_connection(void **state)
 		daemon_stop(&d);
 		return;
 	}
-	assert_true(fake_store_find(&st, "odpd-state") >= 0);
+	assert_int_equal(store_count(&st, "odpd-journal-"), 1);
 	assert_true(fake_store_find(&st, "odpd-conn-") >= 0);
 	assert_true(fake_store_find(&st, "odpd-seg-") >= 0);
 	if (mr)
@@ -248,8 +282,8 @@ static void test_restart_keeps_connection(void **state)
 	/* Between the two: the MRs live on in the stored contexts. */
 	assert_int_equal(kernel_mrs(), with_mr);
 	restart_from(&d, &st, NULL);
-	/* The new odpd took everything and left nothing in the store. */
-	assert_true(wait_until(store_empty, &st));
+	/* The new odpd took everything, and stores it as its own. */
+	assert_store_settled(&st, 1);
 	expect_restart(&d, 1, mr ? 1 : 0, 0);
 	/* The same connection goes on: a new segment, and the old one is known. */
 	seg2 = odpd_alloc(c, SEG_LEN, 0);
@@ -317,7 +351,7 @@ static void keeps_shared_relaxed(bool library_cache)
 	assert_int_equal(odpd_dereg_relaxed(relaxed), 0);
 	stop(&d);
 	restart_from(&d, &st, args);
-	assert_true(wait_until(store_empty, &st));
+	assert_store_settled(&st, 1);
 	/* odpd's cache still has the relaxed MR */
 	hit = odpd_reg(a, base + MR_LEN, MR_LEN, IBV_ACCESS_LOCAL_WRITE);
 	if (!hit)
@@ -409,7 +443,7 @@ static void test_restart_lost_connection_releases(void **state)
 	stop(&d);
 	remove_first_connection(&st);    /* @lost connected first: the smaller id */
 	restart_from(&d, &st, NULL);
-	assert_true(wait_until(store_empty, &st));
+	assert_store_settled(&st, 1);
 	{
 		unsigned kc, km, dc;
 
@@ -535,7 +569,7 @@ static void test_restart_lost_holder_uncharged(void **state)
 	stop(&d);
 	remove_first_connection(&st);    /* root's connection came first: the smaller id */
 	restart_from(&d, &st, args);
-	assert_true(wait_until(store_empty, &st));
+	assert_store_settled(&st, 1);
 	expect_restart(&d, 1, 1, 1);
 	if (!wait_until(uid_unpinned, &w))
 		fail_msg("root is still charged %" PRId64 " pinned bytes for an MR only uid %u holds",
@@ -601,7 +635,7 @@ static void test_restart_lost_owner_remote_relaxed(void **state)
 	stop(&d);
 	remove_first_connection(&st);    /* @a connected first: the smaller id */
 	restart_from(&d, &st, args);
-	assert_true(wait_until(store_empty, &st));
+	assert_store_settled(&st, 1);
 	expect_restart(&d, 1, 1, 1);
 	if (!wait_until(no_mr, &d))
 		fail_msg("the lost connection's relaxed remote key is still registered");
@@ -674,7 +708,7 @@ static void test_restart_connector_exited(void **state)
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
 	restart_from(&d, &st, NULL);
-	assert_true(wait_until(store_empty, &st));
+	assert_store_settled(&st, 0);
 	{
 		unsigned kc, km, dc;
 
@@ -737,7 +771,7 @@ static void test_restart_lost_segment_deregisters(void **state)
 	assert_true(name[0]);
 	assert_int_equal(store_remove(&st, name), 1);
 	restart_from(&d, &st, NULL);
-	assert_true(wait_until(store_empty, &st));
+	assert_store_settled(&st, 1);
 	expect_restart(&d, 1, 1, 1);
 	/* only @b's MR is left in the kernel */
 	if (kernel_mrs() != base_mrs + 1)
@@ -772,26 +806,17 @@ static void test_restart_drops_unreadable_state(void **state)
 	if (test_require_device())
 		assert_non_null(odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS));
 	stop(&d);
-	/* Another odpd's state, of a format this one does not read: garbage. */
+	/* Another odpd's journal, of a format this one does not read: garbage
+	 * where its header was. */
 	{
-		int fd = fake_store_find(&st, "odpd-state");
-		static const char junk[] = "\x08\xff\xff\xff\x0f not a state";
+		int fd = fake_store_find(&st, "odpd-journal-");
+		static const char junk[] = "\x08\xff\xff\xff\x0f not a journal";
 
 		assert_true(fd >= 0);
-		assert_int_equal(ftruncate(fd, 0), -1);        /* sealed: a reader trusts its size */
-		pthread_mutex_lock(&st.lock);
-		for (unsigned i = 0; i < st.n; i++)
-			if (strcmp(st.names[i], "odpd-state") == 0) {
-				int m = memfd_create("junk", MFD_CLOEXEC);
-
-				assert_int_equal(write(m, junk, sizeof(junk)), (ssize_t)sizeof(junk));
-				close(st.fds[i]);
-				st.fds[i] = m;
-			}
-		pthread_mutex_unlock(&st.lock);
+		assert_int_equal(pwrite(fd, junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
 	}
 	restart_from(&d, &st, NULL);
-	assert_true(wait_until(store_empty, &st));
+	assert_store_settled(&st, 0);
 	expect_restart(&d, 0, 0, 1);
 	/* The connection was closed: ENOTCONN, as after a plain stop. */
 	assert_null(odpd_alloc(c, SEG_LEN, 0));
@@ -862,6 +887,166 @@ static void test_restart_without_store_drops(void **state)
 	daemon_stop(&d);
 }
 
+/* kill -9: nothing runs at the end, and odpd leaves what is in the store. */
+static void crash(struct test_daemon *d)
+{
+	int st;
+
+	assert_int_equal(kill(d->pid, SIGKILL), 0);
+	assert_int_equal(waitpid(d->pid, &st, 0), d->pid);
+	d->pid = 0;
+	assert_true(WIFSIGNALED(st));
+}
+
+static int64_t status_total(const struct test_daemon *d, const char *key)
+{
+	json_object *root = status_json(d), *totals;
+	int64_t v;
+
+	assert_true(json_object_object_get_ex(root, "totals", &totals));
+	v = json_int(totals, key);
+	json_object_put(root);
+	return v;
+}
+
+/*
+ * A crash (kill -9) keeps what a stop keeps: odpd's journal in the store
+ * was current up to the last reply. The library goes on over the same
+ * connection with the same keys, and odpd's cache still has the MR.
+ */
+static void test_restart_survives_crash(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr = NULL, *again;
+	int base_mrs = kernel_mrs(), with_mr;
+	uint32_t lkey = 0, rkey = 0;
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, SEG_LEN, 0);
+	assert_non_null(seg);
+	memset(odpd_segment_addr(seg), 0x5a, SEG_LEN);
+	if (test_require_device()) {
+		mr = odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS);
+		if (!mr)
+			fail_msg("odpd_reg: %s", odpd_errmsg());
+		lkey = mr->lkey;
+		rkey = mr->rkey;
+	}
+	with_mr = kernel_mrs();
+	crash(&d);
+	/* What odpd stored as it made it is there, with its journal. */
+	assert_int_equal(store_count(&st, "odpd-journal-"), 1);
+	assert_int_equal(store_count(&st, "odpd-conn-"), 1);
+	assert_int_equal(store_count(&st, "odpd-seg-"), 1);
+	if (mr)
+		assert_int_equal(store_count(&st, "odpd-ctx-"), 1);
+	assert_int_equal(kernel_mrs(), with_mr);
+	restart_from(&d, &st, NULL);
+	assert_store_settled(&st, 1);
+	expect_restart(&d, 1, mr ? 1 : 0, 0);
+	/* The connection goes on. */
+	if (!odpd_alloc(c, SEG_LEN, 0))
+		fail_msg("odpd_alloc after the crash: %s", odpd_errmsg());
+	assert_int_equal(status_total(&d, "segments"), 2);
+	if (mr) {
+		again = odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS);
+		if (!again)
+			fail_msg("odpd_reg after the crash: %s", odpd_errmsg());
+		assert_int_equal(again->lkey, lkey);
+		assert_int_equal(again->rkey, rkey);
+		assert_int_equal(kernel_mrs(), with_mr);
+		assert_int_equal(odpd_dereg(again), 0);
+		assert_int_equal(odpd_dereg(mr), 0);
+	}
+	odpd_disconnect(c);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
+static void attach_send(int conn, uint64_t id, int memfd)
+{
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+
+	req.has_id = 1;
+	req.id = id;
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	raw_send(conn, &req, &memfd, 1);
+}
+
+/*
+ * After a crash each connection gets a RestartEvent with the last request
+ * whose effect the journal kept; a request the library sends again is done
+ * once: the answer comes again (from the journal, or the one the new odpd
+ * gave), and an older one is not answered at all.
+ */
+static void test_restart_crash_answers_once(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	Odpd__Reply *r;
+	int conn, m1 = sealed_memfd(SEG_LEN), m2 = sealed_memfd(SEG_LEN), m3 = sealed_memfd(SEG_LEN);
+	uint64_t addr1, addr2;
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	conn = raw_connect_hello(d.sock);
+	addr1 = raw_attach(conn, 2, m1);
+	crash(&d);
+	/* sent while no odpd runs: it waits in the socket */
+	attach_send(conn, 3, m2);
+	restart_from(&d, &st, NULL);
+	r = raw_recv(conn);
+	assert_int_equal(r->id, 0);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_RESTART_EVENT);
+	assert_int_equal(r->restart_event->last_id, 2);
+	odpd__reply__free_unpacked(r, NULL);
+	r = raw_recv(conn);
+	assert_int_equal(r->id, 3);
+	assert_int_equal(r->status, 0);
+	addr2 = r->segment->addr;
+	odpd__reply__free_unpacked(r, NULL);
+	assert_true(addr2 != addr1);
+	/* the library, seeing the event, sends request 3 again */
+	attach_send(conn, 3, m2);
+	r = raw_recv(conn);
+	assert_int_equal(r->id, 3);
+	assert_int_equal(r->status, 0);
+	assert_int_equal(r->segment->addr, addr2);
+	odpd__reply__free_unpacked(r, NULL);
+	/* and the journal's last one (2) again: its answer is the one it had */
+	attach_send(conn, 2, m1);
+	attach_send(conn, 4, m3);
+	r = raw_recv(conn);
+	assert_int_equal(r->id, 4);         /* 2 is older than the last done: not answered */
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+	/* each done once: m1 (2), m2 (3), m3 (4) */
+	assert_int_equal(status_total(&d, "segments"), 3);
+	close(conn);
+	close(m1);
+	close(m2);
+	close(m3);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -876,6 +1061,8 @@ int main(void)
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_failed_hand_over_unstores),
 		cmocka_unit_test(test_restart_without_store_drops),
+		cmocka_unit_test(test_restart_survives_crash),
+		cmocka_unit_test(test_restart_crash_answers_once),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -222,18 +222,13 @@ unsigned odpd_registry_drop_unkeepable(struct odpd_registry *r)
 
 void odpd_registry_hits_freeze(struct odpd_holder *h)
 {
-	struct odpd_ref *ref;
-
 	if (!h->hits)
 		return;
-	/* The next odpd cannot write this table (sealed): no slot of it may
-	 * say valid any more, and the events word says the table is retired:
-	 * the library then opens a new one with the next odpd
-	 * (odpd-state.proto, Client). */
-	LIST_FOREACH(ref, &h->refs, hlink)
-		if (ref->slot)
-			odpd_hittab_invalidate(h->hits, ref->slot, ref->ticket);
-	odpd_hittab_events(h->hits, ODPD_HIT_RETIRED);
+	/* Its slots are not in the state: no slot may say valid any more, and
+	 * the events word says the table is retired: the library then opens a
+	 * new one with the next odpd (doc/design.md §12). After a crash the
+	 * next odpd does the same through the stored fd (restart.c). */
+	odpd_hittab_retire(h->hits);
 }
 
 void odpd_registry_restore_orphan(struct odpd_registry *r, struct odpd_mr *mr)
