@@ -767,8 +767,19 @@ void odpd_journal_commit(const struct odpd_keep_client *c, uint64_t id, const vo
 	J->pend.len = 0;
 	if (r < 0 || J->len > JOURNAL_COMPACT_MIN + 2 * J->snapshot_len) {
 		r = compact();
-		if (r < 0)
+		if (r < 0) {
 			journal_fail("cannot rewrite the journal", r);
+			return;
+		}
+		/* The snapshot has every effect, not the answer that goes now. */
+		J->pend.len = 0;
+		if (c) {
+			put_client(c, id, has_fd || !id ? NULL : data, len);
+			r = J->pend.oom ? -ENOMEM : append(J->pend.p, J->pend.len);
+			J->pend.len = 0;
+			if (r < 0)
+				journal_fail("cannot write a record", r);
+		}
 	}
 }
 

@@ -25,7 +25,7 @@
 
 #include "harness.h"
 
-static void sleep_ms(long ms)
+void sleep_ms(long ms)
 {
 	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
 

@@ -177,6 +177,8 @@ void hugepages_restore(void);
 
 /* Poll @cond up to 20 s (not a timing assertion: the release runs on a worker). */
 bool wait_until(bool (*cond)(void *arg), void *arg);
+/* nanosleep @ms milliseconds. */
+void sleep_ms(long ms);
 
 /* Wait until odpd serves only the admin connection, releases no client and
  * holds no segment or MR: clients are released on a worker after they close. */

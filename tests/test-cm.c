@@ -72,13 +72,6 @@ static long now_ms(void)
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
-static void sleep_ms(long ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
-
 struct spawn_opts {
 	bool tool;                   /* stderr into the pipe too, stdin /dev/null */
 	uid_t uid;                   /* 0: stay root; else this uid and gid... */

@@ -24,6 +24,7 @@
 #include <grp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -1047,6 +1048,106 @@ static void test_restart_crash_answers_once(void **state)
 	daemon_stop(&d);
 }
 
+/*
+ * kill -9 while a client registers and releases MRs without a pause: its
+ * calls go on across three crashes (a call in flight is sent again), and
+ * nothing is left in the kernel that odpd does not know: an MR a worker had
+ * registered, or had not yet deregistered, when odpd died is found in the
+ * limbo and deregistered by the next odpd (else it stayed pinned until the
+ * client's PD closed).
+ */
+#define LOOP_SEG (32u << 20)
+#define LOOP_MR (4u << 20)
+
+static int registration_loop(int stop_fd, int done_fd, const char *sock)
+{
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	unsigned i = 0;
+	char ch;
+
+	setenv("ODPD_CACHE", "0", 1);       /* every release reaches odpd */
+	c = odpd_connect(sock, NULL);
+	if (!c)
+		return 10;
+	seg = odpd_alloc(c, LOOP_SEG, 0);
+	if (!seg)
+		return 11;
+	memset(odpd_segment_addr(seg), 0x33, LOOP_SEG);
+	for (;; i++) {
+		uint8_t *at = (uint8_t *)odpd_segment_addr(seg) + (size_t)(i % (LOOP_SEG / LOOP_MR)) * LOOP_MR;
+		struct odpd_mr *mr = odpd_reg(c, at, LOOP_MR, IBV_ACCESS_LOCAL_WRITE);
+
+		if (!mr) {
+			fprintf(stderr, "registration loop: odpd_reg %u: %s\n", i, odpd_errmsg());
+			return 12;
+		}
+		if (odpd_dereg(mr) < 0) {
+			fprintf(stderr, "registration loop: odpd_dereg %u: %s\n", i, odpd_errmsg());
+			return 13;
+		}
+		if (recv(stop_fd, &ch, 1, MSG_DONTWAIT) == 1)
+			break;
+	}
+	fprintf(stderr, "registration loop: %u MRs registered and released\n", i + 1);
+	/* idle and still connected (its PD open) while the test looks */
+	if (write(done_fd, "d", 1) != 1 || read(stop_fd, &ch, 1) != 1)
+		return 14;
+	odpd_disconnect(c);
+	return 0;
+}
+
+static bool kernel_at(void *arg)
+{
+	return kernel_mrs() == *(const int *)arg;
+}
+
+static void test_restart_crash_mid_registration(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	int base_mrs = kernel_mrs(), stop_p[2], done_p[2], status;
+	pid_t p;
+	char ch;
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, stop_p), 0);
+	assert_int_equal(pipe2(done_p, O_CLOEXEC), 0);
+	p = fork();
+	assert_true(p >= 0);
+	if (p == 0)
+		_exit(registration_loop(stop_p[1], done_p[1], d.sock));
+	for (int round = 0; round < 3; round++) {
+		sleep_ms(300 + 200 * round);
+		crash(&d);
+		restart_from(&d, &st, NULL);
+		assert_store_settled(&st, 1);
+	}
+	sleep_ms(300);
+	assert_int_equal(write(stop_p[0], "s", 1), 1);
+	assert_int_equal(read(done_p[0], &ch, 1), 1);
+	/* The client holds nothing now, and is still connected: the kernel
+	 * has no MR of it left. */
+	if (!wait_until(kernel_at, &base_mrs))
+		fail_msg("%d MR(s) left in the kernel that odpd does not hold", kernel_mrs() - base_mrs);
+	assert_int_equal(write(stop_p[0], "s", 1), 1);
+	assert_int_equal(waitpid(p, &status, 0), p);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	close(stop_p[0]);
+	close(stop_p[1]);
+	close(done_p[0]);
+	close(done_p[1]);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1063,6 +1164,7 @@ int main(void)
 		cmocka_unit_test(test_restart_without_store_drops),
 		cmocka_unit_test(test_restart_survives_crash),
 		cmocka_unit_test(test_restart_crash_answers_once),
+		cmocka_unit_test(test_restart_crash_mid_registration),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
