@@ -124,6 +124,7 @@ static void client_free(struct odpd_client *c)
 	client_release_holder(c);
 	free(c->groups);
 	free(c->resume_reply);
+	free(c->gone_handles);
 	free(c);
 }
 
@@ -771,6 +772,18 @@ static bool client_resumed(struct odpd_client *c, uint64_t id)
 	return true;
 }
 
+/* Was @handle's MR deregistered just before a crash (gone_handles)? Once. */
+static bool client_gone_handle(struct odpd_client *c, uint64_t handle)
+{
+	for (size_t i = 0; i < c->n_gone; i++)
+		if (c->gone_handles[i] == handle) {
+			c->gone_handles[i] = c->gone_handles[--c->n_gone];
+			log_info(CLIENT_FMT ": its MR %" PRIu64 " went at the crash: released", CLIENT_ARGS(c), handle);
+			return true;
+		}
+	return false;
+}
+
 static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt)
 {
 	struct odpd_arena *a = &c->m->arena;
@@ -811,6 +824,13 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 		snprintf(msg, sizeof(msg), "%s takes %u file descriptor(s), the packet carried %u",
 			 odpd_request_name(req->body_case), fds_wanted(req), pkt->nfds);
 		odpd_client_send_error(c, req->id, EINVAL, msg);
+	} else if (c->n_gone && req->body_case == ODPD__REQUEST__BODY_DEREG_MR &&
+		   client_gone_handle(c, req->dereg_mr->handle)) {
+		Odpd__Reply ok = ODPD__REPLY__INIT;
+
+		ok.has_id = ok.has_status = 1;
+		ok.id = req->id;
+		odpd_client_send(c, &ok);
 	} else {
 		if (c->has_holder)
 			odpd_registry_hits_report(&c->m->registry, &c->holder, req->has_local_hits,

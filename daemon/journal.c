@@ -185,6 +185,9 @@ static void store_remove(const char *kind, uint64_t id)
 
 #define LIMBO_MAGIC "ODPDLMB1"
 #define LIMBO_SLOTS (1u << 21)              /* 16 MiB of memfd at most (sparse) */
+#define LIMBO_FIRST 2u                      /* the header takes the first two */
+
+_Static_assert(sizeof(struct { char m[8]; uint32_t s, r; }) <= LIMBO_FIRST * 8, "the limbo header overlaps a slot");
 
 struct limbo_header {
 	char magic[8];
@@ -195,7 +198,7 @@ struct limbo_header {
 struct limbo {
 	pthread_mutex_t lock;
 	int fd;
-	_Atomic uint64_t *slot;             /* jid << 32 | handle; 0: free (slot 0: the header's) */
+	_Atomic uint64_t *slot;             /* jid << 32 | handle; 0: free (slots 0 and 1: the header) */
 	uint32_t next;                      /* never used from here on */
 	uint32_t next_domain;               /* the last domain id given (struct odpd_domain.save_id) */
 	uint32_t *free_slots;
@@ -245,7 +248,7 @@ uint32_t odpd_limbo_enter(struct odpd_domain *d, uint32_t handle)
 	} else if (!l->full_said) {
 		l->full_said = true;
 		log_warning("journal: more than %u MRs: those beyond are not tracked, and one whose "
-			    "registration is in flight at a crash stays until its PD closes", LIMBO_SLOTS - 1);
+			    "registration is in flight at a crash stays until its PD closes", LIMBO_SLOTS - LIMBO_FIRST);
 	}
 	pthread_mutex_unlock(&l->lock);
 	return s;
@@ -301,7 +304,7 @@ int odpd_journal_prepare(uint64_t epoch, uint32_t max_domain)
 	memcpy(h->magic, LIMBO_MAGIC, 8);
 	h->slots = LIMBO_SLOTS;
 	l->slot = map;
-	l->next = 1;
+	l->next = LIMBO_FIRST;
 	l->next_domain = max_domain;
 	pthread_mutex_init(&l->lock, NULL);
 	r = store_put("limbo", epoch, l->fd);
@@ -362,7 +365,7 @@ int odpd_limbo_read(int fd, uint64_t **ret, size_t *ret_n)
 	map = mmap(NULL, slots * 8, PROT_READ, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		return -errno;
-	for (size_t i = 1; i < slots; i++)
+	for (size_t i = LIMBO_FIRST; i < slots; i++)
 		n += map[i] != 0;
 	out = calloc(n + 1, sizeof(*out));
 	if (!out) {
@@ -370,7 +373,7 @@ int odpd_limbo_read(int fd, uint64_t **ret, size_t *ret_n)
 		return -ENOMEM;
 	}
 	n = 0;
-	for (size_t i = 1; i < slots; i++)
+	for (size_t i = LIMBO_FIRST; i < slots; i++)
 		if (map[i])
 			out[n++] = map[i];
 	munmap(map, slots * 8);

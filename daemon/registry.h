@@ -345,6 +345,10 @@ struct odpd_registry {
 	struct event *verifier_timer;
 	bool verifier_reaping;              /* a job frees verifiers: its end looks again */
 	uint64_t verify_idle_ms;            /* odpd --verify-idle-ms; set before the first verify */
+	/* ODPD_TEST_REG_DELAY_MS (tests only): a worker waits this long after
+	 * the verb made an MR, before the loop learns of it (a crash then
+	 * leaves an MR the journal does not know: test-restart). */
+	unsigned test_reg_delay_ms;
 	struct odpd_cache_stats stats;
 	struct odpd_odp_stats odp;
 };

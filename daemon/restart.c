@@ -926,13 +926,19 @@ static void restore_client(struct restoring *x, size_t i)
 		LIST_FOREACH(s, &c->segs.list, link)
 			if (s->handle == pr->segment)
 				seg = s;
-		if (!mr && x->crashed)
+		if (!mr && x->crashed) {
 			/* Deregistered after the journal's last commit: the
-			 * client's release of it was in flight (it sends it
-			 * again). */
+			 * client's release of it was in flight. When it sends
+			 * it again, it succeeds. */
+			uint64_t *a = realloc(c->gone_handles, (c->n_gone + 1) * sizeof(*a));
+
 			log_info("restart: client %" PRIu64 ": MR %" PRIu64 " (its handle %" PRIu64 ") is gone",
 				 pc->id, pr->mr, pr->handle);
-		else if (!mr)
+			if (a) {
+				c->gone_handles = a;
+				a[c->n_gone++] = pr->handle;
+			}
+		} else if (!mr)
 			x->why[i] = "an MR of its could not be imported again";
 		else if (!odpd_registry_restore_ref(&x->m->registry, &c->holder, mr, pr->handle, pr->iova,
 						    pr->length, seg))

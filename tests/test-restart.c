@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -1148,6 +1149,76 @@ static void test_restart_crash_mid_registration(void **state)
 	assert_int_equal(kernel_mrs(), base_mrs);
 }
 
+/*
+ * kill -9 while a worker has made an MR in the kernel that odpd has not yet
+ * told anyone of (ODPD_TEST_REG_DELAY_MS holds it there): the next odpd
+ * finds it in the limbo and deregisters it; the library sends the request
+ * again and gets a new MR. Without the limbo the first one stayed, pinned,
+ * until the client's PD closed.
+ */
+struct reg_call {
+	struct odpd_conn *c;
+	void *addr;
+	struct odpd_mr *mr;
+};
+
+static void *reg_thread(void *arg)
+{
+	struct reg_call *rc = arg;
+
+	rc->mr = odpd_reg(rc->c, rc->addr, MR_LEN, ACCESS);
+	if (!rc->mr)
+		fprintf(stderr, "odpd_reg across the crash: %s\n", odpd_errmsg());
+	return NULL;
+}
+
+static void test_restart_crash_in_verb(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *first;
+	struct reg_call rc;
+	pthread_t t;
+	int base_mrs = kernel_mrs();
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	fake_store_start(&st);
+	setenv("ODPD_TEST_REG_DELAY_MS", "1500", 1);
+	daemon_start(&d, NULL);
+	unsetenv("ODPD_TEST_REG_DELAY_MS");   /* (not for the next odpd) */
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, SEG_LEN, 0);
+	assert_non_null(seg);
+	memset(odpd_segment_addr(seg), 0x11, SEG_LEN);
+	/* the PD is made, in the journal and the store with its first MR */
+	first = odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS);
+	assert_non_null(first);
+	rc = (struct reg_call){ .c = c, .addr = (uint8_t *)odpd_segment_addr(seg) + 4 * MR_LEN };
+	assert_int_equal(pthread_create(&t, NULL, reg_thread, &rc), 0);
+	sleep_ms(700);                      /* the second MR is in the kernel, its reply not sent */
+	assert_int_equal(kernel_mrs(), base_mrs + 2);
+	crash(&d);
+	restart_from(&d, &st, NULL);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_non_null(rc.mr);
+	/* the first MR kept, the one made at the crash gone, the one made again there */
+	if (kernel_mrs() != base_mrs + 2)
+		fail_msg("%d MR(s) in the kernel, want 2: the MR made at the crash was left registered",
+			 kernel_mrs() - base_mrs);
+	assert_int_equal(odpd_dereg(rc.mr), 0);
+	assert_int_equal(odpd_dereg(first), 0);
+	odpd_disconnect(c);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1165,6 +1236,7 @@ int main(void)
 		cmocka_unit_test(test_restart_survives_crash),
 		cmocka_unit_test(test_restart_crash_answers_once),
 		cmocka_unit_test(test_restart_crash_mid_registration),
+		cmocka_unit_test(test_restart_crash_in_verb),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

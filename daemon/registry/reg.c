@@ -167,6 +167,9 @@ static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd)
 	else if (!mr_cctx(mr))
 		mr->limbo = odpd_limbo_enter(mr->dom, mr->mr->handle);
 	pthread_mutex_unlock(&mr->map->witness_lock);
+	if (mr->mr && op->r->test_reg_delay_ms)
+		nanosleep(&(struct timespec){ op->r->test_reg_delay_ms / 1000,
+					      (long)(op->r->test_reg_delay_ms % 1000) * 1000000L }, NULL);
 	if (!mr->mr)
 		op->rc = err_set(&op->err, e, "ibv_reg_mr%s on %s: %s%s",
 				 (uintptr_t)op->daemon_addr == mr->iova ? "" : "_iova", op->q.dev->name,
