@@ -321,14 +321,20 @@ fail:
 	return r;
 }
 
-/* Off: out of the store. Not freed: a worker may be entering (the process
- * exits, or the journal never started). */
+/* Off: out of the store and freed. Only where no worker runs: at start, or
+ * once the pool is gone (odpd_manager_finish). */
 static void limbo_close(void)
 {
 	struct limbo *l = atomic_exchange(&L, NULL);
 
-	if (l)
-		store_remove("limbo", l->epoch);
+	if (!l)
+		return;
+	store_remove("limbo", l->epoch);
+	munmap((void *)l->slot, (size_t)LIMBO_SLOTS * 8);
+	close(l->fd);
+	pthread_mutex_destroy(&l->lock);
+	free(l->free_slots);
+	free(l);
 }
 
 bool odpd_journal_owns(const char *name)
@@ -736,11 +742,15 @@ static int append(const uint8_t *p, size_t len)
 	return 0;
 }
 
+/* A journal that misses a change must not be read after a crash: out of the
+ * store with it (the next odpd then drops everything, cleanly). A stop's
+ * hand-over writes a new one. */
 static void journal_fail(const char *why, int r)
 {
 	log_errno(LOG_ERR, -r, "journal: %s: from now on a crash of odpd drops every MR (a restart "
 		  "still keeps them)", why);
 	J->failed = true;
+	store_remove("journal", J->epoch);
 }
 
 static int compact(void);
@@ -938,18 +948,20 @@ int odpd_journal_hand_over(const OdpdState__State *st)
 	if (!J)
 		return -ENOENT;
 	r = snapshot(true, st);
-	if (r >= 0)
-		r = odpd_fdstore_sync();         /* (sd_notify_barrier: > 0 once systemd has read it all) */
+	if (r >= 0) {
+		J->failed = false;
+		r = odpd_fdstore_sync();
+	}         /* (sd_notify_barrier: > 0 once systemd has read it all) */
 	return r < 0 ? r : 0;
 }
 
 void odpd_journal_stop(void)
 {
+	limbo_close();                       /* (also one a restore made for a journal that never started) */
 	if (!J)
 		return;
 	odpd_keep = NULL;
 	store_remove("journal", J->epoch);
-	limbo_close();
 	if (J->map)
 		munmap(J->map, JOURNAL_MAP);
 	if (J->fd >= 0)
