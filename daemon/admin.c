@@ -242,6 +242,9 @@ int odpd_admin_status(const struct odpd_caller *k, struct odpd_out *o)
 		ri.kept_mrs = m->restart_kept_mrs;
 		ri.dropped_clients = m->restart_dropped_clients;
 		ri.dropped_mrs = m->restart_dropped_mrs;
+		ri.has_crashed = ri.has_swept_mrs = 1;
+		ri.crashed = m->restart_crashed;
+		ri.swept_mrs = m->restart_swept_mrs;
 		sr.restart = &ri;
 	}
 	sr.n_pds = pd_infos(r, pi, pp, n_pd_rows);

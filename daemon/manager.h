@@ -112,6 +112,8 @@ struct odpd_manager {
 	unsigned restart_dropped_clients, restart_dropped_mrs;
 	char restart_from[32];              /* the previous odpd's version; "" without a restart */
 	uint64_t restart_epoch;             /* the journal taken over (journal-N); 0: none */
+	bool restart_crashed;               /* ... of an odpd that crashed */
+	unsigned restart_swept_mrs;         /* MRs of its limbo deregistered */
 	void (*plain_stop)(struct odpd_manager *m);
 	/* $ODPD_TEST_IMPLICIT_ODP=1, for odpd's tests on devices without the
 	 * cap: implicit ODP requests go on to the registrar, and the kernel

@@ -1012,6 +1012,7 @@ static void sweep_limbo(struct restoring *x)
 		}
 		free(ent);
 	}
+	x->m->restart_swept_mrs = swept;
 	if (swept)
 		log_notice("restart: deregistered %u MR(s) whose registration or release was in flight at the "
 			   "crash", swept);
@@ -1193,6 +1194,7 @@ void odpd_restart_restore(struct odpd_manager *m, struct odpd_restart *rs, struc
 		   "%u MR(s); restored in %" PRIu64 " us", kept, x.kept_mrs, st->version ? st->version : "?",
 		   dropped, x.dropped_mrs, mono_us() - t0);
 	snprintf(m->restart_from, sizeof(m->restart_from), "%s", st->version ? st->version : "?");
+	m->restart_crashed = x.crashed;
 	m->restart_kept_clients = kept;
 	m->restart_kept_mrs = x.kept_mrs;
 	m->restart_dropped_clients = dropped;

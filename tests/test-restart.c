@@ -181,6 +181,20 @@ static void remove_first_connection(struct fake_store *st)
 	assert_int_equal(store_remove(st, name), 1);
 }
 
+/* odpctl status --json's restart.@key (a boolean or a count). */
+static int64_t restart_field(const struct test_daemon *d, const char *key)
+{
+	json_object *root = odpctl_json(d->sock, "status"), *rs, *v;
+	int64_t r;
+
+	assert_true(json_object_object_get_ex(root, "restart", &rs));
+	if (!json_object_object_get_ex(rs, key, &v))
+		fail_msg("odpctl status --json: no restart.%s", key);
+	r = json_object_get_int64(v);
+	json_object_put(root);
+	return r;
+}
+
 /* odpctl status says the restart kept @kc connections and @km MRs, and
  * dropped @dc connections. */
 static void expect_restart(const struct test_daemon *d, unsigned kc, unsigned km, unsigned dc)
@@ -287,6 +301,7 @@ static void test_restart_keeps_connection(void **state)
 	/* The new odpd took everything, and stores it as its own. */
 	assert_store_settled(&st, 1);
 	expect_restart(&d, 1, mr ? 1 : 0, 0);
+	assert_int_equal(restart_field(&d, "crashed"), 0);
 	/* The same connection goes on: a new segment, and the old one is known. */
 	seg2 = odpd_alloc(c, SEG_LEN, 0);
 	if (!seg2)
@@ -955,6 +970,8 @@ static void test_restart_survives_crash(void **state)
 	restart_from(&d, &st, NULL);
 	assert_store_settled(&st, 1);
 	expect_restart(&d, 1, mr ? 1 : 0, 0);
+	assert_int_equal(restart_field(&d, "crashed"), 1);
+	assert_int_equal(restart_field(&d, "swept_mrs"), 0);
 	/* The connection goes on. */
 	if (!odpd_alloc(c, SEG_LEN, 0))
 		fail_msg("odpd_alloc after the crash: %s", odpd_errmsg());
@@ -1206,6 +1223,7 @@ static void test_restart_crash_in_verb(void **state)
 	restart_from(&d, &st, NULL);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_non_null(rc.mr);
+	assert_int_equal(restart_field(&d, "swept_mrs"), 1);
 	/* the first MR kept, the one made at the crash gone, the one made again there */
 	if (kernel_mrs() != base_mrs + 2)
 		fail_msg("%d MR(s) in the kernel, want 2: the MR made at the crash was left registered",

@@ -251,7 +251,13 @@ static void print_totals(const Odpd__StatusReply *st)
 	else
 		table_add(&t, "-");
 	table_add(&t, "Restart:");
-	if (st->restart)
+	if (st->restart && st->restart->crashed)
+		table_add(&t, "after a crash: kept %" PRIu32 " connection(s) and %" PRIu32 " MR(s) of odpd %s; "
+			  "dropped %" PRIu32 " connection(s) and %" PRIu32 " MR(s); %" PRIu32 " MR(s) in flight "
+			  "deregistered", st->restart->kept_clients, st->restart->kept_mrs,
+			  st->restart->from_version ? st->restart->from_version : "?",
+			  st->restart->dropped_clients, st->restart->dropped_mrs, st->restart->swept_mrs);
+	else if (st->restart)
 		table_add(&t, "kept %" PRIu32 " connection(s) and %" PRIu32 " MR(s) of odpd %s; dropped %" PRIu32
 			  " connection(s) and %" PRIu32 " MR(s)", st->restart->kept_clients, st->restart->kept_mrs,
 			  st->restart->from_version ? st->restart->from_version : "?",

@@ -294,6 +294,8 @@ void print_json(const Odpd__StatusReply *st)
 		put_u64(rs, "kept_mrs", st->restart->kept_mrs);
 		put_u64(rs, "dropped_clients", st->restart->dropped_clients);
 		put_u64(rs, "dropped_mrs", st->restart->dropped_mrs);
+		json_object_object_add(rs, "crashed", json_object_new_boolean(st->restart->crashed));
+		put_u64(rs, "swept_mrs", st->restart->swept_mrs);
 		json_object_object_add(root, "restart", rs);
 	}
 	json_object_object_add(root, "daemon", daemon);
