@@ -122,12 +122,14 @@ static void reg_run(struct odpd_job *job)
 		 * following whatever pages the segment has then. iova is odpd's
 		 * own address (checked by the caller). */
 		mr->mr = ibv_reg_mr(pd, op->daemon_addr, odpd_mr_length(mr), op->ibv_access);
-		if (!mr->mr)
+		if (!mr->mr) {
 			op->rc = err_set(&op->err, errno, "ibv_reg_mr (ODP) on %s: %s", op->q.dev->name,
 					 strerror(errno));
-		else if (!mr_cctx(mr))
+			return;
+		}
+		if (!mr_cctx(mr))
 			mr->limbo = odpd_limbo_enter(mr->dom, mr->mr->handle);
-		else if (op->q.prefetch)
+		if (op->q.prefetch)
 			op->prefetch_rc = prefetch_whole(pd, mr);
 		return;
 	}
