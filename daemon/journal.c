@@ -705,12 +705,18 @@ void odpd_journal_segment_gone(uint64_t client, uint64_t handle)
 		put_key(&J->pend, 15, client, handle);
 }
 
+static void split_record(void);
+
 void odpd_journal_shared(const char *name, uint32_t creator_uid)
 {
 	OdpdState__SharedPd ps = ODPD_STATE__SHARED_PD__INIT;
 
 	if (!J)
 		return;
+	/* A name is the one key used again: freed (its last member left) and
+	 * made again before one commit. The fold reads a record's removals
+	 * after its additions, so the removal goes in a record of its own. */
+	split_record();
 	ps.name = (char *)name;
 	ps.has_creator_uid = 1;
 	ps.creator_uid = creator_uid;
@@ -740,6 +746,16 @@ static int append(const uint8_t *p, size_t len)
 	J->len += RECORD_HEAD + len;
 	atomic_store_explicit(&J->hdr->committed, J->len, memory_order_release);
 	return 0;
+}
+
+/* What is pending so far as a record of its own (dirty MRs stay for the
+ * commit): the fold reads each record's additions before its removals. */
+static void split_record(void)
+{
+	if (J->failed || J->pend.oom || !J->pend.len)
+		return;
+	if (append(J->pend.p, J->pend.len) == 0)   /* (else full: the commit compacts) */
+		J->pend.len = 0;
 }
 
 /* A journal that misses a change must not be read after a crash: out of the

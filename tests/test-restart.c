@@ -993,6 +993,66 @@ static void test_restart_survives_crash(void **state)
 	assert_int_equal(kernel_mrs(), base_mrs);
 }
 
+struct store_want {
+	struct fake_store *st;
+	const char *prefix;
+	unsigned n;
+};
+
+static bool store_has(void *arg)
+{
+	const struct store_want *w = arg;
+
+	return store_count(w->st, w->prefix) == w->n;
+}
+
+/*
+ * A shared PD freed and made again between two commits: its last member
+ * left (a disconnect: no reply, nothing committed), then another client
+ * joined a PD of the same name. One record then holds both the PD's removal
+ * and the new one; the new one must win, or after a crash the member's
+ * shared PD is not made again and the member is dropped.
+ */
+static void test_restart_crash_shared_again(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *a, *b;
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	a = odpd_connect(d.sock, NULL);
+	assert_non_null(a);
+	assert_int_equal(odpd_join_pd(a, "restart-again"), 0);
+	b = odpd_connect(d.sock, NULL);
+	assert_non_null(b);
+	odpd_disconnect(a);
+	/* (no odpctl here: its reply would commit the removal on its own) */
+	assert_true(wait_until(store_has, &(struct store_want){ &st, "odpd-conn-", 1 }));
+	usleep(200 * 1000);                  /* its holder released: the PD freed */
+	assert_int_equal(odpd_join_pd(b, "restart-again"), 0);
+	crash(&d);
+	restart_from(&d, &st, NULL);
+	assert_store_settled(&st, 1);
+	expect_restart(&d, 1, 0, 0);
+	{
+		json_object *root = status_json(&d), *pds;
+
+		assert_true(json_object_object_get_ex(root, "pds", &pds));
+		if (json_object_array_length(pds) != 1)
+			fail_msg("the shared PD of the kept member is not there: %s",
+				 json_object_to_json_string(pds));
+		json_object_put(root);
+	}
+	odpd_disconnect(b);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+}
+
 static void attach_send(int conn, uint64_t id, int memfd)
 {
 	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
@@ -1253,6 +1313,7 @@ int main(void)
 		cmocka_unit_test(test_restart_without_store_drops),
 		cmocka_unit_test(test_restart_survives_crash),
 		cmocka_unit_test(test_restart_crash_answers_once),
+		cmocka_unit_test(test_restart_crash_shared_again),
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_in_verb),
 	};
