@@ -1023,6 +1023,7 @@ struct fold {
 	struct ents shared, domains, maps, clients, mrs, segs, refs;
 	char **shared_names;                /* ents.shared's k1 indexes this */
 	size_t n_names;
+	uint64_t max_client, max_mr;        /* the highest ids named, gone ones too */
 	bool oom;
 };
 
@@ -1110,10 +1111,25 @@ static void fold_snapshot(struct fold *f, OdpdState__State *st)
 	}
 }
 
+static void max_id(uint64_t *max, uint64_t id)
+{
+	if (id > *max)
+		*max = id;
+}
+
 static void fold_record(struct fold *f, OdpdState__Record *r)
 {
 	if (r->snapshot)
 		fold_snapshot(f, r->snapshot);
+	/* Ids are never given again: not those of objects gone since either. */
+	for (size_t i = 0; i < r->n_clients; i++)
+		max_id(&f->max_client, r->clients[i]->id);
+	for (size_t i = 0; i < r->n_clients_gone; i++)
+		max_id(&f->max_client, r->clients_gone[i]);
+	for (size_t i = 0; i < r->n_mrs; i++)
+		max_id(&f->max_mr, r->mrs[i]->id);
+	for (size_t i = 0; i < r->n_mrs_gone; i++)
+		max_id(&f->max_mr, r->mrs_gone[i]);
 	for (size_t i = 0; i < r->n_shared; i++)
 		ent_add(f, &f->shared, shared_key(f, r->shared[i]->name), 0, r->shared[i]);
 	for (size_t i = 0; i < r->n_shared_gone; i++)
@@ -1394,6 +1410,14 @@ OdpdState__State *odpd_journal_read(int fd, bool *ret_crashed, uint64_t *ret_epo
 	for (size_t i = 0; i < x->st.n_mrs; i++)
 		if (x->st.mrs[i]->id >= x->st.next_mr_id)
 			x->st.next_mr_id = x->st.mrs[i]->id + 1;
+	if (x->f.max_client >= x->st.next_client_id) {
+		x->st.has_next_client_id = 1;
+		x->st.next_client_id = x->f.max_client + 1;
+	}
+	if (x->f.max_mr >= x->st.next_mr_id) {
+		x->st.has_next_mr_id = 1;
+		x->st.next_mr_id = x->f.max_mr + 1;
+	}
 	*ret_crashed = !clean;
 	*ret_epoch = h.epoch;
 	return &x->st;

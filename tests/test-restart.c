@@ -1053,6 +1053,67 @@ static void test_restart_crash_shared_again(void **state)
 	daemon_stop(&d);
 }
 
+/* Connect and say Hello: the client id odpd gave (*@fd: the connection). */
+static uint64_t hello_id(const char *sock, int *fd)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Hello h = ODPD__HELLO__INIT;
+	Odpd__Reply *r;
+	uint64_t id;
+
+	*fd = odpd_wire_connect(sock);
+	assert_true(*fd >= 0);
+	h.has_version = 1;
+	h.version = ODPD_PROTOCOL_VERSION;
+	h.client_name = (char *)"odpd-test";
+	req.body_case = ODPD__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	r = raw_call(*fd, 1, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	assert_non_null(r->hello);
+	id = r->hello->client_id;
+	odpd__reply__free_unpacked(r, NULL);
+	return id;
+}
+
+/*
+ * After a crash, ids are not given again: connections that came and went
+ * since the journal's snapshot had ids the next odpd must not hand out
+ * again (the same goes for MR ids, which clients see in a generation).
+ */
+static void test_restart_crash_ids_not_reused(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	uint64_t a_id, b_id, c_id;
+	int a, b, c;
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	a_id = hello_id(d.sock, &a);
+	close(a);
+	assert_true(wait_until(store_has, &(struct store_want){ &st, "odpd-conn-", 0 }));
+	b_id = hello_id(d.sock, &b);         /* (its Hello's answer commits a's end) */
+	close(b);
+	assert_true(wait_until(store_has, &(struct store_want){ &st, "odpd-conn-", 0 }));
+	assert_true(b_id > a_id);
+	json_object_put(status_json(&d));    /* (its answer commits b's end) */
+	crash(&d);
+	restart_from(&d, &st, NULL);
+	assert_store_settled(&st, 0);
+	c_id = hello_id(d.sock, &c);
+	if (c_id <= b_id)
+		fail_msg("client id %" PRIu64 " given again after the crash (the last before it: %" PRIu64 ")",
+			 c_id, b_id);
+	close(c);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+}
+
 static void attach_send(int conn, uint64_t id, int memfd)
 {
 	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
@@ -1314,6 +1375,7 @@ int main(void)
 		cmocka_unit_test(test_restart_survives_crash),
 		cmocka_unit_test(test_restart_crash_answers_once),
 		cmocka_unit_test(test_restart_crash_shared_again),
+		cmocka_unit_test(test_restart_crash_ids_not_reused),
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_in_verb),
 	};
