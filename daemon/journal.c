@@ -758,6 +758,17 @@ static void split_record(void)
 		J->pend.len = 0;
 }
 
+/* What is pending, dropped (the MRs marked dirty unmarked). */
+static void discard_pending(void)
+{
+	for (size_t i = 0; i < J->n_dirty; i++)
+		if (J->dirty[i])
+			J->dirty[i]->jdirty = 0;
+	J->n_dirty = 0;
+	J->pend.len = 0;
+	J->pend.oom = false;
+}
+
 /* A journal that misses a change must not be read after a crash: out of the
  * store with it (the next odpd then drops everything, cleanly). A stop's
  * hand-over writes a new one. */
@@ -767,6 +778,7 @@ static void journal_fail(const char *why, int r)
 		  "still keeps them)", why);
 	J->failed = true;
 	store_remove("journal", J->epoch);
+	discard_pending();
 }
 
 static int compact(void);
@@ -776,8 +788,12 @@ void odpd_journal_commit(const struct odpd_keep_client *c, uint64_t id, const vo
 {
 	int r;
 
-	if (!J || J->failed || !odpd_journal_pending())
+	if (!J || !odpd_journal_pending())
 		return;
+	if (J->failed) {
+		discard_pending();               /* (else it grew for as long as odpd runs) */
+		return;
+	}
 	for (size_t i = 0; i < J->n_dirty; i++)
 		if (J->dirty[i]) {
 			J->dirty[i]->jdirty = 0;
@@ -787,8 +803,6 @@ void odpd_journal_commit(const struct odpd_keep_client *c, uint64_t id, const vo
 	if (c)
 		put_client(c, id, has_fd || !id ? NULL : data, len);
 	if (J->pend.oom) {
-		J->pend.oom = false;
-		J->pend.len = 0;
 		journal_fail("out of memory for a record", -ENOMEM);
 		return;
 	}
