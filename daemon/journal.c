@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <event2/event.h>
 #include <infiniband/verbs.h>
 
 #include "domain.h"
@@ -36,6 +37,7 @@
 #include "journal.h"
 #include "keep.h"
 #include "log.h"
+#include "manager.h"
 #include "registry.h"
 #include "segment.h"
 
@@ -73,9 +75,31 @@ struct journal {
 	size_t n_dirty, cap_dirty;
 	uint32_t next_mapping;
 	bool failed;                        /* a commit could not be written: off from then on */
+	struct event *ev_commit;            /* a change no answer follows: committed on the next turn */
+	bool commit_armed;
 };
 
 static struct journal *J;
+
+/* Something changed: committed before the next answer, or at the loop's
+ * next turn if none comes (a timer's revocation or expiry, a disconnect, a
+ * deregistration done: a client may see those without an answer). */
+static void want_commit(void)
+{
+	if (J && J->ev_commit && !J->commit_armed) {
+		J->commit_armed = true;
+		event_active(J->ev_commit, 0, 0);
+	}
+}
+
+static void on_commit_event(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	J->commit_armed = false;
+	odpd_journal_commit(NULL, 0, NULL, 0, false);
+}
 
 bool odpd_journal_on(void)
 {
@@ -119,12 +143,14 @@ static void put_varint(struct buf *b, uint64_t v)
 
 static void put_u64(struct buf *b, unsigned field, uint64_t v)
 {
+	want_commit();
 	put_varint(b, (uint64_t)field << 3);
 	put_varint(b, v);
 }
 
 static void put_bytes(struct buf *b, unsigned field, const void *p, size_t n)
 {
+	want_commit();
 	put_varint(b, (uint64_t)field << 3 | 2);
 	put_varint(b, n);
 	if (buf_room(b, n)) {
@@ -137,6 +163,7 @@ static void put_msg(struct buf *b, unsigned field, const ProtobufCMessage *msg)
 {
 	size_t n = protobuf_c_message_get_packed_size(msg);
 
+	want_commit();
 	put_varint(b, (uint64_t)field << 3 | 2);
 	put_varint(b, n);
 	if (buf_room(b, n)) {
@@ -541,6 +568,7 @@ static void on_mr(void *ctx, struct odpd_mr *mr)
 	}
 	J->dirty[J->n_dirty++] = mr;
 	mr->jdirty = 1;
+	want_commit();
 }
 
 static void on_mr_free(void *ctx, struct odpd_mr *mr)
@@ -964,6 +992,10 @@ int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint6
 		J = NULL;
 		return r;
 	}
+	if (m)
+		J->ev_commit = event_new(m->base, -1, 0, on_commit_event, NULL);
+	if (odpd_journal_pending())
+		want_commit();
 	if (old)
 		(void)odpd_fdstore_remove(old);
 	log_info("journal: kept in systemd's fd store (journal-%" PRIu64 ", %zu bytes of snapshot)", J->epoch,
@@ -991,6 +1023,8 @@ void odpd_journal_stop(void)
 	if (!J)
 		return;
 	odpd_keep = NULL;
+	if (J->ev_commit)
+		event_free(J->ev_commit);
 	store_remove("journal", J->epoch);
 	if (J->map)
 		munmap(J->map, JOURNAL_MAP);

@@ -1114,6 +1114,48 @@ static void test_restart_crash_ids_not_reused(void **state)
 	daemon_stop(&d);
 }
 
+/* The committed length in the header of the journal in @st (journal.c). */
+static uint64_t journal_committed(struct fake_store *st)
+{
+	uint64_t v = 0;
+	int fd;
+
+	fd = fake_store_find(st, "odpd-journal-");
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &v, sizeof(v), 24), (ssize_t)sizeof(v));
+	return v;
+}
+
+/*
+ * A change that no answer follows (a disconnect here; a revocation through
+ * the hit table or the end of a relaxed window with a device) is committed
+ * at once, not when some client next gets an answer: a client may have seen
+ * it already (its library drops a revoked reference without a word, so a
+ * journal that still has it after a crash kept the MR pinned for nobody).
+ */
+static void test_restart_commits_without_answer(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	uint64_t before;
+	int a;
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	a = raw_connect_hello(d.sock);
+	before = journal_committed(&st);
+	close(a);
+	assert_true(wait_until(store_has, &(struct store_want){ &st, "odpd-conn-", 0 }));
+	sleep_ms(200);
+	if (journal_committed(&st) <= before)
+		fail_msg("a disconnect is not in the journal until an answer commits it");
+	fake_store_stop(&st);
+	daemon_stop(&d);
+}
+
 static void attach_send(int conn, uint64_t id, int memfd)
 {
 	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
@@ -1376,6 +1418,7 @@ int main(void)
 		cmocka_unit_test(test_restart_crash_answers_once),
 		cmocka_unit_test(test_restart_crash_shared_again),
 		cmocka_unit_test(test_restart_crash_ids_not_reused),
+		cmocka_unit_test(test_restart_commits_without_answer),
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_in_verb),
 	};
