@@ -7,17 +7,20 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "keep.h"
 #include "log.h"
 #include "verify.h"
 
 #define VERIFY_TIMEOUT_NS (10ull * 1000 * 1000 * 1000)
 
 struct odpd_verifier {
+	struct odpd_domain *dom;
 	struct ibv_pd *pd;
 	uint8_t *buf;                     /* the bounce buffer: NULL until a verify needs it */
 	size_t size;                      /* its length, at most max_buf */
 	size_t max_buf;
 	struct ibv_mr *mr;                /* the bounce buffer's */
+	uint32_t limbo;                   /* its slot in the limbo (keep.h) */
 	struct ibv_cq *cq;
 	struct ibv_qp *qa, *qb;           /* qa requests, qb responds */
 	uint32_t max_msg;
@@ -129,9 +132,10 @@ static struct ibv_qp *qp_new(struct odpd_verifier *v, struct ibv_pd *pd)
 
 static void bounce_free(struct odpd_verifier *v)
 {
-	if (v->mr)
-		ibv_dereg_mr(v->mr);
+	if (v->mr && ibv_dereg_mr(v->mr) == 0)
+		odpd_limbo_leave(v->limbo);
 	v->mr = NULL;
+	v->limbo = 0;
 	if (v->buf)
 		munmap(v->buf, v->size);
 	v->buf = NULL;
@@ -170,6 +174,8 @@ static int bounce_new(struct odpd_verifier *v, size_t size, struct odpd_err *err
 		bounce_free(v);
 		return err_set(err, e, "ibv_reg_mr of verify buffer: %s", strerror(e));
 	}
+	/* In a PD a crash keeps: the next odpd deregisters it */
+	v->limbo = odpd_limbo_enter(v->dom, v->mr->handle);
 	return 0;
 }
 
@@ -182,6 +188,7 @@ int odpd_verifier_new(struct odpd_domain *dom, size_t max_buf, struct odpd_verif
 
 	if (!v)
 		return err_set(err, ENOMEM, "out of memory");
+	v->dom = dom;
 	v->pd = dom->pd;
 	v->max_buf = max_buf;
 	r = loop_addr_get(dom->ctx, &a, &v->max_msg, err);

@@ -1400,6 +1400,55 @@ static void test_restart_crash_in_verb(void **state)
 	assert_int_equal(kernel_mrs(), base_mrs);
 }
 
+/*
+ * kill -9 while a client's verifier is kept idle (the harness's
+ * --verify-idle-ms): its bounce buffer is an MR in the client's PD, which
+ * the next odpd takes back. It is in the limbo, so the next odpd
+ * deregisters it; else it stayed pinned, known to nobody, until the PD
+ * closed.
+ */
+static void test_restart_crash_verifier(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr;
+	int base_mrs = kernel_mrs(), with_mr;
+	uint32_t crc = 0;
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, SEG_LEN, 0);
+	assert_non_null(seg);
+	memset(odpd_segment_addr(seg), 0x3c, SEG_LEN);
+	mr = odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS);
+	if (!mr)
+		fail_msg("odpd_reg: %s", odpd_errmsg());
+	with_mr = kernel_mrs();
+	if (odpd_verify(mr, NULL, 0, &crc) < 0)
+		fail_msg("odpd_verify: %s", odpd_errmsg());
+	assert_int_equal(kernel_mrs(), with_mr + 1);     /* the bounce buffer's, kept idle */
+	crash(&d);
+	restart_from(&d, &st, NULL);
+	assert_store_settled(&st, 1);
+	expect_restart(&d, 1, 1, 0);
+	if (!wait_until(kernel_at, &with_mr))
+		fail_msg("%d MR(s) left in the kernel that odpd does not hold (the verifier's bounce buffer)",
+			 kernel_mrs() - with_mr);
+	assert_int_equal(odpd_dereg(mr), 0);
+	odpd_disconnect(c);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1421,7 +1470,11 @@ int main(void)
 		cmocka_unit_test(test_restart_commits_without_answer),
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_in_verb),
+		cmocka_unit_test(test_restart_crash_verifier),
 	};
+
+	if (getenv("ODPD_TEST_FILTER"))           /* e.g. "test_restart_crash*" */
+		cmocka_set_test_filter(getenv("ODPD_TEST_FILTER"));
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
