@@ -742,6 +742,7 @@ static bool client_resumed(struct odpd_client *c, uint64_t id)
 		} else {
 			c->resume_id = id;       /* done now; its answer kept (client_put) */
 			c->resume_capture = true;
+			c->resume_first = id;
 		}
 		return false;
 	}
@@ -784,6 +785,27 @@ static bool client_gone_handle(struct odpd_client *c, uint64_t handle)
 	return false;
 }
 
+/*
+ * A DeregMr in flight at the crash whose reference the journal no longer
+ * has: odpd had dropped it (its answer waited for the deregistration) and
+ * another answer committed that. Done, as it was before the crash: a handle
+ * this client was given (not a segment's) that it no longer holds.
+ */
+static bool client_released_at_crash(struct odpd_client *c, uint64_t id, uint64_t handle)
+{
+	struct odpd_cseg *s;
+
+	if (!c->resume_first || id != c->resume_first || !c->has_holder || !handle ||
+	    handle > c->segs.next_handle || odpd_holder_find_ref(&c->holder, handle))
+		return false;
+	LIST_FOREACH(s, &c->segs.list, link)
+		if (s->handle == handle)
+			return false;
+	c->resume_first = 0;
+	log_info(CLIENT_FMT ": its release of MR %" PRIu64 " was done at the crash", CLIENT_ARGS(c), handle);
+	return true;
+}
+
 static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len, struct odpd_packet *pkt)
 {
 	struct odpd_arena *a = &c->m->arena;
@@ -824,8 +846,9 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 		snprintf(msg, sizeof(msg), "%s takes %u file descriptor(s), the packet carried %u",
 			 odpd_request_name(req->body_case), fds_wanted(req), pkt->nfds);
 		odpd_client_send_error(c, req->id, EINVAL, msg);
-	} else if (c->n_gone && req->body_case == ODPD__REQUEST__BODY_DEREG_MR &&
-		   client_gone_handle(c, req->dereg_mr->handle)) {
+	} else if (req->body_case == ODPD__REQUEST__BODY_DEREG_MR &&
+		   ((c->n_gone && client_gone_handle(c, req->dereg_mr->handle)) ||
+		    client_released_at_crash(c, req->id, req->dereg_mr->handle))) {
 		Odpd__Reply ok = ODPD__REPLY__INIT;
 
 		ok.has_id = ok.has_status = 1;

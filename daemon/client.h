@@ -56,6 +56,8 @@ struct odpd_client {
 	 * it is sent): the library may have sent it to this odpd and then, on
 	 * the event, again. Any later request ends the resumption. */
 	bool resume_capture, resume_captured;
+	/* That first newer request's id: the one in flight at the crash. */
+	uint64_t resume_first;
 	/* Handles of references whose MR was deregistered after the journal's
 	 * last commit (its release was in flight at the crash): a DeregMr of
 	 * one succeeds, as it did before the crash. */

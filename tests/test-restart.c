@@ -1449,6 +1449,80 @@ static void test_restart_crash_verifier(void **state)
 	assert_int_equal(kernel_mrs(), base_mrs);
 }
 
+/*
+ * kill -9 while a release waits for its deregistration (the workers
+ * wedged: ODPD_TEST_WEDGE): the reference is gone from odpd already, and
+ * another client's answer committed that to the journal, but the releasing
+ * client has no answer yet. Its library sends the release again to the next
+ * odpd, which must answer it as done (the MR went at the crash), not "no
+ * such MR"; the kernel's MR, in the limbo, is deregistered.
+ */
+struct dereg_call {
+	struct odpd_mr *mr;
+	int rc;
+};
+
+static void *dereg_thread(void *arg)
+{
+	struct dereg_call *dc = arg;
+
+	dc->rc = odpd_dereg(dc->mr);
+	if (dc->rc < 0)
+		fprintf(stderr, "odpd_dereg across the crash: %s\n", odpd_errmsg());
+	return NULL;
+}
+
+static void test_restart_crash_dereg_in_flight(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *x, *y;
+	struct odpd_segment *seg;
+	struct dereg_call dc = { 0 };
+	pthread_t t;
+	int base_mrs = kernel_mrs(), without;
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	setenv("ODPD_CACHE", "0", 1);        /* the release reaches odpd */
+	setenv("ODPD_TEST_WEDGE", "1", 1);
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	unsetenv("ODPD_TEST_WEDGE");
+	x = odpd_connect(d.sock, NULL);
+	y = odpd_connect(d.sock, NULL);
+	assert_non_null(x);
+	assert_non_null(y);
+	seg = odpd_alloc(x, SEG_LEN, 0);
+	assert_non_null(seg);
+	/* larger than what is deregistered on the loop: a worker's job */
+	dc.mr = odpd_reg(x, odpd_segment_addr(seg), 4 * MR_LEN, ACCESS);
+	if (!dc.mr)
+		fail_msg("odpd_reg: %s", odpd_errmsg());
+	without = kernel_mrs() - 1;
+	assert_int_equal(kill(d.pid, SIGUSR1), 0);
+	sleep_ms(300);
+	assert_int_equal(pthread_create(&t, NULL, dereg_thread, &dc), 0);
+	sleep_ms(500);
+	/* another client's answer: the journal commits what is pending */
+	assert_non_null(odpd_alloc(y, SEG_LEN, ODPD_ALLOC_NO_POPULATE));
+	crash(&d);
+	restart_from(&d, &st, NULL);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(dc.rc, 0);
+	assert_store_settled(&st, 2);
+	if (!wait_until(kernel_at, &without))
+		fail_msg("%d MR(s) left in the kernel that odpd does not hold", kernel_mrs() - without);
+	odpd_disconnect(x);
+	odpd_disconnect(y);
+	unsetenv("ODPD_CACHE");
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1471,6 +1545,7 @@ int main(void)
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_in_verb),
 		cmocka_unit_test(test_restart_crash_verifier),
+		cmocka_unit_test(test_restart_crash_dereg_in_flight),
 	};
 
 	if (getenv("ODPD_TEST_FILTER"))           /* e.g. "test_restart_crash*" */
