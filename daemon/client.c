@@ -125,6 +125,7 @@ static void client_free(struct odpd_client *c)
 	free(c->groups);
 	free(c->resume_reply);
 	free(c->gone_handles);
+	free(c->jlast_reply);
 	free(c);
 }
 
@@ -471,6 +472,16 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 		if (c->stored)
 			odpd_client_keep_view(c, &v);
 		odpd_journal_commit(c->stored ? &v : NULL, it->id, it->data, it->len, it->fd >= 0);
+		if (c->stored && it->id) {
+			free(c->jlast_reply);
+			c->jlast_reply = NULL;
+			c->jlast_len = 0;
+			c->jlast_id = it->id;
+			if (it->fd < 0 && (c->jlast_reply = malloc(it->len ? it->len : 1))) {
+				memcpy(c->jlast_reply, it->data, it->len);
+				c->jlast_len = it->len;
+			}
+		}
 	}
 	outq_push(c, it);
 }
@@ -540,6 +551,9 @@ void odpd_client_keep_view(const struct odpd_client *c, struct odpd_keep_client 
 		.events = c->has_holder ? c->holder.events : 0,
 		.starttime = c->starttime,
 		.unkeepable = c->has_holder && c->holder.n_cctxs ? "it registered into its own PD" : NULL,
+		.last_id = c->jlast_id,
+		.last_reply = c->jlast_reply,
+		.last_len = c->jlast_len,
 	};
 }
 

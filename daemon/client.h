@@ -58,6 +58,11 @@ struct odpd_client {
 	bool resume_capture, resume_captured;
 	/* That first newer request's id: the one in flight at the crash. */
 	uint64_t resume_first;
+	/* The last request whose effect the journal committed, and its answer
+	 * (NULL: not kept): in every later record and snapshot of it. */
+	uint64_t jlast_id;
+	uint8_t *jlast_reply;
+	size_t jlast_len;
 	/* Handles of references whose MR was deregistered after the journal's
 	 * last commit (its release was in flight at the crash): a DeregMr of
 	 * one succeeds, as it did before the crash. */

@@ -670,6 +670,11 @@ static void put_client(const struct odpd_keep_client *c, uint64_t id, const void
 	pc.events = c->events;
 	pc.starttime = c->starttime;
 	pc.unkeepable = (char *)c->unkeepable;
+	if (!id && c->last_id) {            /* an event's: the last request's stays */
+		id = c->last_id;
+		data = c->last_reply;
+		len = c->last_len;
+	}
 	if (id) {
 		pc.has_last_id = 1;
 		pc.last_id = id;

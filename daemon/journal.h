@@ -42,6 +42,11 @@ struct odpd_keep_client {
 	uint64_t local_hits, events;
 	uint64_t starttime;
 	const char *unkeepable;             /* NULL, or why a restart cannot keep it */
+	/* The last request whose effect a commit held, and its packed answer
+	 * (NULL: not kept): written again with an event's commit. */
+	uint64_t last_id;
+	const void *last_reply;
+	size_t last_len;
 };
 
 /* Makes a full state of @m into @st (restart.c), fields allocated as

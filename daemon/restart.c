@@ -277,6 +277,16 @@ static OdpdState__Client *save_client(struct writer *w, struct odpd_client *c)
 	pc->starttime = c->starttime;
 	if (unkeepable)
 		pc->unkeepable = strdup(unkeepable);
+	if (!w->clean && c->jlast_id) {
+		/* the journal's: its last request's answer survives a rewrite */
+		pc->has_last_id = 1;
+		pc->last_id = c->jlast_id;
+		if (c->jlast_reply && (pc->last_reply.data = malloc(c->jlast_len ? c->jlast_len : 1))) {
+			memcpy(pc->last_reply.data, c->jlast_reply, c->jlast_len);
+			pc->last_reply.len = c->jlast_len;
+			pc->has_last_reply = 1;
+		}
+	}
 	if (c->holder.spd)
 		pc->shared = strdup(c->holder.spd->name);
 	pc->segments = calloc(c->segs.n + 1, sizeof(*pc->segments));
@@ -1048,6 +1058,12 @@ static void resume_client(struct restoring *x, size_t i)
 			memcpy(c->resume_reply, pc->last_reply.data, pc->last_reply.len);
 			c->resume_len = pc->last_reply.len;
 		}
+	}
+	/* (and in the next journal's snapshot, should it crash too) */
+	c->jlast_id = c->resume_id;
+	if (c->resume_reply && (c->jlast_reply = malloc(c->resume_len))) {
+		memcpy(c->jlast_reply, c->resume_reply, c->resume_len);
+		c->jlast_len = c->resume_len;
 	}
 	ev.has_last_id = 1;
 	ev.last_id = c->resume_id;

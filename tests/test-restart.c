@@ -1168,6 +1168,86 @@ static void attach_send(int conn, uint64_t id, int memfd)
 	raw_send(conn, &req, &memfd, 1);
 }
 
+/* Attach @memfd and detach it again over raw connection @conn, ids from
+ * *@id on. */
+static void attach_detach(int conn, uint64_t *id, int memfd)
+{
+	Odpd__AttachSegment a = ODPD__ATTACH_SEGMENT__INIT;
+	Odpd__DetachSegment dt = ODPD__DETACH_SEGMENT__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Reply *r;
+
+	req.body_case = ODPD__REQUEST__BODY_ATTACH_SEGMENT;
+	req.attach_segment = &a;
+	r = raw_call(conn, (*id)++, &req, &memfd, 1);
+	assert_int_equal(r->status, 0);
+	dt.has_segment = 1;
+	dt.segment = r->segment->segment;
+	odpd__reply__free_unpacked(r, NULL);
+	odpd__request__init(&req);
+	req.body_case = ODPD__REQUEST__BODY_DETACH_SEGMENT;
+	req.detach_segment = &dt;
+	r = raw_call(conn, (*id)++, &req, NULL, 0);
+	assert_int_equal(r->status, 0);
+	odpd__reply__free_unpacked(r, NULL);
+}
+
+/*
+ * The journal is rewritten as one snapshot once it grew large (another
+ * client's traffic here). A connection's last request whose effect the
+ * journal kept survives that: after a crash its RestartEvent names it, and
+ * a request it sent while no odpd ran, then sent again on the event, is
+ * done once. (A snapshot without it said 0: the new request was done twice.)
+ */
+static void test_restart_crash_after_rewrite(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	Odpd__Reply *r;
+	int x, y, m1 = sealed_memfd(SEG_LEN), m2 = sealed_memfd(SEG_LEN), my = sealed_memfd(4096);
+	uint64_t yid = 2, n = 0, addr;
+
+	(void)state;
+	/* (the journal's own logic: on the host only, where the ~30000
+	 * requests take seconds, not minutes under emulation) */
+	if (!keeps() || test_require_device())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	x = raw_connect_hello(d.sock);
+	(void)raw_attach(x, 2, m1);
+	y = raw_connect_hello(d.sock);
+	while (fake_store_find(&st, "odpd-journal-2") < 0 && n++ < 200000)
+		attach_detach(y, &yid, my);
+	assert_true(fake_store_find(&st, "odpd-journal-2") >= 0);
+	crash(&d);
+	attach_send(x, 3, m2);               /* sent while no odpd runs */
+	restart_from(&d, &st, NULL);
+	r = raw_recv(x);
+	assert_int_equal(r->body_case, ODPD__REPLY__BODY_RESTART_EVENT);
+	assert_int_equal(r->restart_event->last_id, 2);
+	odpd__reply__free_unpacked(r, NULL);
+	r = raw_recv(x);
+	assert_int_equal(r->id, 3);
+	assert_int_equal(r->status, 0);
+	addr = r->segment->addr;
+	odpd__reply__free_unpacked(r, NULL);
+	attach_send(x, 3, m2);               /* again, on the event */
+	r = raw_recv(x);
+	assert_int_equal(r->id, 3);
+	assert_int_equal(r->segment->addr, addr);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_int_equal(status_total(&d, "segments"), 2);
+	close(x);
+	close(y);
+	close(m1);
+	close(m2);
+	close(my);
+	assert_true(wait_until(at_baseline, &d));
+	fake_store_stop(&st);
+	daemon_stop(&d);
+}
+
 /*
  * After a crash each connection gets a RestartEvent with the last request
  * whose effect the journal kept; a request the library sends again is done
@@ -1539,6 +1619,7 @@ int main(void)
 		cmocka_unit_test(test_restart_without_store_drops),
 		cmocka_unit_test(test_restart_survives_crash),
 		cmocka_unit_test(test_restart_crash_answers_once),
+		cmocka_unit_test(test_restart_crash_after_rewrite),
 		cmocka_unit_test(test_restart_crash_shared_again),
 		cmocka_unit_test(test_restart_crash_ids_not_reused),
 		cmocka_unit_test(test_restart_commits_without_answer),
