@@ -43,13 +43,18 @@
  * mismatch, a failed call with its errno and odpd_errmsg), an errno
  * breakdown, then one summary line:
  *   restart-traffic: mode traffic data rdma iterations N requests R failed_wr F
- *     mismatches M errors E enotconn C max_request_us U max_wr_us W keys same
+ *     mismatches M errors E enotconn C max_request_us U max_wr_us W
+ *     mean_request_us A median_request_us D p99_request_us P keys same
  * (shared adds relaxed_hit 0|1 flush_barrier 0|1). After a lost connection
  * (ENOTCONN) no more requests are sent, and after a failed work request no
  * more are posted (the QP is in the error state): each counts once.
  * SIGUSR1 prints the counters so far, between iterations:
  *   restart-traffic: status iterations N requests R failed_wr F mismatches M errors E
- *     enotconn C max_request_us U max_wr_us W
+ *     enotconn C max_request_us U max_wr_us W mean_request_us A median_request_us D
+ *     p99_request_us P
+ * Request latencies are each odpd call's (odpd_reg and odpd_dereg of the probe,
+ * odpd_verify on the verify data path), in microseconds; A, D and P are over
+ * every request since the start.
  * Exit status 0 only if F = M = E = 0 and the keys at the end are those of the
  * start (and, for shared, the relaxed MR was a hit and flush a barrier);
  * 1 otherwise; 2 for bad arguments.
@@ -64,6 +69,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +103,8 @@ static struct {
 	unsigned long by_errno[MAX_ERRNO];
 	uint64_t max_request_ns, max_wr_ns;
 	bool conn_lost, qp_dead;
+	uint32_t *lat_us;                   /* every request's latency, for the mean and quantiles */
+	size_t n_lat, cap_lat;
 } st;
 
 /* One MR's keys, as the key files list them. */
@@ -145,6 +153,47 @@ static void request_done(uint64_t t0)
 	st.requests++;
 	if (d > st.max_request_ns)
 		st.max_request_ns = d;
+	if (st.n_lat == st.cap_lat) {
+		size_t cap = st.cap_lat ? 2 * st.cap_lat : 4096;
+		uint32_t *p = realloc(st.lat_us, cap * sizeof(*p));
+
+		if (!p)
+			return;     /* the mean and quantiles then leave the rest out */
+		st.lat_us = p;
+		st.cap_lat = cap;
+	}
+	st.lat_us[st.n_lat++] = d / 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(d / 1000);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* " mean_request_us A median_request_us M p99_request_us P" of the requests so
+ * far (0 without any); sorts a copy. */
+static const char *latency_stats(void)
+{
+	static char out[128];
+	uint64_t sum = 0;
+	uint32_t *v;
+	size_t n = st.n_lat;
+
+	if (!n || !(v = malloc(n * sizeof(*v)))) {
+		snprintf(out, sizeof(out), " mean_request_us 0 median_request_us 0 p99_request_us 0");
+		return out;
+	}
+	memcpy(v, st.lat_us, n * sizeof(*v));
+	qsort(v, n, sizeof(*v), cmp_u32);
+	for (size_t i = 0; i < n; i++)
+		sum += v[i];
+	snprintf(out, sizeof(out), " mean_request_us %llu median_request_us %u p99_request_us %u",
+		 (unsigned long long)(sum / n), n % 2 ? v[n / 2] : (uint32_t)(((uint64_t)v[n / 2 - 1] + v[n / 2]) / 2),
+		 v[(n - 1) * 99 / 100]);
+	free(v);
+	return out;
 }
 
 /* The probe request: a fresh MR over the probe page, then its deregistration.
@@ -205,9 +254,9 @@ static void wait_interval(void)
 static void print_status(void)
 {
 	printf("restart-traffic: status iterations %lu requests %lu failed_wr %lu mismatches %lu errors %lu "
-	       "enotconn %lu max_request_us %llu max_wr_us %llu\n", st.iterations, st.requests, st.failed_wr,
+	       "enotconn %lu max_request_us %llu max_wr_us %llu%s\n", st.iterations, st.requests, st.failed_wr,
 	       st.mismatches, st.errors, st.by_errno[ENOTCONN], (unsigned long long)(st.max_request_ns / 1000),
-	       (unsigned long long)(st.max_wr_ns / 1000));
+	       (unsigned long long)(st.max_wr_ns / 1000), latency_stats());
 	fflush(stdout);
 }
 
@@ -334,11 +383,11 @@ static void print_summary(const char *data, bool keys_same, const char *extra)
 {
 	print_errnos();
 	printf("restart-traffic: mode %s data %s iterations %lu requests %lu failed_wr %lu mismatches %lu "
-	       "errors %lu enotconn %lu max_request_us %llu max_wr_us %llu keys %s%s\n",
+	       "errors %lu enotconn %lu max_request_us %llu max_wr_us %llu%s keys %s%s\n",
 	       opt.mode == MODE_TRAFFIC ? "traffic" : opt.mode == MODE_SHARED ? "shared" : "hold", data,
 	       st.iterations, st.requests, st.failed_wr, st.mismatches, st.errors, st.by_errno[ENOTCONN],
 	       (unsigned long long)(st.max_request_ns / 1000), (unsigned long long)(st.max_wr_ns / 1000),
-	       keys_same ? "same" : "changed", extra);
+	       latency_stats(), keys_same ? "same" : "changed", extra);
 	fflush(stdout);
 }
 
