@@ -386,30 +386,51 @@ int odpd_limbo_read(int fd, uint64_t **ret, size_t *ret_n)
 {
 	struct limbo_header h;
 	struct stat sb;
-	uint64_t *map, *out;
-	size_t n = 0, slots;
+	uint64_t buf[8192], *out = NULL;
+	size_t n = 0, cap = 0;
+	off_t end, off;
 
 	*ret = NULL;
 	*ret_n = 0;
 	if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size < sizeof(h) || pread(fd, &h, sizeof(h), 0) != sizeof(h) ||
 	    memcmp(h.magic, LIMBO_MAGIC, 8) != 0 || (uint64_t)h.slots * 8 > (uint64_t)sb.st_size)
 		return -EINVAL;
-	slots = h.slots;
-	map = mmap(NULL, slots * 8, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED)
-		return -errno;
-	for (size_t i = LIMBO_FIRST; i < slots; i++)
-		n += map[i] != 0;
-	out = calloc(n + 1, sizeof(*out));
-	if (!out) {
-		munmap(map, slots * 8);
-		return -ENOMEM;
+	end = (off_t)h.slots * 8;
+	/* Its written parts only (a mapping would fault the holes in: 16 MiB) */
+	for (off = LIMBO_FIRST * 8; off < end;) {
+		off_t data = lseek(fd, off, SEEK_DATA), hole;
+		ssize_t got;
+
+		if (data < 0 || data >= end)
+			break;                       /* (ENXIO: no data after off) */
+		hole = lseek(fd, data, SEEK_HOLE);
+		if (hole < 0 || hole > end)
+			hole = end;
+		data &= ~(off_t)7;
+		for (off = data; off < hole; off += got) {
+			size_t want = (size_t)(hole - off) < sizeof(buf) ? (size_t)(hole - off) : sizeof(buf);
+
+			got = pread(fd, buf, want, off);
+			if (got <= 0 || got % 8) {
+				free(out);
+				return got < 0 ? -errno : -EIO;
+			}
+			for (size_t i = 0; i < (size_t)got / 8; i++) {
+				if (!buf[i] || off + (off_t)i * 8 < (off_t)LIMBO_FIRST * 8)
+					continue;
+				if (n == cap) {
+					uint64_t *a = realloc(out, (cap = cap ? cap * 2 : 256) * sizeof(*a));
+
+					if (!a) {
+						free(out);
+						return -ENOMEM;
+					}
+					out = a;
+				}
+				out[n++] = buf[i];
+			}
+		}
 	}
-	n = 0;
-	for (size_t i = LIMBO_FIRST; i < slots; i++)
-		if (map[i])
-			out[n++] = map[i];
-	munmap(map, slots * 8);
 	*ret = out;
 	*ret_n = n;
 	return 0;

@@ -775,7 +775,8 @@ static uint32_t name_id(const char *name, const char *kind)
 	return *end || v > UINT32_MAX ? 0 : (uint32_t)v;
 }
 
-static struct odpd_mr *mr_by_id(struct restoring *x, uint64_t id)
+/* The state's index of MR @id, or st->n_mrs if it names none. */
+static size_t mr_index(const struct restoring *x, uint64_t id)
 {
 	size_t lo = 0, hi = x->st->n_mrs;
 
@@ -787,7 +788,28 @@ static struct odpd_mr *mr_by_id(struct restoring *x, uint64_t id)
 		else
 			hi = mid;
 	}
-	return lo < x->st->n_mrs && x->st->mrs[lo]->id == id ? x->mrs[lo] : NULL;
+	return lo < x->st->n_mrs && x->st->mrs[lo]->id == id ? lo : x->st->n_mrs;
+}
+
+static struct odpd_mr *mr_by_id(struct restoring *x, uint64_t id)
+{
+	size_t i = mr_index(x, id);
+
+	return i < x->st->n_mrs ? x->mrs[i] : NULL;
+}
+
+/* After a crash: was MR @id deregistered after the journal's last commit
+ * (its PD came back, the MR did not import, or came back as another)?
+ * Else its PD was lost: the keys its holders have reach nothing. */
+static bool mr_released_at_crash(const struct restoring *x, uint64_t id)
+{
+	size_t i = mr_index(x, id);
+	uint32_t dom;
+
+	if (i == x->st->n_mrs)
+		return true;                 /* (the journal had it gone already) */
+	dom = x->st->mrs[i]->domain;
+	return dom && dom <= x->n_domains && x->domains[dom - 1];
 }
 
 static void restore_domain(struct restoring *x, const OdpdState__Domain *pd)
@@ -936,7 +958,7 @@ static void restore_client(struct restoring *x, size_t i)
 		LIST_FOREACH(s, &c->segs.list, link)
 			if (s->handle == pr->segment)
 				seg = s;
-		if (!mr && x->crashed) {
+		if (!mr && x->crashed && mr_released_at_crash(x, pr->mr)) {
 			/* Deregistered after the journal's last commit: the
 			 * client's release of it was in flight. When it sends
 			 * it again, it succeeds. */

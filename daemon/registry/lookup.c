@@ -20,6 +20,7 @@
 #include "relaxed.h"
 #include "witness.h"
 #include "internal.h"
+#include "keep.h"
 
 /* Into / out of its mapping's tree (loop; workers walk it under tree_lock).
  * Inserted right after mr_new: its id (node.seq) must be the largest in the
@@ -129,6 +130,7 @@ static void retire_stale(struct odpd_registry *r, struct odpd_mr *stale)
 			mr_unindex(mr);
 			mr->invalidated = true;
 			mr_hits_invalidate(mr);
+			keep_mr(mr);             /* (not cached, invalidated: the journal too) */
 		}
 	}
 	if (list) {
