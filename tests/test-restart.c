@@ -145,6 +145,16 @@ static bool at_baseline(void *arg)
 	return ok;
 }
 
+/* The end of a test: odpd back at its baseline, the store and odpd
+ * stopped, and the kernel's MRs back at @base_mrs. */
+static void end_at_baseline(struct test_daemon *d, struct fake_store *st, int base_mrs)
+{
+	assert_true(wait_until(at_baseline, d));
+	fake_store_stop(st);
+	daemon_stop(d);
+	assert_int_equal(kernel_mrs(), base_mrs);
+}
+
 /* Drop from the store what it holds under names starting with @prefix
  * (as if systemd had lost them): how many. */
 static unsigned store_remove(struct fake_store *st, const char *prefix)
@@ -481,10 +491,7 @@ static void test_restart_lost_connection_releases(void **state)
 	}
 	odpd_disconnect(kept);
 	odpd_disconnect(lost);
-	assert_true(wait_until(at_baseline, &d));
-	fake_store_stop(&st);
-	daemon_stop(&d);
-	assert_int_equal(kernel_mrs(), base_mrs);
+	end_at_baseline(&d, &st, base_mrs);
 }
 
 /* uid @uid's pinned bytes in odpctl status --json (0: no account). */
@@ -597,10 +604,7 @@ static void test_restart_lost_holder_uncharged(void **state)
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
 	odpd_disconnect(a);
-	assert_true(wait_until(at_baseline, &d));
-	fake_store_stop(&st);
-	daemon_stop(&d);
-	assert_int_equal(kernel_mrs(), base_mrs);
+	end_at_baseline(&d, &st, base_mrs);
 	close(ready[0]);
 	close(go[1]);
 	unlink(conf);
@@ -796,10 +800,7 @@ static void test_restart_lost_segment_deregisters(void **state)
 			 kernel_mrs() - base_mrs, 1);
 	odpd_disconnect(b);
 	odpd_disconnect(a);
-	assert_true(wait_until(at_baseline, &d));
-	fake_store_stop(&st);
-	daemon_stop(&d);
-	assert_int_equal(kernel_mrs(), base_mrs);
+	end_at_baseline(&d, &st, base_mrs);
 }
 
 /* A state the next odpd cannot read: everything is dropped, nothing leaks. */
@@ -987,10 +988,7 @@ static void test_restart_survives_crash(void **state)
 		assert_int_equal(odpd_dereg(mr), 0);
 	}
 	odpd_disconnect(c);
-	assert_true(wait_until(at_baseline, &d));
-	fake_store_stop(&st);
-	daemon_stop(&d);
-	assert_int_equal(kernel_mrs(), base_mrs);
+	end_at_baseline(&d, &st, base_mrs);
 }
 
 struct store_want {
@@ -1403,10 +1401,7 @@ static void test_restart_crash_mid_registration(void **state)
 	close(stop_p[1]);
 	close(done_p[0]);
 	close(done_p[1]);
-	assert_true(wait_until(at_baseline, &d));
-	fake_store_stop(&st);
-	daemon_stop(&d);
-	assert_int_equal(kernel_mrs(), base_mrs);
+	end_at_baseline(&d, &st, base_mrs);
 }
 
 /*
@@ -1474,10 +1469,7 @@ static void test_restart_crash_in_verb(void **state)
 	assert_int_equal(odpd_dereg(rc.mr), 0);
 	assert_int_equal(odpd_dereg(first), 0);
 	odpd_disconnect(c);
-	assert_true(wait_until(at_baseline, &d));
-	fake_store_stop(&st);
-	daemon_stop(&d);
-	assert_int_equal(kernel_mrs(), base_mrs);
+	end_at_baseline(&d, &st, base_mrs);
 }
 
 /*
@@ -1523,10 +1515,7 @@ static void test_restart_crash_verifier(void **state)
 			 kernel_mrs() - with_mr);
 	assert_int_equal(odpd_dereg(mr), 0);
 	odpd_disconnect(c);
-	assert_true(wait_until(at_baseline, &d));
-	fake_store_stop(&st);
-	daemon_stop(&d);
-	assert_int_equal(kernel_mrs(), base_mrs);
+	end_at_baseline(&d, &st, base_mrs);
 }
 
 /*
@@ -1597,10 +1586,7 @@ static void test_restart_crash_dereg_in_flight(void **state)
 	odpd_disconnect(x);
 	odpd_disconnect(y);
 	unsetenv("ODPD_CACHE");
-	assert_true(wait_until(at_baseline, &d));
-	fake_store_stop(&st);
-	daemon_stop(&d);
-	assert_int_equal(kernel_mrs(), base_mrs);
+	end_at_baseline(&d, &st, base_mrs);
 }
 
 int main(void)
