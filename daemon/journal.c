@@ -662,6 +662,18 @@ static void on_shared_gone(void *ctx, const char *name)
 	put_bytes(&J->pend, 5, name, strlen(name));
 }
 
+static uint32_t on_limbo_enter(void *ctx, struct odpd_domain *d, uint32_t handle)
+{
+	(void)ctx;
+	return odpd_limbo_enter(d, handle);
+}
+
+static void on_limbo_leave(void *ctx, uint32_t slot)
+{
+	(void)ctx;
+	odpd_limbo_leave(slot);
+}
+
 static const struct odpd_keep hooks = {
 	.mr = on_mr,
 	.mr_free = on_mr_free,
@@ -670,6 +682,8 @@ static const struct odpd_keep hooks = {
 	.domain_gone = on_domain_gone,
 	.mapping_gone = on_mapping_gone,
 	.shared_gone = on_shared_gone,
+	.limbo_enter = on_limbo_enter,
+	.limbo_leave = on_limbo_leave,
 };
 
 /* connections and their segments */

@@ -31,22 +31,23 @@ struct odpd_keep {
 	void (*mapping_gone)(void *ctx, struct odpd_mapping *map);
 	/* The shared PD @name was freed. */
 	void (*shared_gone)(void *ctx, const char *name);
+	/*
+	 * The limbo (any thread): MRs odpd has in the kernel, in PDs a crash
+	 * would keep, whether or not the journal knows them yet: made on a
+	 * worker and not yet committed, or invalidated and not yet
+	 * deregistered. After a crash the next odpd deregisters those the
+	 * journal does not name. Enter right after the verb made @handle in
+	 * @d's PD; returns the MR's slot (0: not tracked). Leave once it is
+	 * deregistered.
+	 */
+	uint32_t (*limbo_enter)(void *ctx, struct odpd_domain *d, uint32_t handle);
+	void (*limbo_leave)(void *ctx, uint32_t slot);
 	void *ctx;
 };
 
-/*
- * The limbo (any thread): MRs odpd has in the kernel, in PDs a crash would
- * keep, whether or not the journal knows them yet: made on a worker and
- * not yet committed, or invalidated and not yet deregistered. After a
- * crash the next odpd deregisters those the journal does not name. Enter
- * right after the verb made @handle in @d's PD; returns the MR's slot (0:
- * not tracked, no journal). Leave once it is deregistered.
- */
-uint32_t odpd_limbo_enter(struct odpd_domain *d, uint32_t handle);
-void odpd_limbo_leave(uint32_t slot);
-
-/* The daemon's one journal's hooks, set while it runs (journal.c); NULL
- * otherwise (and in unit tests). */
+/* The daemon's one journal's hooks, set while it runs (journal.c; before
+ * any worker runs a job, cleared after the last): NULL otherwise (and in
+ * unit tests). */
 extern const struct odpd_keep *odpd_keep;
 
 static inline void keep_mr(struct odpd_mr *mr)
@@ -89,4 +90,15 @@ static inline void keep_shared_gone(const char *name)
 {
 	if (odpd_keep)
 		odpd_keep->shared_gone(odpd_keep->ctx, name);
+}
+
+static inline uint32_t keep_limbo_enter(struct odpd_domain *d, uint32_t handle)
+{
+	return odpd_keep ? odpd_keep->limbo_enter(odpd_keep->ctx, d, handle) : 0;
+}
+
+static inline void keep_limbo_leave(uint32_t slot)
+{
+	if (odpd_keep && slot)
+		odpd_keep->limbo_leave(odpd_keep->ctx, slot);
 }

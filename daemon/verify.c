@@ -133,7 +133,7 @@ static struct ibv_qp *qp_new(struct odpd_verifier *v, struct ibv_pd *pd)
 static void bounce_free(struct odpd_verifier *v)
 {
 	if (v->mr && ibv_dereg_mr(v->mr) == 0)
-		odpd_limbo_leave(v->limbo);
+		keep_limbo_leave(v->limbo);
 	v->mr = NULL;
 	v->limbo = 0;
 	if (v->buf)
@@ -175,7 +175,7 @@ static int bounce_new(struct odpd_verifier *v, size_t size, struct odpd_err *err
 		return err_set(err, e, "ibv_reg_mr of verify buffer: %s", strerror(e));
 	}
 	/* In a PD a crash keeps: the next odpd deregisters it */
-	v->limbo = odpd_limbo_enter(v->dom, v->mr->handle);
+	v->limbo = keep_limbo_enter(v->dom, v->mr->handle);
 	return 0;
 }
 

@@ -143,7 +143,7 @@ static void batch_run(struct odpd_job *job)
 			if (e) {
 				log_errno(LOG_ERR, e, "ibv_dereg_mr of MR %" PRIu64, mr->node.seq);
 			} else {
-				odpd_limbo_leave(mr->limbo);
+				keep_limbo_leave(mr->limbo);
 				mr->limbo = 0;
 			}
 			mr->mr = NULL;

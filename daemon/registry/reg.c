@@ -128,7 +128,7 @@ static void reg_run(struct odpd_job *job)
 			return;
 		}
 		if (!mr_cctx(mr))
-			mr->limbo = odpd_limbo_enter(mr->dom, mr->mr->handle);
+			mr->limbo = keep_limbo_enter(mr->dom, mr->mr->handle);
 		if (op->q.prefetch)
 			op->prefetch_rc = prefetch_whole(pd, mr);
 		return;
@@ -167,7 +167,7 @@ static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd)
 	if (!mr->mr)
 		mr->witnessed = false;           /* (witness_end) nothing relies on those pages */
 	else if (!mr_cctx(mr))
-		mr->limbo = odpd_limbo_enter(mr->dom, mr->mr->handle);
+		mr->limbo = keep_limbo_enter(mr->dom, mr->mr->handle);
 	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (mr->mr && op->r->test_reg_delay_ms)
 		nanosleep(&(struct timespec){ op->r->test_reg_delay_ms / 1000,
