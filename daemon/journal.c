@@ -75,6 +75,8 @@ struct journal {
 	size_t n_dirty, cap_dirty;
 	uint32_t next_mapping;
 	bool failed;                        /* a commit could not be written: off from then on */
+	/* What it cost (logged at the stop: its CPU time on the loop) */
+	uint64_t n_commits, commit_bytes, commit_ns, n_rewrites, rewrite_ns;
 	struct event *ev_commit;            /* a change no answer follows: committed on the next turn */
 	bool commit_armed;
 };
@@ -851,10 +853,20 @@ static void journal_fail(const char *why, int r)
 
 static int compact(void);
 
+static uint64_t thread_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void commit(const struct odpd_keep_client *c, uint64_t id, const void *data, size_t len, bool has_fd);
+
 void odpd_journal_commit(const struct odpd_keep_client *c, uint64_t id, const void *data, size_t len,
 			 bool has_fd)
 {
-	int r;
+	uint64_t t0, before, rw0;
 
 	if (!J || !odpd_journal_pending())
 		return;
@@ -862,6 +874,21 @@ void odpd_journal_commit(const struct odpd_keep_client *c, uint64_t id, const vo
 		discard_pending();               /* (else it grew for as long as odpd runs) */
 		return;
 	}
+	t0 = thread_ns();
+	before = J->len;
+	rw0 = J->rewrite_ns;
+	commit(c, id, data, len, has_fd);
+	if (!J->failed) {
+		J->n_commits++;
+		J->commit_bytes += J->len > before ? J->len - before : 0;
+		J->commit_ns += thread_ns() - t0 - (J->rewrite_ns - rw0);   /* (a rewrite apart) */
+	}
+}
+
+static void commit(const struct odpd_keep_client *c, uint64_t id, const void *data, size_t len, bool has_fd)
+{
+	int r;
+
 	for (size_t i = 0; i < J->n_dirty; i++)
 		if (J->dirty[i]) {
 			J->dirty[i]->jdirty = 0;
@@ -998,9 +1025,29 @@ static int snapshot(bool clean, const OdpdState__State *given)
 
 static int compact(void)
 {
+	uint64_t t0 = thread_ns();
+	int r;
+
 	/* What the record being built says is in the snapshot too. */
 	J->pend.len = 0;
-	return snapshot(false, NULL);
+	r = snapshot(false, NULL);
+	J->n_rewrites++;
+	J->rewrite_ns += thread_ns() - t0;
+	if (r >= 0)
+		log_info("journal: rewritten as journal-%" PRIu64 " (%zu bytes of snapshot) in %" PRIu64 " us",
+			 J->epoch, J->snapshot_len, (thread_ns() - t0) / 1000);
+	return r;
+}
+
+/* What the journal cost so far, in the log (at a stop). */
+static void report(void)
+{
+	if (!J->n_commits)
+		return;
+	log_info("journal: %" PRIu64 " commit(s), %" PRIu64 " bytes and %" PRIu64 " ns of the loop's CPU time "
+		 "each on average; %" PRIu64 " rewrite(s), %" PRIu64 " us each on average", J->n_commits,
+		 J->commit_bytes / J->n_commits, J->commit_ns / J->n_commits, J->n_rewrites,
+		 J->n_rewrites ? J->rewrite_ns / J->n_rewrites / 1000 : 0);
 }
 
 int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint64_t epoch, const char *old,
@@ -1049,11 +1096,12 @@ int odpd_journal_hand_over(const OdpdState__State *st)
 
 	if (!J)
 		return -ENOENT;
+	report();
 	r = snapshot(true, st);
 	if (r >= 0) {
 		J->failed = false;
-		r = odpd_fdstore_sync();
-	}         /* (sd_notify_barrier: > 0 once systemd has read it all) */
+		r = odpd_fdstore_sync();     /* (sd_notify_barrier: > 0 once systemd has read it all) */
+	}
 	return r < 0 ? r : 0;
 }
 
@@ -1062,6 +1110,7 @@ void odpd_journal_stop(void)
 	limbo_close();                       /* (also one a restore made for a journal that never started) */
 	if (!J)
 		return;
+	report();
 	odpd_keep = NULL;
 	if (J->ev_commit)
 		event_free(J->ev_commit);
