@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "hittab.h"
 #include "domain.h"
 #include "log.h"
 #include "odpd-envelope.h"
@@ -551,6 +552,7 @@ void odpd_client_keep_view(const struct odpd_client *c, struct odpd_keep_client 
 		.events = c->has_holder ? c->holder.events : 0,
 		.starttime = c->starttime,
 		.unkeepable = c->has_holder && c->holder.n_cctxs ? "it registered into its own PD" : NULL,
+		.hit_slots = c->has_holder && c->holder.hits ? odpd_hittab_slots(c->holder.hits) : 0,
 		.last_id = c->jlast_id,
 		.last_reply = c->jlast_reply,
 		.last_len = c->jlast_len,

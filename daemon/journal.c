@@ -707,6 +707,8 @@ static void put_client(const struct odpd_keep_client *c, uint64_t id, const void
 	pc.events = c->events;
 	pc.starttime = c->starttime;
 	pc.unkeepable = (char *)c->unkeepable;
+	pc.has_hit_slots = c->hit_slots != 0;
+	pc.hit_slots = c->hit_slots;
 	if (!id && c->last_id) {            /* an event's: the last request's stays */
 		id = c->last_id;
 		data = c->last_reply;

@@ -42,6 +42,7 @@ struct odpd_keep_client {
 	uint64_t local_hits, events;
 	uint64_t starttime;
 	const char *unkeepable;             /* NULL, or why a restart cannot keep it */
+	uint32_t hit_slots;                 /* its hit table's (0: none) */
 	/* The last request whose effect a commit held, and its packed answer
 	 * (NULL: not kept): written again with an event's commit. */
 	uint64_t last_id;

@@ -277,6 +277,10 @@ static OdpdState__Client *save_client(struct writer *w, struct odpd_client *c)
 	pc->starttime = c->starttime;
 	if (unkeepable)
 		pc->unkeepable = strdup(unkeepable);
+	if (c->holder.hits) {
+		pc->has_hit_slots = 1;
+		pc->hit_slots = odpd_hittab_slots(c->holder.hits);
+	}
 	if (!w->clean && c->jlast_id) {
 		/* the journal's: its last request's answer survives a rewrite */
 		pc->has_last_id = 1;
@@ -928,6 +932,18 @@ static void restore_mr(struct restoring *x, size_t i)
 	x->kept_mrs++;
 }
 
+/* Is "KIND-ID" among the fds systemd passed (not taken yet)? */
+static bool stored(const struct odpd_fdstore *fds, const char *kind, uint64_t id)
+{
+	char name[64];
+
+	snprintf(name, sizeof(name), "odpd-%s%" PRIu64, kind, id);
+	for (unsigned i = 0; i < fds->n; i++)
+		if (fds->fds[i].fd >= 0 && fds->fds[i].name && strcmp(fds->fds[i].name, name) == 0)
+			return true;
+	return false;
+}
+
 static void restore_client(struct restoring *x, size_t i)
 {
 	const OdpdState__Client *pc = x->st->clients[i];
@@ -937,6 +953,8 @@ static void restore_client(struct restoring *x, size_t i)
 		return;
 	if (pc->unkeepable)
 		x->why[i] = pc->unkeepable;
+	else if (x->crashed && pc->hit_slots && !stored(x->m->restore_fds, "hit-", pc->id))
+		x->why[i] = "its hit table could not be retired (its fd is not in systemd's store)";
 	for (size_t k = 0; k < pc->n_segments && !x->why[i]; k++) {
 		const OdpdState__Segment *ps = pc->segments[k];
 

@@ -1589,6 +1589,41 @@ static void test_restart_crash_dereg_in_flight(void **state)
 	end_at_baseline(&d, &st, base_mrs);
 }
 
+/*
+ * After a crash the next odpd must retire each connection's hit table
+ * through its stored fd: a library that kept serving from a table nobody
+ * writes would never see an invalidation. A table whose fd is not in the
+ * store drops its connection instead.
+ */
+static void test_restart_crash_lost_hit_table(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c;
+	struct odpd_stats stats;
+	int base_mrs = kernel_mrs();
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	assert_int_equal(odpd_stats(c, &stats, sizeof(stats)), 0);
+	assert_true(stats.hit_table);
+	assert_non_null(odpd_alloc(c, SEG_LEN, 0));
+	crash(&d);
+	assert_int_equal(store_remove(&st, "odpd-hit-"), 1);
+	restart_from(&d, &st, NULL);
+	assert_store_settled(&st, 0);
+	expect_restart(&d, 0, 0, 1);
+	assert_null(odpd_alloc(c, SEG_LEN, 0));
+	assert_int_equal(errno, ENOTCONN);
+	odpd_disconnect(c);
+	end_at_baseline(&d, &st, base_mrs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1611,6 +1646,7 @@ int main(void)
 		cmocka_unit_test(test_restart_commits_without_answer),
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_in_verb),
+		cmocka_unit_test(test_restart_crash_lost_hit_table),
 		cmocka_unit_test(test_restart_crash_verifier),
 		cmocka_unit_test(test_restart_crash_dereg_in_flight),
 	};
