@@ -181,6 +181,7 @@ static void mr_free(struct odpd_registry *r, struct odpd_mr *mr)
 	assert(odpd_mr_may_free(mr));
 	r->n_mrs--;
 	keep_mr_free(mr);
+	keep_limbo_leave(mr->limbo);         /* (a deregistration that failed, a device gone) */
 	if (mr->map)
 		odpd_mapping_put(r->segs, mr->map);
 	if (mr->implicit)
