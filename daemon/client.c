@@ -551,7 +551,7 @@ void odpd_client_keep_view(const struct odpd_client *c, struct odpd_keep_client 
 		.local_hits = c->has_holder ? c->holder.local_hits : 0,
 		.events = c->has_holder ? c->holder.events : 0,
 		.starttime = c->starttime,
-		.unkeepable = c->has_holder && c->holder.n_cctxs ? "it registered into its own PD" : NULL,
+		.unkeepable = c->has_holder ? odpd_registry_holder_lost(&c->holder) : NULL,
 		.hit_slots = c->has_holder && c->holder.hits ? odpd_hittab_slots(c->holder.hits) : 0,
 		.last_id = c->jlast_id,
 		.last_reply = c->jlast_reply,

@@ -549,9 +549,12 @@ void odpd_journal_mr_clear(OdpdState__Mr *pm)
 	pm->n_charges = 0;
 }
 
-static bool mr_journaled(const struct odpd_mr *mr)
+/* A pinned MR of odpd's PDs, live or relaxed: what a crash keeps. (Not
+ * odpd_registry_mr_keepable: an MR a verify reads through is kept, only a
+ * stop waits for the verify.) */
+bool odpd_journal_mr_kept(const struct odpd_mr *mr)
 {
-	return (mr->state == ODPD_MR_LIVE || mr->state == ODPD_MR_RELAXED) && odpd_registry_mr_keepable(mr) &&
+	return (mr->state == ODPD_MR_LIVE || mr->state == ODPD_MR_RELAXED) && mr->pinned && !mr->implicit &&
 	       mr->mr && mr->dom && mr->map;
 }
 
@@ -559,7 +562,7 @@ static void write_mr(struct odpd_mr *mr)
 {
 	OdpdState__Mr pm;
 
-	if (!mr_journaled(mr) || !odpd_journal_domain_id(mr->dom) || !odpd_journal_mapping_id(mr->map)) {
+	if (!odpd_journal_mr_kept(mr) || !odpd_journal_domain_id(mr->dom) || !odpd_journal_mapping_id(mr->map)) {
 		put_u64(&J->pend, 13, mr->node.seq);
 		return;
 	}

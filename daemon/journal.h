@@ -105,6 +105,8 @@ void odpd_journal_commit(const struct odpd_keep_client *c, uint64_t id, const vo
 /* Is anything waiting to be committed? */
 bool odpd_journal_pending(void);
 
+/* Does the journal keep @mr (a pinned MR of odpd's PDs, live or relaxed)? */
+bool odpd_journal_mr_kept(const struct odpd_mr *mr);
 /* Fill @pm from @mr (charges allocated; the caller frees them with
  * odpd_journal_mr_clear). Its ctime proof is the MR's own. */
 int odpd_journal_fill_mr(OdpdState__Mr *pm, const struct odpd_mr *mr);

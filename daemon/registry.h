@@ -243,6 +243,7 @@ struct odpd_holder {
 	struct odpd_ref **ref_index;
 	uint32_t ref_index_size;
 	struct odpd_hittab *hits;           /* OpenHitTable, or NULL */
+	unsigned n_odp_refs;                /* of refs, those of ODP and implicit ODP MRs */
 	uint64_t local_hits;                /* as its library last reported */
 	uint64_t events;                    /* events sent to its client (the hit table's
 					     * events word, daemon/hittab.h) */
@@ -578,6 +579,10 @@ static inline uint64_t odpd_mr_length(const struct odpd_mr *mr)
 /* What a stopping odpd cannot hand to the next one in @h (a reason), or
  * NULL: the connection can be kept (doc/design.md §12). */
 const char *odpd_registry_holder_unkeepable(const struct odpd_registry *r, const struct odpd_holder *h);
+/* What of @h a crash could not keep, from its counts alone (no walk over
+ * its references, for each commit of the journal): its own PD, an ODP MR,
+ * an implicit ODP registrar, a device gone. NULL: nothing. */
+const char *odpd_registry_holder_lost(const struct odpd_holder *h);
 /* Can a restart keep @mr (LIVE or RELAXED, pinned, in odpd's PD)? */
 bool odpd_registry_mr_keepable(const struct odpd_mr *mr);
 /* At start, before any client is served: a shared PD with no member yet. NULL on ENOMEM. */

@@ -485,7 +485,8 @@ static int build_state(struct odpd_manager *m, OdpdState__State *st, bool clean)
 		for (size_t i = 0; st->mrs && i < w.n_mrs; i++) {
 			if (i && w.mrs[i] == w.mrs[i - 1])
 				continue;
-			if (!odpd_registry_mr_keepable(w.mrs[i]) || !odpd_journal_domain_id(w.mrs[i]->dom) ||
+			if (!(clean ? odpd_registry_mr_keepable(w.mrs[i]) : odpd_journal_mr_kept(w.mrs[i])) ||
+			    !odpd_journal_domain_id(w.mrs[i]->dom) ||
 			    !odpd_journal_mapping_id(w.mrs[i]->map)) {
 				if (clean)
 					w.err = w.err ? w.err : -EAGAIN;

@@ -1624,6 +1624,42 @@ static void test_restart_crash_lost_hit_table(void **state)
 	end_at_baseline(&d, &st, base_mrs);
 }
 
+/*
+ * A connection holding an ODP MR cannot be kept (the MR depends on the
+ * crashed odpd's address space): after a crash it is dropped, as a stop
+ * drops it, rather than kept with the ODP MR silently gone.
+ */
+static void test_restart_crash_odp_drops(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	int base_mrs = kernel_mrs();
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, SEG_LEN, 0);
+	assert_non_null(seg);
+	assert_non_null(odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS));
+	if (!odpd_reg(c, (uint8_t *)odpd_segment_addr(seg) + 2 * MR_LEN, MR_LEN,
+		      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND))
+		fail_msg("odpd_reg (ODP): %s", odpd_errmsg());
+	crash(&d);
+	restart_from(&d, &st, NULL);
+	assert_store_settled(&st, 0);
+	expect_restart(&d, 0, 0, 1);
+	assert_null(odpd_alloc(c, SEG_LEN, 0));
+	assert_int_equal(errno, ENOTCONN);
+	odpd_disconnect(c);
+	end_at_baseline(&d, &st, base_mrs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1647,6 +1683,7 @@ int main(void)
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_in_verb),
 		cmocka_unit_test(test_restart_crash_lost_hit_table),
+		cmocka_unit_test(test_restart_crash_odp_drops),
 		cmocka_unit_test(test_restart_crash_verifier),
 		cmocka_unit_test(test_restart_crash_dereg_in_flight),
 	};

@@ -86,6 +86,7 @@ struct odpd_ref *ref_new(struct odpd_registry *r, struct odpd_holder *h, struct 
 	odpd_account_hold(h->acct, ODPD_UL_MRS, 1);
 	LIST_INSERT_HEAD(&mr->holders, ref, mlink);
 	mr->refs++;
+	h->n_odp_refs += mr->implicit || !mr->pinned;
 	ref_hit_slot(r, h, ref, q);
 	keep_ref(h->id, ref, false);
 	keep_mr(mr);
@@ -117,6 +118,7 @@ void ref_drop(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed, struc
 
 	keep_ref(h->id, ref, true);
 	keep_mr(mr);
+	h->n_odp_refs -= mr->implicit || !mr->pinned;
 	LIST_REMOVE(ref, hlink);
 	ref_index_del(h, ref);
 	h->n_refs--;

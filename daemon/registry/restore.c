@@ -175,6 +175,23 @@ static const char *mr_unkeepable(const struct odpd_mr *mr)
 	return NULL;
 }
 
+const char *odpd_registry_holder_lost(const struct odpd_holder *h)
+{
+	if (h->n_cctxs)
+		return "it registered into its own PD";
+	if (h->n_odp_refs)
+		return "it holds an ODP MR";
+	for (unsigned i = 0; i < ODPD_MAX_DEVICES; i++) {
+		const struct odpd_domain *d = h->spd ? h->spd->doms[i] : h->domains ? h->domains[i] : NULL;
+
+		if (d && d->registrar)
+			return "it has implicit ODP MRs";
+		if (d && d->dev->removed)
+			return "a device of its went away";
+	}
+	return NULL;
+}
+
 const char *odpd_registry_holder_unkeepable(const struct odpd_registry *r, const struct odpd_holder *h)
 {
 	const struct odpd_ref *ref;
