@@ -1058,7 +1058,7 @@ static void report(void)
 		 J->n_rewrites ? J->rewrite_ns / J->n_rewrites / 1000 : 0);
 }
 
-int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint64_t epoch, const char *old,
+int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint64_t epoch,
 		       uint32_t max_domain, uint32_t max_mapping)
 {
 	int r;
@@ -1091,8 +1091,6 @@ int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint6
 		J->ev_commit = event_new(m->base, -1, 0, on_commit_event, NULL);
 	if (odpd_journal_pending())
 		want_commit();
-	if (old)
-		(void)odpd_fdstore_remove(old);
 	log_info("journal: kept in systemd's fd store (journal-%" PRIu64 ", %zu bytes of snapshot)", J->epoch,
 		 J->snapshot_len);
 	return 0;

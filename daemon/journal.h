@@ -57,11 +57,12 @@ typedef int odpd_state_build_fn(struct odpd_manager *m, OdpdState__State *st, bo
 
 /* Is a journal kept (odpd_journal_start succeeded)? */
 bool odpd_journal_on(void);
-/* Start one: a new journal memfd, stored, with a snapshot of @m as it is
- * (after a restore: what was taken back). The old journal's name @old, if
- * not NULL, is removed from the store once the new one is there. 0 or
+/* Start one: a new journal memfd (journal-@epoch+1), stored, with a
+ * snapshot of @m as it is (after a restore: what was taken back; what it
+ * did not take leaves the store with odpd_fdstore_release_unused), and its
+ * limbo; PD ids from @max_domain on, segment ids from @max_mapping on. 0 or
  * -errno (then no journal: a crash drops everything, as before). */
-int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint64_t epoch, const char *old,
+int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint64_t epoch,
 		       uint32_t max_domain, uint32_t max_mapping);
 /* The limbo (keep.h, any thread): enter an MR @handle made in @d's PD
  * (its slot; 0: not tracked), and leave once it is deregistered. */

@@ -1279,7 +1279,7 @@ void odpd_restart_journal_start(struct odpd_manager *m)
 		if (d->save_id > max_domain)
 			max_domain = d->save_id;
 	odpd_mapping_each(&m->segs, max_mapping_one, &max_mapping);
-	(void)odpd_journal_start(m, build_state, m->restart_epoch, NULL, max_domain, max_mapping);
+	(void)odpd_journal_start(m, build_state, m->restart_epoch, max_domain, max_mapping);
 }
 
 bool odpd_restart_in_use(const char *name, void *arg)

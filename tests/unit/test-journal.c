@@ -98,7 +98,7 @@ static void test_journal_failed_rewrite(void **state)
 	notify_start();
 	builds = 0;
 	fail_from = 2;                       /* the start's snapshot; not the rewrite's */
-	assert_int_equal(odpd_journal_start(NULL, build, 0, NULL, 0, 0), 0);
+	assert_int_equal(odpd_journal_start(NULL, build, 0, 0, 0), 0);
 	assert_true(notify_saw("FDNAME=odpd-journal-1"));
 	/* records until the journal is rewritten, which fails */
 	memset(name, 'p', sizeof(name) - 1);
