@@ -425,6 +425,20 @@ void odpd_client_notify_init(struct odpd_notify *n, struct odpd_manager *m)
 	n->ctx = m;
 }
 
+/* A copy of @it's packed reply in *@buf (reused), or none (NULL) if it
+ * carries an fd, which a copy could not send again. */
+static void answer_keep(uint8_t **buf, size_t *len, const struct odpd_answer *it)
+{
+	uint8_t *p = it->fd < 0 ? realloc(*buf, it->len ? it->len : 1) : NULL;
+
+	if (!p)
+		free(*buf);
+	else
+		memcpy(p, it->data, it->len);
+	*buf = p;
+	*len = p ? it->len : 0;
+}
+
 /*
  * Queue what @o holds, a packed reply (or why packing failed): the one
  * place a reply leaves for a client. Empties @o.
@@ -461,10 +475,7 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 	if (c->resume_capture && it->id == c->resume_id) {
 		c->resume_capture = false;
 		c->resume_captured = true;
-		if (it->fd < 0 && (c->resume_reply = malloc(it->len ? it->len : 1))) {
-			memcpy(c->resume_reply, it->data, it->len);
-			c->resume_len = it->len;
-		}
+		answer_keep(&c->resume_reply, &c->resume_len, it);
 	}
 	/* Nothing leaves that the journal does not hold (journal.h). */
 	if (odpd_journal_pending()) {
@@ -474,14 +485,8 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 			odpd_client_keep_view(c, &v);
 		odpd_journal_commit(c->stored ? &v : NULL, it->id, it->data, it->len, it->fd >= 0);
 		if (c->stored && it->id) {
-			free(c->jlast_reply);
-			c->jlast_reply = NULL;
-			c->jlast_len = 0;
 			c->jlast_id = it->id;
-			if (it->fd < 0 && (c->jlast_reply = malloc(it->len ? it->len : 1))) {
-				memcpy(c->jlast_reply, it->data, it->len);
-				c->jlast_len = it->len;
-			}
+			answer_keep(&c->jlast_reply, &c->jlast_len, it);
 		}
 	}
 	outq_push(c, it);
