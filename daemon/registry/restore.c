@@ -194,19 +194,12 @@ const char *odpd_registry_holder_lost(const struct odpd_holder *h)
 
 const char *odpd_registry_holder_unkeepable(const struct odpd_registry *r, const struct odpd_holder *h)
 {
+	const char *lost = odpd_registry_holder_lost(h);
 	const struct odpd_ref *ref;
 
 	(void)r;
-	if (h->n_cctxs)
-		return "it registered into its own PD";
-	for (unsigned i = 0; i < ODPD_MAX_DEVICES; i++) {
-		const struct odpd_domain *d = h->spd ? h->spd->doms[i] : h->domains ? h->domains[i] : NULL;
-
-		if (d && d->registrar)
-			return "it has implicit ODP MRs";
-		if (d && d->dev->removed)
-			return "a device of its went away";
-	}
+	if (lost)
+		return lost;
 	LIST_FOREACH(ref, &h->refs, hlink) {
 		const char *why = mr_unkeepable(ref->mr);
 
