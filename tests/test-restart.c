@@ -145,6 +145,15 @@ static bool at_baseline(void *arg)
 	return ok;
 }
 
+/* @c was dropped (closed): its next call fails with ENOTCONN, as after a
+ * plain stop; then it is let go. */
+static void expect_dropped(struct odpd_conn *c)
+{
+	assert_null(odpd_alloc(c, SEG_LEN, 0));
+	assert_int_equal(errno, ENOTCONN);
+	odpd_disconnect(c);
+}
+
 /* The end of a test: odpd back at its baseline, the store and odpd
  * stopped, and the kernel's MRs back at @base_mrs. */
 static void end_at_baseline(struct test_daemon *d, struct fake_store *st, int base_mrs)
@@ -837,9 +846,7 @@ static void test_restart_drops_unreadable_state(void **state)
 	assert_store_settled(&st, 0);
 	expect_restart(&d, 0, 0, 1);
 	/* The connection was closed: ENOTCONN, as after a plain stop. */
-	assert_null(odpd_alloc(c, SEG_LEN, 0));
-	assert_int_equal(errno, ENOTCONN);
-	odpd_disconnect(c);
+	expect_dropped(c);
 	/* The kernel objects went with their fds. */
 	assert_int_equal(kernel_mrs(), base_mrs);
 	/* And the new odpd serves new clients. */
@@ -877,9 +884,7 @@ static void test_restart_failed_hand_over_unstores(void **state)
 	if (!wait_until(store_empty, &st))
 		fail_msg("a failed hand-over left %u fd(s) in the store, the first %s", st.n, st.names[0]);
 	/* the connection is closed, as after a plain stop */
-	assert_null(odpd_alloc(c, SEG_LEN, 0));
-	assert_int_equal(errno, ENOTCONN);
-	odpd_disconnect(c);
+	expect_dropped(c);
 	assert_int_equal(kernel_mrs(), base_mrs);
 	fake_store_stop(&st);
 }
@@ -898,9 +903,7 @@ static void test_restart_without_store_drops(void **state)
 	assert_non_null(odpd_alloc(c, SEG_LEN, 0));
 	stop(&d);
 	daemon_restart(&d, NULL);
-	assert_null(odpd_alloc(c, SEG_LEN, 0));
-	assert_int_equal(errno, ENOTCONN);
-	odpd_disconnect(c);
+	expect_dropped(c);
 	assert_int_equal(kernel_mrs(), base_mrs);
 	daemon_stop(&d);
 }
@@ -1618,9 +1621,7 @@ static void test_restart_crash_lost_hit_table(void **state)
 	restart_from(&d, &st, NULL);
 	assert_store_settled(&st, 0);
 	expect_restart(&d, 0, 0, 1);
-	assert_null(odpd_alloc(c, SEG_LEN, 0));
-	assert_int_equal(errno, ENOTCONN);
-	odpd_disconnect(c);
+	expect_dropped(c);
 	end_at_baseline(&d, &st, base_mrs);
 }
 
@@ -1661,9 +1662,7 @@ static void test_restart_crash_odp_drops(void **state)
 		assert_int_equal(kc, 0);
 		assert_int_equal(dc, 1);
 	}
-	assert_null(odpd_alloc(c, SEG_LEN, 0));
-	assert_int_equal(errno, ENOTCONN);
-	odpd_disconnect(c);
+	expect_dropped(c);
 	end_at_baseline(&d, &st, base_mrs);
 }
 
