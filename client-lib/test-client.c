@@ -126,6 +126,7 @@ struct fake_log {
 	unsigned resends;               /* requests sent again as asked, byte for byte */
 	unsigned resend_mismatches;     /* sent again, but not the same bytes */
 	unsigned unasked_resends;       /* an id seen again without a RestartEvent asking */
+	unsigned restart_events;        /* RestartEvents sent (after the send returned) */
 };
 
 struct fake_opts {
@@ -607,6 +608,7 @@ static void fake_restart_event(struct fake_client *c, uint64_t last_id)
 	if (c->gen)
 		atomic_store(&c->gen[1], c->events);
 	odpd_wire_send(c->sock, &event.base, NULL, 0, 0);
+	__atomic_add_fetch(&flog->restart_events, 1, __ATOMIC_RELEASE);
 }
 
 /*
@@ -1795,7 +1797,7 @@ static void test_restart_event(const char *path)
 	struct odpd_segment *seg;
 	struct odpd_mr *mr, *mr2;
 	struct odpd_stats st;
-	unsigned regs, fds;
+	unsigned regs, fds, events;
 	uint32_t crc;
 	uint8_t *p;
 
@@ -1840,8 +1842,16 @@ static void test_restart_event(const char *path)
 	CHECK(open_fds() == fds);
 	CHECK(flog->hit_opens == 4);
 
-	/* between calls: read by the next call's drain, nothing sent again */
+	/*
+	 * between calls: read by the next call's drain, nothing sent again. The
+	 * fake sends the event after the reply; wait until it is queued, or
+	 * the next call may run before it arrives.
+	 */
+	events = __atomic_load_n(&flog->restart_events, __ATOMIC_ACQUIRE);
 	CHECK(odpd_verify(mr, p, RESTART_AFTER_LENGTH, &crc) == 0);
+	for (int i = 0; i < 5000 && __atomic_load_n(&flog->restart_events, __ATOMIC_ACQUIRE) == events; i++)
+		usleep(1000);
+	CHECK(__atomic_load_n(&flog->restart_events, __ATOMIC_ACQUIRE) == events + 1);
 	CHECK(flog->hit_opens == 4);
 	CHECK(odpd_verify(mr, p, 64, &crc) == 0 && crc == crc32(0, p, 64));
 	CHECK(flog->hit_opens == 5);
