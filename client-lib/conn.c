@@ -230,6 +230,40 @@ static const Odpd__RestartEvent *restart_event(const Odpd__Reply *reply)
 	return reply->restart_event;
 }
 
+/* ODPD_ONEWAY_DEREG=0: every release waits for odpd's answer. */
+static bool oneway_off(void)
+{
+	const char *v = getenv("ODPD_ONEWAY_DEREG");
+
+	return v && strcmp(v, "0") == 0;
+}
+
+/* The one-way releases sent after @last_id (a RestartEvent's: what the new
+ * odpd kept), sent again with the same ids. A copy odpd did read fails
+ * there quietly (no such MR: a handle is never given twice). */
+static int oneway_resend(struct odpd_conn *c, const char *what, uint64_t last_id)
+{
+	for (unsigned i = 0; i < c->n_oneway; i++) {
+		Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+		Odpd__Request req = ODPD__REQUEST__INIT;
+		int r;
+
+		if (c->oneway_ids[i] <= last_id)
+			continue;
+		d.has_handle = d.has_no_reply = true;
+		d.handle = c->oneway_handles[i];
+		d.no_reply = true;
+		req.has_id = true;
+		req.id = c->oneway_ids[i];
+		req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+		req.dereg_mr = &d;
+		r = call_send(c, what, &req, NULL, 0);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 /* An event from the daemon (id 0, with a body). */
 static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
 {
@@ -276,11 +310,15 @@ static int conn_drain_events(struct odpd_conn *c, const char *what)
 			return r;
 		if (fd >= 0)
 			close(fd);
-		/* an event (a RestartEvent outside a call: nothing to send
-		 * again), else the late answer to a failed call, or the second
-		 * answer to a request sent again after a RestartEvent */
+		/* an event (a RestartEvent outside a call: only one-way
+		 * releases to send again), else the late answer to a failed
+		 * call, or the second answer to a request sent again after a
+		 * RestartEvent */
 		conn_event(c, reply);
+		r = restart_event(reply) ? oneway_resend(c, what, restart_event(reply)->last_id) : 0;
 		odpd__reply__free_unpacked(reply, NULL);
+		if (r < 0)
+			return r;
 	}
 }
 
@@ -345,6 +383,10 @@ static int call_wait(struct odpd_conn *c, const char *what, const Odpd__Request 
 		odpd__reply__free_unpacked(reply, NULL);
 		if (fate == REPLY_BAD)
 			return errmsg_set(-EIO, "%s: the daemon answered a request not yet sent", what);
+		if (restart)
+			r = oneway_resend(c, what, restart->last_id);
+		if (r < 0)
+			return r;
 		if (resend) {
 			r = call_send(c, what, req, fds, nfds);
 			if (r < 0)
@@ -392,6 +434,7 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	r = call_wait(c, what, req, fds, nfds, &reply, &fd);
 	if (r < 0)
 		return r;
+	c->n_oneway = 0;                     /* answered after them: kept, if odpd's journal runs */
 
 	if (reply->status != 0)
 		r = reply_error(what, reply);
@@ -410,6 +453,38 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	if (fd >= 0)
 		close(fd);
 	return r;
+}
+
+/*
+ * DeregMr.no_reply of @handle: sent, and not waited for. odpd reads what
+ * this connection sends next in the same turn, so whatever any process
+ * asks after this returns sees the release done (doc/design.md §11).
+ */
+int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
+{
+	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	int r;
+
+	r = conn_check(c, what);
+	if (r >= 0)
+		r = conn_drain(c, what);
+	if (r < 0)
+		return r;
+	d.has_handle = d.has_no_reply = true;
+	d.handle = handle;
+	d.no_reply = true;
+	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req.dereg_mr = &d;
+	hit_before_request(c, &req);
+	req.has_id = true;
+	req.id = ++c->last_id;
+	r = call_send(c, what, &req, NULL, 0);
+	if (r < 0)
+		return r;
+	c->oneway_ids[c->n_oneway] = req.id;
+	c->oneway_handles[c->n_oneway++] = handle;
+	return 0;
 }
 
 /* ---------------------------------------------------------------- devices */
@@ -521,6 +596,9 @@ static int conn_hello(struct odpd_conn *c)
 		r = conn_store_devices(c, h);
 	c->client_id = h->client_id;
 	c->resident_check_max = h->has_resident_check_max ? h->resident_check_max : 0;
+	c->oneway_dereg_max = h->has_oneway_dereg_max ? h->oneway_dereg_max : 0;
+	if (oneway_off())
+		c->oneway_dereg_max = 0;
 	odpd__reply__free_unpacked(reply, NULL);
 	return r;
 }

@@ -24,6 +24,9 @@
 /* Everything is hidden (-fvisibility=hidden); the API is marked with this. */
 #define _public_ __attribute__((visibility("default")))
 
+/* One-way releases sent in a row before one waits for its answer (conn.c). */
+#define ONEWAY_MAX 32
+
 #define container_of(ptr, type, member) \
 	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
@@ -160,6 +163,15 @@ struct odpd_conn {
 	/* HelloReply.resident_check_max: pinned ranges up to this long are
 	 * registered with REG_UNPOPULATED (0: never) */
 	uint64_t resident_check_max;
+	/* HelloReply.oneway_dereg_max: a pinned MR without remote access up
+	 * to this long is released without waiting for odpd (DeregMr.no_reply;
+	 * 0: never; ODPD_ONEWAY_DEREG=0 turns it off). The releases sent so
+	 * far that no answer to a later request has covered yet, to be sent
+	 * again after a RestartEvent that did not keep them; at ONEWAY_MAX
+	 * the next release waits for its answer. Under @lock. */
+	uint64_t oneway_dereg_max;
+	uint64_t oneway_ids[ONEWAY_MAX], oneway_handles[ONEWAY_MAX];
+	unsigned n_oneway;
 	struct odpd_link segments;      /* struct odpd_segment */
 	struct odpd_link mrs;           /* struct mr_entry (mr.c) */
 	/* Entries of MRs released in-process, for the next local hit: no
@@ -317,6 +329,8 @@ int mr_register(struct odpd_conn *c, const char *what, const void *addr, size_t 
  * the last reference. Caller holds c->lock.
  */
 int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle, bool relaxed);
+/* DeregMr.no_reply: sent, not answered (conn.c). Caller holds c->lock. */
+int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle);
 
 /* Free every struct odpd_mr of @c (odpd_disconnect). */
 void mrs_release_all(struct odpd_conn *c);

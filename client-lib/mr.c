@@ -390,6 +390,21 @@ static bool mr_dereg_local(struct mr_entry *e, const char *what, bool relaxed)
 	return true;
 }
 
+/*
+ * Released without waiting for odpd's answer (DeregMr.no_reply): a pinned
+ * MR of odpd's PD that no remote peer can use, short enough for odpd to
+ * deregister on its loop, while fewer than ONEWAY_MAX such releases are
+ * unanswered. Caller holds c->lock.
+ */
+static bool mr_oneway(const struct odpd_conn *c, const struct mr_entry *e, bool relaxed)
+{
+	const unsigned remote = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+				IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND;
+
+	return !relaxed && e->mr.length <= c->oneway_dereg_max && !(e->mr.access & remote) &&
+	       c->n_oneway < ONEWAY_MAX;
+}
+
 static int mr_dereg(struct mr_entry *e, const char *what, bool relaxed)
 {
 	struct odpd_conn *c = e->conn;
@@ -398,7 +413,10 @@ static int mr_dereg(struct mr_entry *e, const char *what, bool relaxed)
 	if (mr_dereg_local(e, what, relaxed))
 		return 0;
 	pthread_mutex_lock(&c->lock);
-	r = mr_deregister(c, what, e->mr.handle, relaxed);
+	if (mr_oneway(c, e, relaxed))
+		r = conn_release_oneway(c, what, e->mr.handle);
+	else
+		r = mr_deregister(c, what, e->mr.handle, relaxed);
 	if (r >= 0)
 		mr_remove(e);
 	pthread_mutex_unlock(&c->lock);

@@ -19,8 +19,13 @@
  * instead of the reply, then the reply to the same request sent again (same
  * id, same bytes: flog->resends); 337, a RestartEvent that kept it, then the
  * reply; 338, as 336 but the request sent again is answered twice, the
- * second time with an fd; 339, the reply, then a RestartEvent. A request id
+ * second time with an fd; 339, the reply, then a RestartEvent; 340, as 336
+ * but the event keeps only what came before the two requests before it
+ * (one-way releases, to be sent again: flog->oneway_resends). A request id
  * seen again unasked counts in flog->unasked_resends.
+ *
+ * With flog->oneway_dereg_max set, its Hello offers one-way releases; a
+ * DeregMr.no_reply is done and not answered (flog->oneway_deregs).
  *
  * With flog->hit_tables set, it answers OpenHitTable with a generation
  * table of its own, gives every RegMr without REG_NO_CACHE a slot and
@@ -88,6 +93,7 @@
 #define RESTART_KEPT_LENGTH 337
 #define RESTART_DUP_LENGTH 338
 #define RESTART_AFTER_LENGTH 339
+#define RESTART_ONEWAY_LENGTH 340
 #define NO_RELAX_LENGTH 4321
 #define FAKE_GENERATION (1ull << 40)    /* + the MR's handle: 64 bits on the wire */
 #define FAKE_FORBIDDEN_PD "forbidden"
@@ -113,6 +119,9 @@ struct fake_log {
 	unsigned reg_pages;             /* of the range rounded out to pages */
 	unsigned reg_resident;          /* of those, in the page cache at RegMr */
 	uint64_t resident_check_max;    /* for the next Hello (HelloReply.resident_check_max) */
+	uint64_t oneway_dereg_max;      /* for the next Hello (HelloReply.oneway_dereg_max) */
+	unsigned oneway_deregs;         /* DeregMr.no_reply read (not answered) */
+	unsigned oneway_resends;        /* of those, sent again after a RestartEvent */
 	unsigned reg_unpopulated;       /* RegMr requests with REG_UNPOPULATED */
 	int dereg_has_relaxed, dereg_relaxed;
 	unsigned flushes, flushed;      /* Flush requests; MRs they dropped */
@@ -223,6 +232,10 @@ static void fake_hello(const Odpd__Hello *h, const struct fake_opts *o, struct f
 	if (flog->resident_check_max) {
 		f->hello.has_resident_check_max = true;
 		f->hello.resident_check_max = flog->resident_check_max;
+	}
+	if (flog->oneway_dereg_max) {
+		f->hello.has_oneway_dereg_max = true;
+		f->hello.oneway_dereg_max = flog->oneway_dereg_max;
 	}
 	f->r.body_case = ODPD__REPLY__BODY_HELLO;
 	f->r.hello = &f->hello;
@@ -423,6 +436,7 @@ static void fake_dereg(struct fake_client *c, const Odpd__DeregMr *d, struct fak
 	struct fake_mr *mr = fake_mr_find(c, d->handle);
 
 	flog->deregs++;
+	flog->oneway_deregs += d->no_reply;
 	flog->dereg_has_relaxed = d->has_relaxed;
 	flog->dereg_relaxed = d->relaxed;
 	if (!mr || mr->refs == 0)
@@ -611,6 +625,11 @@ static void fake_restart_event(struct fake_client *c, uint64_t last_id)
 	__atomic_add_fetch(&flog->restart_events, 1, __ATOMIC_RELEASE);
 }
 
+static bool fake_oneway(const Odpd__Request *q)
+{
+	return q->body_case == ODPD__REQUEST__BODY_DEREG_MR && q->dereg_mr->no_reply;
+}
+
 /*
  * The crash scripts before the reply (Verify lengths, see the top). true:
  * no reply now (the request is to be sent again). @dup: answer twice.
@@ -631,14 +650,19 @@ static bool fake_restart(struct fake_client *c, const Odpd__Request *q, const st
 		c->restart_len = 0;
 		return false;
 	}
+	if (q->id <= c->last_id && fake_oneway(q)) {
+		flog->oneway_resends++;
+		return false;
+	}
 	if (q->id <= c->last_id)
 		flog->unasked_resends++;
 	c->last_id = q->id;
-	if ((len == RESTART_LENGTH || len == RESTART_DUP_LENGTH) && p->len <= sizeof(c->restart_req)) {
+	if ((len == RESTART_LENGTH || len == RESTART_DUP_LENGTH || len == RESTART_ONEWAY_LENGTH) &&
+	    p->len <= sizeof(c->restart_req)) {
 		c->restart_len = (int)p->len;
 		c->restart_id = q->id;
 		memcpy(c->restart_req, buf, p->len);
-		fake_restart_event(c, q->id - 1);
+		fake_restart_event(c, q->id - (len == RESTART_ONEWAY_LENGTH ? 3 : 1));
 		return true;
 	}
 	if (len == RESTART_KEPT_LENGTH)
@@ -692,6 +716,10 @@ static void fake_handle(struct fake_client *c, const struct fake_opts *o)
 	if (!keep) {
 		odpd__request__free_unpacked(q, NULL);
 		return fake_drop(c);
+	}
+	if (fake_oneway(q)) {                /* no event, no reply */
+		odpd__request__free_unpacked(q, NULL);
+		return;
 	}
 	event.has_id = true;
 	odpd_wire_send(c->sock, &event.base, NULL, 0, 0);
@@ -1862,6 +1890,82 @@ static void test_restart_event(const char *path)
 	flog->hit_tables = 0;
 }
 
+/*
+ * One-way releases (DeregMr.no_reply; the fake does not answer them): a
+ * short local pinned MR's release is not waited for; one with remote
+ * access, longer than HelloReply.oneway_dereg_max, relaxed, or with
+ * ODPD_ONEWAY_DEREG=0 is; after 32 in a row the next waits. After a
+ * RestartEvent that did not keep them, they are sent again, same ids.
+ */
+static void test_oneway_dereg(const char *path)
+{
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr[33], *keep;
+	unsigned deregs, oneway;
+	uint32_t crc;
+	char *p;
+
+	flog->oneway_dereg_max = 16 * page_size();
+	flog->resends = flog->resend_mismatches = flog->unasked_resends = flog->oneway_resends = 0;
+	c = odpd_connect(path, NULL);
+	CHECK(c);
+	seg = odpd_alloc(c, 64 * page_size(), 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	memset(p, 0x3c, 64 * page_size());
+	keep = odpd_reg(c, p + 40 * page_size(), page_size(), lw);
+	CHECK(keep);
+
+	/* short and local: sent, not waited for (the fake never answers it) */
+	deregs = flog->deregs;
+	oneway = flog->oneway_deregs;
+	mr[0] = odpd_reg(c, p, page_size(), lw);
+	CHECK(mr[0] && odpd_dereg(mr[0]) == 0);
+	CHECK(odpd_verify(keep, p + 40 * page_size(), 64, &crc) == 0);   /* read after it, in order */
+	CHECK(flog->deregs == deregs + 1 && flog->oneway_deregs == oneway + 1);
+
+	/* waited for: remote access, longer than the daemon allows, relaxed */
+	mr[0] = odpd_reg(c, p, page_size(), lw | IBV_ACCESS_REMOTE_READ);
+	CHECK(mr[0] && odpd_dereg(mr[0]) == 0);
+	mr[0] = odpd_reg(c, p, 17 * page_size(), lw);
+	CHECK(mr[0] && odpd_dereg(mr[0]) == 0);
+	mr[0] = odpd_reg(c, p + page_size(), page_size(), lw);
+	CHECK(mr[0] && odpd_dereg_relaxed(mr[0]) == 0);
+	CHECK(flog->deregs == deregs + 4 && flog->oneway_deregs == oneway + 1);
+	CHECK(odpd_flush_relaxed(c) == 0);
+
+	/* 32 in a row, then one that waits (and answers for them all) */
+	for (int i = 0; i < 33; i++)
+		CHECK((mr[i] = odpd_reg(c, p + (size_t)i * page_size(), page_size(), lw)) != NULL);
+	for (int i = 0; i < 33; i++)
+		CHECK(odpd_dereg(mr[i]) == 0);
+	CHECK(flog->deregs == deregs + 37 && flog->oneway_deregs == oneway + 33);
+
+	/* a crash: the new odpd kept neither of the two: both sent again */
+	mr[0] = odpd_reg(c, p, page_size(), lw);
+	mr[1] = odpd_reg(c, p + page_size(), page_size(), lw);
+	CHECK(mr[0] && mr[1] && odpd_dereg(mr[0]) == 0 && odpd_dereg(mr[1]) == 0);
+	CHECK(odpd_verify(keep, p + 40 * page_size(), RESTART_ONEWAY_LENGTH, &crc) == 0 &&
+	      crc == crc32(0, (const uint8_t *)p + 40 * page_size(), RESTART_ONEWAY_LENGTH));
+	CHECK(flog->oneway_resends == 2 && flog->resends == 1 && flog->unasked_resends == 0);
+	CHECK(odpd_dereg(keep) == 0 && odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+
+	/* ODPD_ONEWAY_DEREG=0: every release waits */
+	setenv("ODPD_ONEWAY_DEREG", "0", 1);
+	c = odpd_connect(path, NULL);
+	unsetenv("ODPD_ONEWAY_DEREG");
+	CHECK(c && (seg = odpd_alloc(c, 4 * page_size(), 0)) != NULL);
+	oneway = flog->oneway_deregs;
+	mr[0] = odpd_reg(c, odpd_segment_addr(seg), page_size(), lw);
+	CHECK(mr[0] && odpd_dereg(mr[0]) == 0 && flog->oneway_deregs == oneway);
+	CHECK(odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+	flog->oneway_dereg_max = 0;
+}
+
 /* Huge pages: rounded to the huge page size, or refused where none are reserved. */
 static void test_hugetlb(const char *path)
 {
@@ -2040,6 +2144,7 @@ int main(void)
 	test_hangup(path);
 	test_bad_replies(path);
 	test_restart_event(path);
+	test_oneway_dereg(path);
 	test_hugetlb(path);
 	test_threads(path);
 	test_mirror(path);

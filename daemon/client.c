@@ -32,6 +32,12 @@
  * between clients (its epoll is level-triggered: a client with more
  * packets wakes it again at once). */
 #define PACKETS_PER_WAKEUP 1
+/* After a request that wants no answer (DeregMr.no_reply) the client is
+ * not waiting: what it sent next is read in the same turn, up to this many
+ * packets. So a one-way release is done before any request that another
+ * connection sent after it (its epoll readiness came first): the user's
+ * charges are as they would be had the client waited for an answer. */
+#define ONEWAY_PER_WAKEUP 64
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg);
 static void client_teardown(struct odpd_client *c);
@@ -620,6 +626,8 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 		hr.daemon_version = (char *)ODPD_VERSION;
 		hr.has_resident_check_max = 1;
 		hr.resident_check_max = ODPD_LOOP_REG_MAX;
+		hr.has_oneway_dereg_max = 1;
+		hr.oneway_dereg_max = ODPD_LOOP_REG_MAX;
 		if (req->client_name && *req->client_name)
 			snprintf(c->name, sizeof(c->name), "%s", req->client_name);
 		c->monitor = req->has_monitor && req->monitor;
@@ -855,9 +863,12 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 	}
 	log_debug(CLIENT_FMT ": request %llu: %s", CLIENT_ARGS(c),
 		  (unsigned long long)req->id, odpd_request_name(req->body_case));
+	/* One-way: no answer, nothing to answer again; a copy sent again after
+	 * a crash is done again (a handle is never given twice: ENOENT). */
+	c->oneway = req->body_case == ODPD__REQUEST__BODY_DEREG_MR && req->dereg_mr->no_reply;
 	if (!req->has_id || req->id == 0)
 		odpd_client_send_error(c, 0, EINVAL, "request id 0 is reserved for events");
-	else if (c->resume_id && client_resumed(c, req->id))
+	else if (c->resume_id && !c->oneway && client_resumed(c, req->id))
 		;                            /* answered before the crash (or a duplicate) */
 	else if (req->body_case == ODPD__REQUEST__BODY_HELLO)
 		handle_hello(c, req->id, req->hello);
@@ -874,7 +885,8 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 
 		ok.has_id = ok.has_status = 1;
 		ok.id = req->id;
-		odpd_client_send(c, &ok);
+		if (!c->oneway)
+			odpd_client_send(c, &ok);
 	} else {
 		if (c->has_holder)
 			odpd_registry_hits_report(&c->m->registry, &c->holder, req->has_local_hits,
@@ -961,9 +973,13 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg)
 		c->read_paused = true;
 		return;
 	}
-	for (int i = 0; i < PACKETS_PER_WAKEUP; i++)
+	for (int i = 0, oneway = 0; i < PACKETS_PER_WAKEUP + oneway; i++) {
+		c->oneway = false;
 		if (!client_read_one(c))
 			break;
+		if (c->oneway && oneway < ONEWAY_PER_WAKEUP)
+			oneway++;
+	}
 }
 
 /* ---------------------------------------------------------------- lifetime */

@@ -28,6 +28,7 @@ struct odpd_client {
 	bool handling;                  /* inside client_request: client_read_one tears down */
 	bool resume;                    /* a job completed meanwhile: read again after it */
 	bool read_paused;               /* ev_read deleted: readable while a job ran */
+	bool oneway;                    /* the last request read wants no answer (DeregMr.no_reply) */
 	struct event *ev_read, *ev_write;
 	struct odpd_answer *outq, **outq_tail;
 	unsigned outq_len;

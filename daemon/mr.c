@@ -608,12 +608,40 @@ static void dereg_cb(void *arg, unsigned mrs, uint64_t bytes)
 	free(p);
 }
 
+/*
+ * DeregMr.no_reply: the client does not wait, and gets no answer. The
+ * reference goes (and with it the user's charge) as for any release; the
+ * MR's deregistration, if this was its last reference, runs on the loop
+ * (batch_on_loop) or in a batch nobody waits for. A failure is logged and
+ * counted, not answered: libodpd sends it only for a handle it holds.
+ */
+static int dereg_oneway(const struct odpd_caller *k, const Odpd__DeregMr *req)
+{
+	struct odpd_ref *ref = odpd_holder_find_ref(k->holder, req->handle);
+	struct odpd_cseg *s;
+
+	if (!ref) {
+		k->m->stats.errors++;
+		log_debug(CALLER_FMT ": one-way release of MR handle %" PRIu64 ": no such MR", CALLER_ARGS(k),
+			  req->handle);
+		return ODPD_DONE;
+	}
+	s = ref->cookie;
+	if (s)
+		s->n_mrs--;
+	odpd_registry_release(&k->m->registry, ref, req->has_relaxed && req->relaxed, NULL, NULL);
+	return ODPD_DONE;
+}
+
 int odpd_dereg_mr(const struct odpd_caller *k, const Odpd__DeregMr *req, struct odpd_out *o)
 {
-	struct odpd_ref *ref = ref_or_reply(k, o, req->handle);
+	struct odpd_ref *ref;
 	struct odpd_cseg *s;
 	struct pending *p;
 
+	if (req->no_reply)
+		return dereg_oneway(k, req);
+	ref = ref_or_reply(k, o, req->handle);
 	if (!ref || !(p = pending_new(k, o)))
 		return ODPD_DONE;
 	s = ref->cookie;

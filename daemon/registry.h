@@ -454,6 +454,7 @@ typedef void (*odpd_done_cb)(void *arg, unsigned mrs, uint64_t bytes);
 /*
  * Drop a reference. Returns 0 when done; 1 when the last reference of a
  * non-relaxed release deregisters the MR: @cb runs once it is deregistered.
+ * @cb NULL: nobody waits (0; the deregistration still happens).
  */
 int odpd_registry_release(struct odpd_registry *r, struct odpd_ref *ref, bool relaxed,
 			  odpd_done_cb cb, void *arg);

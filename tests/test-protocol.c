@@ -858,6 +858,81 @@ static void test_reg_bad_ranges_and_flags(void **state)
  * HelloReply.resident_check_max (64 KiB): EINVAL otherwise (ODP, implicit
  * ODP, longer).
  */
+/*
+ * DeregMr.no_reply (issue 26): never answered, not even an error, so the
+ * first answer read is the next request's. Three one-way releases sent back
+ * to back, then an admin Status on another connection: all three are done
+ * by then (odpd reads what a one-way client sent next in the same turn),
+ * in odpd's counts and in the kernel's MR table. Repeated: it is about the
+ * order in which odpd reads two connections.
+ */
+static void test_oneway_release(void **state)
+{
+	const uint32_t lw = ODPD__ACCESS__ACCESS_LOCAL_WRITE;
+	const size_t len = 1 << 20;
+	int conn = raw_connect_hello(test_daemon.sock);
+	int fd = sealed_memfd(len);
+	Odpd__Reply *r = attach_ok(conn, fd);
+	uint64_t base = r->segment->addr, id = 100;
+	Odpd__DeregMr d = ODPD__DEREG_MR__INIT, d2 = ODPD__DEREG_MR__INIT;
+	Odpd__Request dq = ODPD__REQUEST__INIT, dq2 = ODPD__REQUEST__INIT;
+	struct snapshot before, after;
+	Odpd__RegMr m;
+	Odpd__Request req;
+	uint8_t *p;
+
+	(void)state;
+	odpd__reply__free_unpacked(r, NULL);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(p != MAP_FAILED);
+	memset(p, 7, len);
+	d.has_handle = d.has_no_reply = 1;
+	d.no_reply = 1;
+	dq.has_id = 1;
+	dq.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	dq.dereg_mr = &d;
+	/* an unknown handle: no answer; then a DeregMr that waits: ENOENT, its own id */
+	d.handle = 999999;
+	dq.id = ++id;
+	raw_send(conn, &dq, NULL, 0);
+	d2.has_handle = 1;
+	d2.handle = 999998;
+	dq2.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	dq2.dereg_mr = &d2;
+	raw_expect_error(conn, ++id, &dq2, NULL, 0, ENOENT);
+	if (test_require_device()) {
+		snapshot_take(&test_daemon, test_admin_fd, &before);
+		for (int round = 0; round < 20; round++) {
+			uint64_t h[3];
+
+			for (int k = 0; k < 3; k++) {
+				req = reg_req(&m, base + (uint64_t)k * 8192, 4096, lw);
+				r = raw_call(conn, ++id, &req, NULL, 0);
+				if (r->status)
+					fail_msg("RegMr: %s: %s", strerror(r->status), r->message);
+				h[k] = r->mr->handle;
+				odpd__reply__free_unpacked(r, NULL);
+			}
+			for (int k = 0; k < 3; k++) {
+				d.handle = h[k];
+				dq.id = ++id;
+				raw_send(conn, &dq, NULL, 0);
+			}
+			snapshot_take(&test_daemon, test_admin_fd, &after);
+			if (after.mrs != before.mrs || after.kernel_mrs != before.kernel_mrs)
+				fail_msg("round %d: right after three one-way releases, odpd has %u MR(s) and "
+					 "the kernel %d, before them %u and %d", round, after.mrs, after.kernel_mrs,
+					 before.mrs, before.kernel_mrs);
+			snapshot_assert_equal(&before, &after);
+		}
+	}
+	/* none of them was answered: what odpd sent before Status's answer is here */
+	assert_int_equal(inq(conn), 0);
+	munmap(p, len);
+	close(fd);
+	close(conn);
+}
+
 static void test_reg_unpopulated(void **state)
 {
 	const uint32_t lw = ODPD__ACCESS__ACCESS_LOCAL_WRITE, flag = ODPD__REG_FLAGS__REG_UNPOPULATED;
@@ -2364,6 +2439,7 @@ int main(void)
 		cmocka_unit_test_setup(test_command_line, harness_test_setup),
 		cmocka_unit_test_setup(test_odpctl_cli, harness_test_setup),
 		cmocka_unit_test_setup(test_reg_unpopulated, harness_test_setup),
+		cmocka_unit_test_setup(test_oneway_release, harness_test_setup),
 		cmocka_unit_test(test_start_failure_exits_cleanly),
 		cmocka_unit_test_setup(test_client_log_lines, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_input_matrix, harness_test_setup),

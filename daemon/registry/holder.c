@@ -172,7 +172,7 @@ int odpd_registry_release(struct odpd_registry *r, struct odpd_ref *ref, bool re
 			seq = d->mr == mr ? d->seq : 0;
 	if (!list && !seq)
 		return 0;
-	w = calloc(1, sizeof(*w));
+	w = cb ? calloc(1, sizeof(*w)) : NULL;  /* no @cb: nobody waits (DeregMr.no_reply) */
 	if (w) {
 		w->cb = cb;
 		w->arg = arg;
