@@ -456,8 +456,9 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
 }
 
 /*
- * DeregMr.no_reply of @handle: sent, and not waited for. odpd reads what
- * this connection sends next in the same turn, so whatever any process
+ * DeregMr.no_reply of @handle: sent, and not waited for. odpd reads the
+ * one-way releases this connection sends next in the same turn and nothing
+ * of another connection in between, so whatever any process
  * asks after this returns sees the release done (doc/design.md §11).
  */
 int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)

@@ -33,10 +33,12 @@
  * packets wakes it again at once). */
 #define PACKETS_PER_WAKEUP 1
 /* After a request that wants no answer (DeregMr.no_reply) the client is
- * not waiting: what it sent next is read in the same turn, up to this many
- * packets. So a one-way release is done before any request that another
- * connection sent after it (its epoll readiness came first): the user's
- * charges are as they would be had the client waited for an answer. */
+ * not waiting: the one-way requests it sent next are read in the same
+ * turn, up to this many (a request that waits stays for its next turn:
+ * client_next_oneway). So a one-way release is done before any request
+ * that another connection sent after it (its epoll readiness came first):
+ * the user's charges are as they would be had the client waited for an
+ * answer. */
 #define ONEWAY_PER_WAKEUP 64
 
 static void client_on_read(evutil_socket_t fd, short what, void *arg);
@@ -956,6 +958,34 @@ static bool client_read_one(struct odpd_client *c)
 	return !c->busy;
 }
 
+/*
+ * Is the packet @c sent next a one-way request? Peeked at, not read. After
+ * a one-way request odpd reads on only while this holds: a request that
+ * waits for its answer stays for the client's next turn, since it may have
+ * been sent after another connection's one-way release that odpd has not
+ * read yet (that connection became readable later than this one, with its
+ * own one-way release queued first), and must see that release done.
+ */
+static bool client_next_oneway(struct odpd_client *c)
+{
+	struct odpd_arena *a = &c->m->arena;
+	ProtobufCAllocator pa = { .alloc = pb_alloc, .free = pb_free, .allocator_data = a };
+	Odpd__Request *req;
+	ssize_t n;
+	bool oneway;
+
+	do
+		n = recv(c->fd, c->m->rbuf, ODPD_MAX_PACKET + 1, MSG_PEEK | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0 || n > ODPD_MAX_PACKET || a->busy)
+		return false;
+	arena_begin(a);
+	req = odpd_request_unpack(&pa, (size_t)n, c->m->rbuf);
+	oneway = req && req->body_case == ODPD__REQUEST__BODY_DEREG_MR && req->dereg_mr->no_reply;
+	arena_end(a, req, &pa);
+	return oneway;
+}
+
 static void client_on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct odpd_client *c = arg;
@@ -973,7 +1003,11 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg)
 		c->read_paused = true;
 		return;
 	}
+	/* past PACKETS_PER_WAKEUP, only what follows a one-way request, and
+	 * only while it is one-way too (client_next_oneway) */
 	for (int i = 0, oneway = 0; i < PACKETS_PER_WAKEUP + oneway; i++) {
+		if (i >= PACKETS_PER_WAKEUP && !client_next_oneway(c))
+			break;
 		c->oneway = false;
 		if (!client_read_one(c))
 			break;

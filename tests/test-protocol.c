@@ -6,6 +6,7 @@
  * connection usable. Runs on the host (no RDMA device) and in the rxe VM.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <setjmp.h>
@@ -930,6 +931,91 @@ static void test_oneway_release(void **state)
 	assert_int_equal(inq(conn), 0);
 	munmap(p, len);
 	close(fd);
+	close(conn);
+}
+
+/* The state letter of @pid in /proc (R, S, T...). */
+static char proc_state(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	assert_non_null(p);
+	return p[1] == ' ' ? p[2] : 0;
+}
+
+static bool daemon_stopped(void *arg)
+{
+	return proc_state(*(pid_t *)arg) == 't' || proc_state(*(pid_t *)arg) == 'T';
+}
+
+static uint64_t status_errors(void)
+{
+	Odpd__Reply *r;
+	uint64_t v = status_get(test_admin_fd, &r)->errors;
+
+	odpd__reply__free_unpacked(r, NULL);
+	return v;
+}
+
+/*
+ * The order of one-way releases across connections when the connection
+ * read first had a one-way release queued too: the admin connection sends
+ * one (an unknown handle), then another connection one, then the admin
+ * connection a Status, all while odpd is stopped. The Status was sent after
+ * both releases: it sees both done (each counted in errors). odpd reads
+ * the admin connection first (readable first); a Status read there in the
+ * same turn, before the other connection's release, would count one.
+ */
+static void test_oneway_order_across_connections(void **state)
+{
+	int conn = raw_connect_hello(test_daemon.sock);
+	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+	Odpd__Request dq = ODPD__REQUEST__INIT, sq = ODPD__REQUEST__INIT;
+	Odpd__Status st = ODPD__STATUS__INIT;
+	pid_t pid = test_daemon.pid;
+	uint64_t errors;
+	Odpd__Reply *r;
+
+	(void)state;
+	d.has_handle = d.has_no_reply = 1;
+	d.no_reply = 1;
+	d.handle = 999997;
+	dq.has_id = 1;
+	dq.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	dq.dereg_mr = &d;
+	sq.has_id = 1;
+	sq.id = 5001;
+	sq.body_case = ODPD__REQUEST__BODY_STATUS;
+	sq.status = &st;
+	for (int round = 0; round < 3; round++) {
+		errors = status_errors();
+		assert_int_equal(kill(pid, SIGSTOP), 0);
+		assert_true(wait_until(daemon_stopped, &pid));
+		dq.id = 5000;
+		raw_send(test_admin_fd, &dq, NULL, 0);
+		dq.id = 200 + (uint64_t)round;
+		raw_send(conn, &dq, NULL, 0);
+		raw_send(test_admin_fd, &sq, NULL, 0);
+		assert_int_equal(kill(pid, SIGCONT), 0);
+		r = raw_recv(test_admin_fd);
+		assert_int_equal(r->id, sq.id);
+		assert_int_equal(r->status, 0);
+		assert_int_equal(r->body_case, ODPD__REPLY__BODY_STATUS_REPLY);
+		if (r->status_reply->errors != errors + 2)
+			fail_msg("round %d: a Status sent after two one-way releases on two connections saw %" PRIu64
+				 " of them done", round, r->status_reply->errors - errors);
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	assert_int_equal(inq(conn), 0);
 	close(conn);
 }
 
@@ -2440,6 +2526,7 @@ int main(void)
 		cmocka_unit_test_setup(test_odpctl_cli, harness_test_setup),
 		cmocka_unit_test_setup(test_reg_unpopulated, harness_test_setup),
 		cmocka_unit_test_setup(test_oneway_release, harness_test_setup),
+		cmocka_unit_test_setup(test_oneway_order_across_connections, harness_test_setup),
 		cmocka_unit_test(test_start_failure_exits_cleanly),
 		cmocka_unit_test_setup(test_client_log_lines, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_input_matrix, harness_test_setup),
