@@ -1016,6 +1016,20 @@ static void client_on_read(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+void odpd_client_read_oneway_first(struct odpd_manager *m)
+{
+	struct odpd_client *c, *next;
+
+	for (c = LIST_FIRST(&m->clients); c; c = next) {
+		next = LIST_NEXT(c, link);   /* (@c leaves the list if it is disconnected) */
+		for (int i = 0; i < ONEWAY_PER_WAKEUP && !c->busy && client_next_oneway(c); i++) {
+			c->oneway = false;
+			if (!client_read_one(c))
+				break;
+		}
+	}
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
 void odpd_client_begin(struct odpd_client *c)

@@ -84,6 +84,10 @@ void odpd_client_keep_view(const struct odpd_client *c, struct odpd_keep_client 
  * @starttime (0: unknown). 0, or -errno with @fd closed. */
 int odpd_client_adopt(struct odpd_manager *m, int fd, uint64_t id, const char *name, uint64_t starttime,
 		      struct odpd_client **ret);
+/* After a restart, before the loop runs: the one-way requests at the head
+ * of each connection's queue, sent while no odpd read. They come before any
+ * request that waits, on any connection: it may have been sent after them. */
+void odpd_client_read_oneway_first(struct odpd_manager *m);
 /* Connection @id if it is still connected, else NULL. */
 struct odpd_client *odpd_client_connected(struct odpd_manager *m, uint64_t id);
 /* Accept callback of the listening socket. */

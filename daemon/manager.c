@@ -531,6 +531,7 @@ int odpd_manager_start(struct odpd_manager *m)
 	if (m->restart) {
 		odpd_restart_restore(m, m->restart, &m->fdstore);
 		m->restart = NULL;
+		odpd_client_read_oneway_first(m);
 	}
 	r = listen_socket(m, &m->fdstore);
 	if (r >= 0 && m->cfg.live_restart && !odpd_restart_unavailable(m))

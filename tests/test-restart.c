@@ -908,6 +908,63 @@ static void test_restart_without_store_drops(void **state)
 	daemon_stop(&d);
 }
 
+/*
+ * One-way releases queued while no odpd reads (a restart, odpd_dereg of a
+ * short local MR): one connection sends one (an unknown handle: counted in
+ * errors, answered nothing), then another connection an admin Status. The
+ * Status was sent after the release: the new odpd must read the release
+ * first, whichever connection it takes back first (both orders are tried:
+ * the older connection and the newer one send the Status in turn).
+ */
+static void test_restart_oneway_first(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	Odpd__DeregMr dm = ODPD__DEREG_MR__INIT;
+	Odpd__Request dq = ODPD__REQUEST__INIT, sq = ODPD__REQUEST__INIT;
+	Odpd__Status status = ODPD__STATUS__INIT;
+	int conn[2];
+
+	(void)state;
+	if (!keeps())
+		skip();
+	fake_store_start(&st);
+	daemon_start(&d, NULL);
+	conn[0] = raw_connect_hello(d.sock);
+	conn[1] = raw_connect_hello(d.sock);
+	dm.has_handle = dm.has_no_reply = 1;
+	dm.handle = 999999;
+	dm.no_reply = 1;
+	dq.has_id = 1;
+	dq.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	dq.dereg_mr = &dm;
+	sq.has_id = 1;
+	sq.body_case = ODPD__REQUEST__BODY_STATUS;
+	sq.status = &status;
+	for (int round = 0; round < 2; round++) {
+		Odpd__Reply *r;
+
+		stop(&d);
+		dq.id = sq.id = 10 + (uint64_t)round;
+		raw_send(conn[round], &dq, NULL, 0);
+		raw_send(conn[!round], &sq, NULL, 0);
+		restart_from(&d, &st, NULL);
+		r = raw_recv(conn[!round]);
+		assert_int_equal(r->id, sq.id);
+		assert_int_equal(r->status, 0);
+		assert_int_equal(r->body_case, ODPD__REPLY__BODY_STATUS_REPLY);
+		if (r->status_reply->errors != 1)
+			fail_msg("round %d: a Status sent after a one-way release on another connection, both "
+				 "during a restart, saw %" PRIu64 " release(s) done", round,
+				 r->status_reply->errors);
+		odpd__reply__free_unpacked(r, NULL);
+	}
+	close(conn[0]);
+	close(conn[1]);
+	daemon_stop(&d);
+	fake_store_stop(&st);
+}
+
 /* kill -9: nothing runs at the end, and odpd leaves what is in the store. */
 static void crash(struct test_daemon *d)
 {
@@ -1681,6 +1738,7 @@ int main(void)
 		cmocka_unit_test(test_restart_failed_hand_over_unstores),
 		cmocka_unit_test(test_restart_without_store_drops),
 		cmocka_unit_test(test_restart_survives_crash),
+		cmocka_unit_test(test_restart_oneway_first),
 		cmocka_unit_test(test_restart_crash_answers_once),
 		cmocka_unit_test(test_restart_crash_after_rewrite),
 		cmocka_unit_test(test_restart_crash_shared_again),
