@@ -902,6 +902,17 @@ static void test_oneway_release(void **state)
 	dq2.dereg_mr = &d2;
 	raw_expect_error(conn, ++id, &dq2, NULL, 0, ENOENT);
 	if (test_require_device()) {
+		/* a first MR of the connection opens what odpd keeps until it
+		 * disconnects (its PD): before the snapshot */
+		req = reg_req(&m, base, 4096, lw);
+		r = raw_call(conn, ++id, &req, NULL, 0);
+		if (r->status)
+			fail_msg("RegMr: %s: %s", strerror(r->status), r->message);
+		d2.handle = r->mr->handle;
+		odpd__reply__free_unpacked(r, NULL);
+		r = raw_call(conn, ++id, &dq2, NULL, 0);
+		assert_int_equal(r->status, 0);
+		odpd__reply__free_unpacked(r, NULL);
 		snapshot_take(&test_daemon, test_admin_fd, &before);
 		for (int round = 0; round < 20; round++) {
 			uint64_t h[3];
