@@ -283,6 +283,17 @@ uint32_t odpd_limbo_enter(struct odpd_domain *d, uint32_t handle)
 	return s;
 }
 
+void odpd_limbo_set(uint32_t s, struct odpd_domain *d, uint32_t handle)
+{
+	struct limbo *l = atomic_load_explicit(&L, memory_order_acquire);
+
+	if (!l || !s || !d)
+		return;
+	pthread_mutex_lock(&l->lock);
+	atomic_store_explicit(&l->slot[s], (uint64_t)domain_jid_locked(l, d) << 32 | handle, memory_order_release);
+	pthread_mutex_unlock(&l->lock);
+}
+
 void odpd_limbo_leave(uint32_t s)
 {
 	struct limbo *l = atomic_load_explicit(&L, memory_order_acquire);
@@ -673,6 +684,12 @@ static uint32_t on_limbo_enter(void *ctx, struct odpd_domain *d, uint32_t handle
 	return odpd_limbo_enter(d, handle);
 }
 
+static void on_limbo_set(void *ctx, uint32_t slot, struct odpd_domain *d, uint32_t handle)
+{
+	(void)ctx;
+	odpd_limbo_set(slot, d, handle);
+}
+
 static void on_limbo_leave(void *ctx, uint32_t slot)
 {
 	(void)ctx;
@@ -688,6 +705,7 @@ static const struct odpd_keep hooks = {
 	.mapping_gone = on_mapping_gone,
 	.shared_gone = on_shared_gone,
 	.limbo_enter = on_limbo_enter,
+	.limbo_set = on_limbo_set,
 	.limbo_leave = on_limbo_leave,
 };
 

@@ -67,6 +67,7 @@ int odpd_journal_start(struct odpd_manager *m, odpd_state_build_fn *build, uint6
 /* The limbo (keep.h, any thread): enter an MR @handle made in @d's PD
  * (its slot; 0: not tracked), and leave once it is deregistered. */
 uint32_t odpd_limbo_enter(struct odpd_domain *d, uint32_t handle);
+void odpd_limbo_set(uint32_t slot, struct odpd_domain *d, uint32_t handle);
 void odpd_limbo_leave(uint32_t slot);
 /* Before a restore: the limbo (keep.h) as journal-@epoch's, so that the MRs
  * taken back are in it; ids of PDs from @max_domain on. 0 or -errno. */

@@ -36,11 +36,15 @@ struct odpd_keep {
 	 * would keep, whether or not the journal knows them yet: made on a
 	 * worker and not yet committed, or invalidated and not yet
 	 * deregistered. After a crash the next odpd deregisters those the
-	 * journal does not name. Enter right after the verb made @handle in
-	 * @d's PD; returns the MR's slot (0: not tracked). Leave once it is
-	 * deregistered.
+	 * journal does not name. Enter before the verb that makes an MR in
+	 * @d's PD, with @handle ODPD_LIMBO_PENDING (a crash during the verb
+	 * can leave the MR made and its handle never returned: the next odpd
+	 * then looks for MRs it does not know in that PD); set the handle
+	 * once the verb returned it; leave if the verb failed, or once the MR
+	 * is deregistered. Enter returns the slot (0: not tracked).
 	 */
 	uint32_t (*limbo_enter)(void *ctx, struct odpd_domain *d, uint32_t handle);
+	void (*limbo_set)(void *ctx, uint32_t slot, struct odpd_domain *d, uint32_t handle);
 	void (*limbo_leave)(void *ctx, uint32_t slot);
 	void *ctx;
 };
@@ -95,6 +99,15 @@ static inline void keep_shared_gone(const char *name)
 static inline uint32_t keep_limbo_enter(struct odpd_domain *d, uint32_t handle)
 {
 	return odpd_keep ? odpd_keep->limbo_enter(odpd_keep->ctx, d, handle) : 0;
+}
+
+/* A limbo slot's handle while its verb runs (keep.h, limbo_enter). */
+#define ODPD_LIMBO_PENDING UINT32_MAX
+
+static inline void keep_limbo_set(uint32_t slot, struct odpd_domain *d, uint32_t handle)
+{
+	if (odpd_keep && slot)
+		odpd_keep->limbo_set(odpd_keep->ctx, slot, d, handle);
 }
 
 static inline void keep_limbo_leave(uint32_t slot)

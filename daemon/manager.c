@@ -519,8 +519,8 @@ int odpd_manager_start(struct odpd_manager *m)
 	m->registry.verify_idle_ms = m->cfg.verify_idle_ms;
 	if (getenv("ODPD_TEST_REG_DELAY_MS")) {
 		m->registry.test_reg_delay_ms = (unsigned)strtoul(getenv("ODPD_TEST_REG_DELAY_MS"), NULL, 10);
-		log_warning("ODPD_TEST_REG_DELAY_MS=%u: every registration waits that long after its verb "
-			    "(for tests)", m->registry.test_reg_delay_ms);
+		log_warning("ODPD_TEST_REG_DELAY_MS=%u: every registration waits that long after its verb, "
+			    "before its handle is recorded (for tests)", m->registry.test_reg_delay_ms);
 	}
 	odpd_client_notify_init(&m->notify, m);
 	m->hotplug = (struct odpd_hotplug){ .base = m->base, .devices = &m->devices,

@@ -1007,6 +1007,40 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Deregister the MR @handle of @d's context if it is one (an import of a
+ * handle of another type, or of none, fails): true if it was. */
+static bool sweep_one(struct odpd_domain *d, uint32_t handle)
+{
+	struct ibv_mr *ibmr = ibv_import_mr(d->pd, handle);
+
+	if (!ibmr)
+		return false;                /* deregistered after all, or not an MR */
+	if (ibv_dereg_mr(ibmr) == 0)
+		return true;
+	ibv_unimport_mr(ibmr);
+	return false;
+}
+
+/*
+ * A registration whose verb was running at the crash (ODPD_LIMBO_PENDING):
+ * the kernel may have made the MR without its handle ever reaching odpd.
+ * The kernel gives a context's objects the lowest free handle, so such an
+ * MR's handle is below the number of objects the context held: every
+ * handle below that bound that names no MR taken back is looked at.
+ */
+static unsigned sweep_pending(struct restoring *x, struct odpd_domain *d, size_t bound)
+{
+	uint64_t key;
+	unsigned swept = 0;
+
+	for (size_t h = 0; h < bound && h < UINT32_MAX; h++) {
+		key = (uint64_t)d->save_id << 32 | h;
+		if (!bsearch(&key, x->kept, x->n_kept, sizeof(*x->kept), cmp_u64))
+			swept += sweep_one(d, (uint32_t)h);
+	}
+	return swept;
+}
+
 /*
  * After a crash: the MRs the odpd before had in the kernel but not in its
  * journal (a registration that ran on a worker, a deregistration not yet
@@ -1018,9 +1052,13 @@ static void sweep_limbo(struct restoring *x)
 {
 	char name[48];
 	unsigned swept = 0;
+	size_t n_entries = 0;
+	bool *pending = calloc(x->n_domains + 1, sizeof(*pending));
 
-	if (!x->kept)
+	if (!x->kept || !pending) {
+		free(pending);
 		return;
+	}
 	qsort(x->kept, x->n_kept, sizeof(*x->kept), cmp_u64);
 	for (unsigned f = 0; f < x->m->restore_fds->n; f++) {
 		const struct odpd_stored_fd *sf = &x->m->restore_fds->fds[f];
@@ -1041,28 +1079,30 @@ static void sweep_limbo(struct restoring *x)
 			continue;
 		}
 		close(fd);
+		n_entries += n;
 		for (size_t i = 0; i < n; i++) {
 			uint32_t jid = (uint32_t)(ent[i] >> 32), handle = (uint32_t)ent[i];
-			struct odpd_domain *d = NULL;
-			struct ibv_mr *ibmr;
+			size_t k = 0;
 
 			if (bsearch(&ent[i], x->kept, x->n_kept, sizeof(*x->kept), cmp_u64))
 				continue;
-			for (size_t k = 0; k < x->n_domains && !d; k++)
-				if (x->domains[k] && x->domains[k]->save_id == jid)
-					d = x->domains[k];
-			if (!d)
+			while (k < x->n_domains && !(x->domains[k] && x->domains[k]->save_id == jid))
+				k++;
+			if (k == x->n_domains)
 				continue;            /* its PD's context closed: the MR with it */
-			ibmr = ibv_import_mr(d->pd, handle);
-			if (!ibmr)
-				continue;            /* deregistered after all */
-			if (ibv_dereg_mr(ibmr) == 0)
-				swept++;
+			if (handle == ODPD_LIMBO_PENDING)
+				pending[k] = true;   /* below, once every known one is gone */
 			else
-				ibv_unimport_mr(ibmr);
+				swept += sweep_one(x->domains[k], handle);
 		}
 		free(ent);
 	}
+	/* bound: every MR of the journal and of the limbos, the PD, a
+	 * verifier's QP and CQ, and room to spare */
+	for (size_t k = 0; k < x->n_domains; k++)
+		if (pending[k])
+			swept += sweep_pending(x, x->domains[k], x->st->n_mrs + n_entries + 64);
+	free(pending);
 	x->m->restart_swept_mrs = swept;
 	if (swept)
 		log_notice("restart: deregistered %u MR(s) whose registration or release was in flight at the "

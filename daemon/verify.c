@@ -167,15 +167,18 @@ static int bounce_new(struct odpd_verifier *v, size_t size, struct odpd_err *err
 	v->buf = p;
 	v->size = size;
 	madvise(v->buf, size, MADV_DONTDUMP);
+	/* In a PD a crash keeps: the next odpd deregisters it */
+	v->limbo = keep_limbo_enter(v->dom, ODPD_LIMBO_PENDING);
 	v->mr = ibv_reg_mr(v->pd, v->buf, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!v->mr) {
 		int e = errno;
 
+		keep_limbo_leave(v->limbo);
+		v->limbo = 0;
 		bounce_free(v);
 		return err_set(err, e, "ibv_reg_mr of verify buffer: %s", strerror(e));
 	}
-	/* In a PD a crash keeps: the next odpd deregisters it */
-	v->limbo = keep_limbo_enter(v->dom, v->mr->handle);
+	keep_limbo_set(v->limbo, v->dom, v->mr->handle);
 	return 0;
 }
 

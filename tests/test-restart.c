@@ -1465,11 +1465,13 @@ static void test_restart_crash_mid_registration(void **state)
 }
 
 /*
- * kill -9 while a worker has made an MR in the kernel that odpd has not yet
- * told anyone of (ODPD_TEST_REG_DELAY_MS holds it there): the next odpd
- * finds it in the limbo and deregisters it; the library sends the request
- * again and gets a new MR. Without the limbo the first one stayed, pinned,
- * until the client's PD closed.
+ * kill -9 while a worker has made an MR in the kernel whose handle it has
+ * not yet recorded (ODPD_TEST_REG_DELAY_MS holds it there, as a crash
+ * inside ibv_reg_mr does): its limbo slot is pending, and the next odpd
+ * finds the MR among the PD's handles and deregisters it; the library sends
+ * the request again and gets a new MR. Without the pending slot and the
+ * probe (checked), the first one stayed, pinned, until the client's PD
+ * closed.
  */
 struct reg_call {
 	struct odpd_conn *c;

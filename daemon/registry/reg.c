@@ -121,14 +121,17 @@ static void reg_run(struct odpd_job *job)
 		/* ODP: nothing to fault or witness; the device pages on demand,
 		 * following whatever pages the segment has then. iova is odpd's
 		 * own address (checked by the caller). */
+		uint32_t slot = mr_cctx(mr) ? 0 : keep_limbo_enter(mr->dom, ODPD_LIMBO_PENDING);
+
 		mr->mr = ibv_reg_mr(pd, op->daemon_addr, odpd_mr_length(mr), op->ibv_access);
 		if (!mr->mr) {
 			op->rc = err_set(&op->err, errno, "ibv_reg_mr (ODP) on %s: %s", op->q.dev->name,
 					 strerror(errno));
+			keep_limbo_leave(slot);
 			return;
 		}
-		if (!mr_cctx(mr))
-			mr->limbo = keep_limbo_enter(mr->dom, mr->mr->handle);
+		keep_limbo_set(slot, mr->dom, mr->mr->handle);
+		mr->limbo = slot;
 		if (op->q.prefetch)
 			op->prefetch_rc = prefetch_whole(pd, mr);
 		return;
@@ -157,6 +160,8 @@ static void reg_run(struct odpd_job *job)
 static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd)
 {
 	struct odpd_mr *mr = op->mr;
+	/* before the verb: a crash inside it may leave the MR made (keep.h) */
+	uint32_t slot = mr_cctx(mr) ? 0 : keep_limbo_enter(mr->dom, ODPD_LIMBO_PENDING);
 	int e;
 
 	if ((uintptr_t)op->daemon_addr == mr->iova)
@@ -164,14 +169,19 @@ static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd)
 	else
 		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, odpd_mr_length(mr), mr->iova, op->ibv_access);
 	e = errno;                           /* the verb's, before anything else can set it */
-	if (!mr->mr)
-		mr->witnessed = false;           /* (witness_end) nothing relies on those pages */
-	else if (!mr_cctx(mr))
-		mr->limbo = keep_limbo_enter(mr->dom, mr->mr->handle);
-	pthread_mutex_unlock(&mr->map->witness_lock);
+	/* ODPD_TEST_REG_DELAY_MS: the MR made, its handle not yet in the
+	 * limbo, as when a crash comes inside the verb */
 	if (mr->mr && op->r->test_reg_delay_ms)
 		nanosleep(&(struct timespec){ op->r->test_reg_delay_ms / 1000,
 					      (long)(op->r->test_reg_delay_ms % 1000) * 1000000L }, NULL);
+	if (!mr->mr) {
+		mr->witnessed = false;           /* (witness_end) nothing relies on those pages */
+		keep_limbo_leave(slot);
+	} else {
+		keep_limbo_set(slot, mr->dom, mr->mr->handle);
+		mr->limbo = slot;
+	}
+	pthread_mutex_unlock(&mr->map->witness_lock);
 	if (!mr->mr)
 		op->rc = err_set(&op->err, e, "ibv_reg_mr%s on %s: %s%s",
 				 (uintptr_t)op->daemon_addr == mr->iova ? "" : "_iova", op->q.dev->name,
