@@ -397,6 +397,18 @@ Odpd__Reply *raw_call(int fd, uint64_t id, Odpd__Request *req, const int *fds, u
 	return raw_call_fd(fd, id, req, fds, nfds, NULL);
 }
 
+void raw_oneway_dereg_req(Odpd__Request *req, Odpd__DeregMr *d, uint64_t handle)
+{
+	odpd__dereg_mr__init(d);
+	odpd__request__init(req);
+	d->has_handle = d->has_no_reply = 1;
+	d->handle = handle;
+	d->no_reply = 1;
+	req->has_id = 1;
+	req->body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req->dereg_mr = d;
+}
+
 void raw_expect_error(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,
 		      int status)
 {

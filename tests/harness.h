@@ -124,6 +124,10 @@ void raw_client_pd_req(Odpd__Request *req, Odpd__RegMr *m, uint64_t addr, uint32
 void raw_open_hit_table(int fd, uint64_t id, uint32_t slots, int *use_fd, _Atomic uint64_t **use,
 			int *gen_fd, const _Atomic uint64_t **gen);
 
+/* Make @req a DeregMr.no_reply of @handle (@d is its body): one-way, never
+ * answered. The caller sets the id. */
+void raw_oneway_dereg_req(Odpd__Request *req, Odpd__DeregMr *d, uint64_t handle);
+
 /* Expect an error reply to id @id with @status. */
 void raw_expect_error(int fd, uint64_t id, Odpd__Request *req, const int *fds, unsigned nfds,
 		      int status);

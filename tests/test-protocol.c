@@ -887,13 +887,8 @@ static void test_oneway_release(void **state)
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	assert_true(p != MAP_FAILED);
 	memset(p, 7, len);
-	d.has_handle = d.has_no_reply = 1;
-	d.no_reply = 1;
-	dq.has_id = 1;
-	dq.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	dq.dereg_mr = &d;
 	/* an unknown handle: no answer; then a DeregMr that waits: ENOENT, its own id */
-	d.handle = 999999;
+	raw_oneway_dereg_req(&dq, &d, 999999);
 	dq.id = ++id;
 	raw_send(conn, &dq, NULL, 0);
 	d2.has_handle = 1;
@@ -997,12 +992,7 @@ static void test_oneway_order_across_connections(void **state)
 	Odpd__Reply *r;
 
 	(void)state;
-	d.has_handle = d.has_no_reply = 1;
-	d.no_reply = 1;
-	d.handle = 999997;
-	dq.has_id = 1;
-	dq.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	dq.dereg_mr = &d;
+	raw_oneway_dereg_req(&dq, &d, 999997);
 	sq.has_id = 1;
 	sq.id = 5001;
 	sq.body_case = ODPD__REQUEST__BODY_STATUS;

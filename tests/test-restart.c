@@ -932,12 +932,7 @@ static void test_restart_oneway_first(void **state)
 	daemon_start(&d, NULL);
 	conn[0] = raw_connect_hello(d.sock);
 	conn[1] = raw_connect_hello(d.sock);
-	dm.has_handle = dm.has_no_reply = 1;
-	dm.handle = 999999;
-	dm.no_reply = 1;
-	dq.has_id = 1;
-	dq.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	dq.dereg_mr = &dm;
+	raw_oneway_dereg_req(&dq, &dm, 999999);
 	sq.has_id = 1;
 	sq.body_case = ODPD__REQUEST__BODY_STATUS;
 	sq.status = &status;
