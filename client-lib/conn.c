@@ -364,6 +364,7 @@ static int call_wait(struct odpd_conn *c, const char *what, const Odpd__Request 
 		const Odpd__RestartEvent *restart;
 		Odpd__Reply *reply = NULL;
 		enum reply_fate fate;
+		uint64_t kept;
 		bool resend;
 		int r = call_recv(c, what, &reply, ret_fd, 0);
 
@@ -377,14 +378,15 @@ static int call_wait(struct odpd_conn *c, const char *what, const Odpd__Request 
 		conn_event(c, reply);
 		restart = restart_event(reply);
 		resend = restart && restart->last_id < id;
+		kept = restart ? restart->last_id : 0;
 		if (*ret_fd >= 0)
 			close(*ret_fd);
 		*ret_fd = -1;
-		odpd__reply__free_unpacked(reply, NULL);
+		odpd__reply__free_unpacked(reply, NULL);   /* (and *restart with it) */
 		if (fate == REPLY_BAD)
 			return errmsg_set(-EIO, "%s: the daemon answered a request not yet sent", what);
 		if (restart)
-			r = oneway_resend(c, what, restart->last_id);
+			r = oneway_resend(c, what, kept);
 		if (r < 0)
 			return r;
 		if (resend) {
