@@ -1026,13 +1026,21 @@ static bool sweep_one(struct odpd_domain *d, uint32_t handle)
  * the kernel may have made the MR without its handle ever reaching odpd.
  * The kernel gives a context's objects the lowest free handle, so such an
  * MR's handle is below the number of objects the context held: every
- * handle below that bound that names no MR taken back is looked at.
+ * handle below that bound that names no MR taken back is looked at. Not in
+ * a PD a client imported (odpd_import_pd): the client may have made MRs of
+ * its own in that context, which are not odpd's to deregister; such a
+ * registration stays until the PD closes.
  */
 static unsigned sweep_pending(struct restoring *x, struct odpd_domain *d, size_t bound)
 {
 	uint64_t key;
 	unsigned swept = 0;
 
+	if (d->exported) {
+		log_notice("restart: a registration was in flight at the crash in PD %u, which a client imported: "
+			   "not looked for (it stays until the PD closes)", d->save_id);
+		return 0;
+	}
 	for (size_t h = 0; h < bound && h < UINT32_MAX; h++) {
 		key = (uint64_t)d->save_id << 32 | h;
 		if (!bsearch(&key, x->kept, x->n_kept, sizeof(*x->kept), cmp_u64))

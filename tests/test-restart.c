@@ -1530,6 +1530,68 @@ static void test_restart_crash_in_verb(void **state)
 }
 
 /*
+ * The same crash in a PD the client imported, after it made an MR of its
+ * own there (ibv_reg_mr on the imported PD, in odpd's context): the next
+ * odpd does not look for the MR in flight there (not its context alone),
+ * so the client's own MR stays usable: it deregisters it itself at the
+ * end. With the probe run in such a PD (checked), the client's MR was
+ * deregistered too and its ibv_dereg_mr failed.
+ */
+static void test_restart_crash_in_verb_imported(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *first;
+	struct ibv_pd *pd;
+	struct ibv_mr *own;
+	struct reg_call rc;
+	pthread_t t;
+	void *buf;
+	int base_mrs = kernel_mrs();
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	fake_store_start(&st);
+	setenv("ODPD_TEST_REG_DELAY_MS", "1500", 1);
+	daemon_start(&d, NULL);
+	unsetenv("ODPD_TEST_REG_DELAY_MS");
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, SEG_LEN, 0);
+	assert_non_null(seg);
+	memset(odpd_segment_addr(seg), 0x22, SEG_LEN);
+	first = odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS);
+	assert_non_null(first);
+	pd = odpd_import_pd(c);
+	assert_non_null(pd);
+	buf = aligned_alloc(4096, 4096);
+	assert_non_null(buf);
+	memset(buf, 1, 4096);
+	own = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(own);
+	rc = (struct reg_call){ .c = c, .addr = (uint8_t *)odpd_segment_addr(seg) + 4 * MR_LEN };
+	assert_int_equal(pthread_create(&t, NULL, reg_thread, &rc), 0);
+	sleep_ms(700);                      /* the second MR is in the kernel, its handle not recorded */
+	assert_int_equal(kernel_mrs(), base_mrs + 3);
+	crash(&d);
+	restart_from(&d, &st, NULL);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_non_null(rc.mr);
+	assert_int_equal(restart_field(&d, "swept_mrs"), 0);
+	/* the client's own MR is still there: it releases it itself */
+	assert_int_equal(ibv_dereg_mr(own), 0);
+	free(buf);
+	assert_int_equal(odpd_dereg(rc.mr), 0);
+	assert_int_equal(odpd_dereg(first), 0);
+	odpd_disconnect(c);
+	/* the MR made at the crash went with the PD, once the client left */
+	end_at_baseline(&d, &st, base_mrs);
+}
+
+/*
  * kill -9 while a client's verifier is kept idle (the harness's
  * --verify-idle-ms): its bounce buffer is an MR in the client's PD, which
  * the next odpd takes back. It is in the limbo, so the next odpd
@@ -1743,6 +1805,7 @@ int main(void)
 		cmocka_unit_test(test_restart_commits_without_answer),
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_in_verb),
+		cmocka_unit_test(test_restart_crash_in_verb_imported),
 		cmocka_unit_test(test_restart_crash_lost_hit_table),
 		cmocka_unit_test(test_restart_crash_odp_drops),
 		cmocka_unit_test(test_restart_crash_verifier),
