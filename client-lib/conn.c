@@ -238,25 +238,33 @@ static bool oneway_off(void)
 	return v && strcmp(v, "0") == 0;
 }
 
+/* @req a DeregMr.no_reply of @handle, @d its body (no id yet). */
+static void oneway_request(Odpd__Request *req, Odpd__DeregMr *d, uint64_t handle)
+{
+	odpd__dereg_mr__init(d);
+	odpd__request__init(req);
+	d->has_handle = d->has_no_reply = true;
+	d->handle = handle;
+	d->no_reply = true;
+	req->body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	req->dereg_mr = d;
+}
+
 /* The one-way releases sent after @last_id (a RestartEvent's: what the new
  * odpd kept), sent again with the same ids. A copy odpd did read fails
  * there quietly (no such MR: a handle is never given twice). */
 static int oneway_resend(struct odpd_conn *c, const char *what, uint64_t last_id)
 {
 	for (unsigned i = 0; i < c->n_oneway; i++) {
-		Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
-		Odpd__Request req = ODPD__REQUEST__INIT;
+		Odpd__DeregMr d;
+		Odpd__Request req;
 		int r;
 
 		if (c->oneway_ids[i] <= last_id)
 			continue;
-		d.has_handle = d.has_no_reply = true;
-		d.handle = c->oneway_handles[i];
-		d.no_reply = true;
+		oneway_request(&req, &d, c->oneway_handles[i]);
 		req.has_id = true;
 		req.id = c->oneway_ids[i];
-		req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-		req.dereg_mr = &d;
 		r = call_send(c, what, &req, NULL, 0);
 		if (r < 0)
 			return r;
@@ -465,8 +473,8 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
  */
 int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
 {
-	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
-	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__DeregMr d;
+	Odpd__Request req;
 	int r;
 
 	r = conn_check(c, what);
@@ -474,11 +482,7 @@ int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
 		r = conn_drain(c, what);
 	if (r < 0)
 		return r;
-	d.has_handle = d.has_no_reply = true;
-	d.handle = handle;
-	d.no_reply = true;
-	req.body_case = ODPD__REQUEST__BODY_DEREG_MR;
-	req.dereg_mr = &d;
+	oneway_request(&req, &d, handle);
 	hit_before_request(c, &req);
 	req.has_id = true;
 	req.id = ++c->last_id;

@@ -259,6 +259,12 @@ static uint32_t domain_jid(struct odpd_domain *d)
 	return id;
 }
 
+/* Slot @s names @handle in @d's PD (ODPD_LIMBO_PENDING: its verb runs). */
+static void slot_store_locked(struct limbo *l, uint32_t s, struct odpd_domain *d, uint32_t handle)
+{
+	atomic_store_explicit(&l->slot[s], (uint64_t)domain_jid_locked(l, d) << 32 | handle, memory_order_release);
+}
+
 uint32_t odpd_limbo_enter(struct odpd_domain *d, uint32_t handle)
 {
 	struct limbo *l = atomic_load_explicit(&L, memory_order_acquire);
@@ -272,8 +278,7 @@ uint32_t odpd_limbo_enter(struct odpd_domain *d, uint32_t handle)
 	else if (l->next < LIMBO_SLOTS)
 		s = l->next++;
 	if (s) {
-		atomic_store_explicit(&l->slot[s], (uint64_t)domain_jid_locked(l, d) << 32 | handle,
-				      memory_order_release);
+		slot_store_locked(l, s, d, handle);
 	} else if (!l->full_said) {
 		l->full_said = true;
 		log_warning("journal: more than %u MRs: those beyond are not tracked, and one whose "
@@ -290,7 +295,7 @@ void odpd_limbo_set(uint32_t s, struct odpd_domain *d, uint32_t handle)
 	if (!l || !s || !d)
 		return;
 	pthread_mutex_lock(&l->lock);
-	atomic_store_explicit(&l->slot[s], (uint64_t)domain_jid_locked(l, d) << 32 | handle, memory_order_release);
+	slot_store_locked(l, s, d, handle);
 	pthread_mutex_unlock(&l->lock);
 }
 

@@ -1484,18 +1484,20 @@ static void *reg_thread(void *arg)
 	return NULL;
 }
 
-static void test_restart_crash_in_verb(void **state)
+/* With @imported: the client imports its PD and makes an MR of its own there first. */
+static void crash_in_verb(bool imported)
 {
 	struct test_daemon d = { 0 };
 	struct fake_store st;
 	struct odpd_conn *c;
 	struct odpd_segment *seg;
 	struct odpd_mr *first;
+	struct ibv_mr *own = NULL;
 	struct reg_call rc;
 	pthread_t t;
+	void *buf = NULL;
 	int base_mrs = kernel_mrs();
 
-	(void)state;
 	if (!test_require_device() || !keeps())
 		skip();
 	fake_store_start(&st);
@@ -1510,23 +1512,47 @@ static void test_restart_crash_in_verb(void **state)
 	/* the PD is made, in the journal and the store with its first MR */
 	first = odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS);
 	assert_non_null(first);
+	if (imported) {
+		struct ibv_pd *pd = odpd_import_pd(c);
+
+		assert_non_null(pd);
+		buf = aligned_alloc(4096, 4096);
+		assert_non_null(buf);
+		memset(buf, 1, 4096);
+		own = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+		assert_non_null(own);
+	}
 	rc = (struct reg_call){ .c = c, .addr = (uint8_t *)odpd_segment_addr(seg) + 4 * MR_LEN };
 	assert_int_equal(pthread_create(&t, NULL, reg_thread, &rc), 0);
-	sleep_ms(700);                      /* the second MR is in the kernel, its reply not sent */
-	assert_int_equal(kernel_mrs(), base_mrs + 2);
+	sleep_ms(700);                      /* the second MR is in the kernel, its handle not recorded */
+	assert_int_equal(kernel_mrs(), base_mrs + 2 + imported);
 	crash(&d);
 	restart_from(&d, &st, NULL);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_non_null(rc.mr);
-	assert_int_equal(restart_field(&d, "swept_mrs"), 1);
-	/* the first MR kept, the one made at the crash gone, the one made again there */
-	if (kernel_mrs() != base_mrs + 2)
-		fail_msg("%d MR(s) in the kernel, want 2: the MR made at the crash was left registered",
-			 kernel_mrs() - base_mrs);
+	if (imported) {
+		assert_int_equal(restart_field(&d, "swept_mrs"), 0);
+		/* the client's own MR is still there: it releases it itself */
+		assert_int_equal(ibv_dereg_mr(own), 0);
+		free(buf);
+	} else {
+		assert_int_equal(restart_field(&d, "swept_mrs"), 1);
+		/* the first MR kept, the one made at the crash gone, the one made again there */
+		if (kernel_mrs() != base_mrs + 2)
+			fail_msg("%d MR(s) in the kernel, want 2: the MR made at the crash was left registered",
+				 kernel_mrs() - base_mrs);
+	}
 	assert_int_equal(odpd_dereg(rc.mr), 0);
 	assert_int_equal(odpd_dereg(first), 0);
 	odpd_disconnect(c);
+	/* (imported: the MR made at the crash went with the PD, once the client left) */
 	end_at_baseline(&d, &st, base_mrs);
+}
+
+static void test_restart_crash_in_verb(void **state)
+{
+	(void)state;
+	crash_in_verb(false);
 }
 
 /*
@@ -1539,56 +1565,8 @@ static void test_restart_crash_in_verb(void **state)
  */
 static void test_restart_crash_in_verb_imported(void **state)
 {
-	struct test_daemon d = { 0 };
-	struct fake_store st;
-	struct odpd_conn *c;
-	struct odpd_segment *seg;
-	struct odpd_mr *first;
-	struct ibv_pd *pd;
-	struct ibv_mr *own;
-	struct reg_call rc;
-	pthread_t t;
-	void *buf;
-	int base_mrs = kernel_mrs();
-
 	(void)state;
-	if (!test_require_device() || !keeps())
-		skip();
-	fake_store_start(&st);
-	setenv("ODPD_TEST_REG_DELAY_MS", "1500", 1);
-	daemon_start(&d, NULL);
-	unsetenv("ODPD_TEST_REG_DELAY_MS");
-	c = odpd_connect(d.sock, NULL);
-	assert_non_null(c);
-	seg = odpd_alloc(c, SEG_LEN, 0);
-	assert_non_null(seg);
-	memset(odpd_segment_addr(seg), 0x22, SEG_LEN);
-	first = odpd_reg(c, odpd_segment_addr(seg), MR_LEN, ACCESS);
-	assert_non_null(first);
-	pd = odpd_import_pd(c);
-	assert_non_null(pd);
-	buf = aligned_alloc(4096, 4096);
-	assert_non_null(buf);
-	memset(buf, 1, 4096);
-	own = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
-	assert_non_null(own);
-	rc = (struct reg_call){ .c = c, .addr = (uint8_t *)odpd_segment_addr(seg) + 4 * MR_LEN };
-	assert_int_equal(pthread_create(&t, NULL, reg_thread, &rc), 0);
-	sleep_ms(700);                      /* the second MR is in the kernel, its handle not recorded */
-	assert_int_equal(kernel_mrs(), base_mrs + 3);
-	crash(&d);
-	restart_from(&d, &st, NULL);
-	assert_int_equal(pthread_join(t, NULL), 0);
-	assert_non_null(rc.mr);
-	assert_int_equal(restart_field(&d, "swept_mrs"), 0);
-	/* the client's own MR is still there: it releases it itself */
-	assert_int_equal(ibv_dereg_mr(own), 0);
-	free(buf);
-	assert_int_equal(odpd_dereg(rc.mr), 0);
-	assert_int_equal(odpd_dereg(first), 0);
-	odpd_disconnect(c);
-	/* the MR made at the crash went with the PD, once the client left */
-	end_at_baseline(&d, &st, base_mrs);
+	crash_in_verb(true);
 }
 
 /*
