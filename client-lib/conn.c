@@ -466,10 +466,13 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
 }
 
 /*
- * DeregMr.no_reply of @handle: sent, and not waited for. odpd reads the
- * one-way releases this connection sends next in the same turn and nothing
- * of another connection in between, so whatever any process
- * asks after this returns sees the release done (doc/design.md §11).
+ * A release that does not wait: written into the hit table's release ring
+ * if it has room (no system call), else DeregMr.no_reply of @handle, sent
+ * and not waited for. odpd takes the ring before any request whose answer
+ * it could change, and reads the one-way releases this connection sends
+ * next in the same turn and nothing of another connection in between, so
+ * whatever any process asks after this returns sees the release done
+ * (doc/design.md §11).
  */
 int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
 {
@@ -482,6 +485,13 @@ int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
 		r = conn_drain(c, what);
 	if (r < 0)
 		return r;
+	if (hit_ring_push(c, handle)) {
+		/* sent again after a RestartEvent unless the request after it
+		 * (the next id), before which odpd takes the ring, was kept */
+		c->oneway_ids[c->n_oneway] = c->last_id + 1;
+		c->oneway_handles[c->n_oneway++] = handle;
+		return 0;
+	}
 	oneway_request(&req, &d, handle);
 	hit_before_request(c, &req);
 	req.has_id = true;

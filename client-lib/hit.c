@@ -25,6 +25,13 @@
  * word: how many events it has sent on the connection. conn.c looks for
  * events on the socket before a request only while that is ahead of what it
  * has read (hit_events_all_received).
+ *
+ * After the slots, the release ring (since 1.4.5): a release that would go
+ * as a one-way DeregMr is written there instead (hit_ring_push), and odpd
+ * takes it before this connection's next request, before a limit could
+ * refuse any request for want of it, or within a few relaxed windows. The
+ * ring is why a table is opened even with ODPD_CACHE=0: then it has no
+ * slot for a reference (local hits off), only the events word and the ring.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -69,6 +76,12 @@ static size_t table_len(uint32_t slots)
 	return ((size_t)slots * sizeof(uint64_t) + page - 1) / page * page;
 }
 
+/* Words of a table of @slots with a ring of @ring entries (daemon/hittab.h). */
+static uint32_t table_words(uint32_t slots, uint32_t ring)
+{
+	return slots + (ring ? 1 + ring : 0);
+}
+
 /* The use table: ours, sealed so that the daemon's mapping of it stays whole. */
 static int use_table_make(size_t len, int *ret_fd, _Atomic uint64_t **ret_map)
 {
@@ -97,24 +110,32 @@ int hit_open(struct odpd_conn *c)
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__Reply *reply = NULL;
 	_Atomic uint64_t *use = NULL;
-	size_t len = table_len(HIT_SLOTS);
-	uint32_t slots, events_slot;
+	/* Without the cache, a table for the ring and the events word only:
+	 * the two header slots, none for a reference. */
+	bool cache = env_u64("ODPD_CACHE", 1) != 0;
+	uint32_t want = cache ? HIT_SLOTS : 2, ring_want = c->oneway_dereg_max ? ONEWAY_MAX : 0;
+	size_t len = table_len(table_words(want, ring_want));
+	uint32_t slots, events_slot, ring;
 	int use_fd = -1, gen_fd = -1, r;
 	void *gen;
 
 	c->cache_max_mrs = (unsigned)env_u64("ODPD_CACHE_MAX_MRS", CACHE_MAX_MRS_DEFAULT);
 	c->cache_max_bytes = env_u64("ODPD_CACHE_MAX_BYTES", CACHE_MAX_BYTES_DEFAULT);
-	if (env_u64("ODPD_CACHE", 1) == 0)
+	c->hit_ring = 0;
+	c->ring_tail = 0;
+	if (!cache && !ring_want)
 		return 0;
 	c->hit_buckets = calloc(HIT_BUCKETS, sizeof(*c->hit_buckets));
-	c->hit_by_slot = calloc(HIT_SLOTS, sizeof(*c->hit_by_slot));
+	c->hit_by_slot = calloc(want, sizeof(*c->hit_by_slot));
 	if (!c->hit_buckets || !c->hit_by_slot)
 		goto off;
 	r = use_table_make(len, &use_fd, &use);
 	if (r < 0)
 		goto off;
 	o.has_slots = true;
-	o.slots = HIT_SLOTS;
+	o.slots = want;
+	o.has_release_ring = ring_want != 0;
+	o.release_ring = ring_want;
 	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
 	req.open_hit_table = &o;
 	/* An odpd without hit tables refuses the request: no cache, nothing else changes. */
@@ -125,25 +146,29 @@ int hit_open(struct odpd_conn *c)
 		goto off;
 	slots = reply->hit_table->has_slots ? reply->hit_table->slots : 0;
 	events_slot = reply->hit_table->has_events_slot ? reply->hit_table->events_slot : 0;
+	ring = reply->hit_table->has_release_ring ? reply->hit_table->release_ring : 0;
 	odpd__reply__free_unpacked(reply, NULL);
 	if (events_slot >= slots)
 		events_slot = 0;                 /* not a word of the table: drain as without one */
-	if (slots < 2 || slots > HIT_SLOTS)
+	if (slots < 2 || slots > want || ring > ring_want)
 		goto off;
 	/* Read-only: the daemon sends a read-only description of it (an older
 	 * odpd: sealed F_SEAL_FUTURE_WRITE), so nothing can ever map it
 	 * writable here. */
-	gen = mmap(NULL, table_len(slots), PROT_READ, MAP_SHARED, gen_fd, 0);
+	gen = mmap(NULL, table_len(table_words(slots, ring)), PROT_READ, MAP_SHARED, gen_fd, 0);
 	close(gen_fd);
 	gen_fd = -1;
 	if (gen == MAP_FAILED)
 		goto off;
-	madvise(gen, table_len(slots), MADV_DONTFORK);
+	madvise(gen, table_len(table_words(slots, ring)), MADV_DONTFORK);
 	c->hit_gen = gen;
 	c->hit_use = use;
 	c->hit_slots = slots;
 	c->hit_events_slot = events_slot;
 	c->hit_len = len;
+	c->hit_gen_len = table_len(table_words(slots, ring));
+	c->hit_ring = ring;
+	c->hit_cache = cache;
 	errmsg_clear();
 	return 0;
 off:
@@ -314,7 +339,7 @@ bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_
 	uintptr_t a = (uintptr_t)addr;
 	struct hit_ref *h;
 
-	if (!c->hit_gen || q->client_pd || q->device || q->kind == ODPD__MR_KIND__MR_IMPLICIT_ODP ||
+	if (!c->hit_gen || !c->hit_cache || q->client_pd || q->device || q->kind == ODPD__MR_KIND__MR_IMPLICIT_ODP ||
 	    (q->flags & (ODPD__REG_FLAGS__REG_NO_CACHE | ODPD__REG_FLAGS__REG_PREFETCH)) || length == 0)
 		return false;
 	/* A dead connection: the daemon's word no longer counts. (A device
@@ -357,7 +382,7 @@ int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t le
 {
 	struct hit_ref *h = NULL, *old;
 
-	if (c->hit_gen && res->slot && res->slot < c->hit_slots && res->slot != c->hit_events_slot &&
+	if (c->hit_gen && c->hit_cache && res->slot && res->slot < c->hit_slots && res->slot != c->hit_events_slot &&
 	    seg && res->has_mr_range)
 		h = calloc(1, sizeof(*h));          /* NULL: served by the daemon only */
 	if (h) {
@@ -574,11 +599,12 @@ int hit_retire(struct odpd_conn *c, const char *what)
 			free(h);
 		}
 	}
-	munmap((void *)c->hit_gen, table_len(c->hit_slots));
+	munmap((void *)c->hit_gen, c->hit_gen_len);
 	munmap(c->hit_use, c->hit_len);
 	c->hit_gen = NULL;
 	c->hit_use = NULL;
 	c->hit_events_slot = 0;
+	c->hit_ring = 0;
 	c->revocations_seen = 0;
 	atomic_store(&c->hit_stale, false);  /* it was about this table */
 	free(c->hit_buckets);
@@ -588,6 +614,25 @@ int hit_retire(struct odpd_conn *c, const char *what)
 	tables_unlock(c);
 	lazy_release(c, what, &keep);        /* (relaxed: odpd's cache keeps them) */
 	return hit_open(c);
+}
+
+bool hit_ring_push(struct odpd_conn *c, uint64_t handle)
+{
+	uint64_t taken;
+
+	if (!c->hit_gen || !c->hit_ring || hit_retired(c))
+		return false;
+	/* Acquire: pairs with odpd's release store of its count, made after
+	 * it read the entries (daemon/hittab.c, odpd_hittab_ring_take). */
+	taken = atomic_load_explicit(&c->hit_gen[c->hit_slots], memory_order_acquire);
+	if (c->ring_tail - taken >= c->hit_ring)
+		return false;                    /* full: odpd has not taken them yet */
+	atomic_store_explicit(&c->hit_use[c->hit_slots + 1 + c->ring_tail % c->hit_ring], handle,
+			      memory_order_relaxed);
+	c->ring_tail++;
+	/* Release: odpd that sees the count sees the entry. */
+	atomic_store_explicit(&c->hit_use[c->hit_slots], c->ring_tail, memory_order_release);
+	return true;
 }
 
 bool hit_events_all_received(const struct odpd_conn *c)
@@ -627,12 +672,13 @@ void hit_close(struct odpd_conn *c)
 {
 	hit_forget_all(c);
 	if (c->hit_gen)
-		munmap((void *)c->hit_gen, table_len(c->hit_slots));
+		munmap((void *)c->hit_gen, c->hit_gen_len);
 	if (c->hit_use)
 		munmap((void *)c->hit_use, c->hit_len);
 	c->hit_gen = NULL;
 	c->hit_use = NULL;
 	c->hit_events_slot = 0;
+	c->hit_ring = 0;
 	free(c->hit_buckets);
 	free(c->hit_by_slot);
 	c->hit_buckets = NULL;
@@ -645,6 +691,7 @@ void hit_fork_child(struct odpd_conn *c)
 	c->hit_gen = NULL;
 	c->hit_use = NULL;
 	c->hit_events_slot = 0;
+	c->hit_ring = 0;
 }
 
 /* ---------------------------------------------------------------- odpd_stats */
@@ -663,7 +710,7 @@ _public_ int odpd_stats(const struct odpd_conn *conn, struct odpd_stats *stats, 
 	s = c->stats;
 	s.cached_mrs = c->n_lazy;
 	s.cached_bytes = c->lazy_bytes;
-	s.hit_table = c->hit_gen != NULL;
+	s.hit_table = c->hit_gen != NULL && c->hit_cache;   /* (a table for the ring alone: no) */
 	tables_unlock(c);
 	public_copy_out(stats, stats_size, &s, sizeof(s));
 	return 0;

@@ -186,8 +186,15 @@ struct odpd_conn {
 	 * unless said otherwise. NULL hit_gen: off. */
 	const _Atomic uint64_t *hit_gen;    /* the daemon's generation table, read-only */
 	_Atomic uint64_t *hit_use;          /* ours */
-	size_t hit_len;
+	size_t hit_len;                     /* of the use table */
+	size_t hit_gen_len;                 /* of the generation table's mapping */
 	uint32_t hit_slots;
+	/* The release ring (OpenHitTable.release_ring; hit_ring_push): its
+	 * entries (0: none) and how many releases were written into it. Under
+	 * c->lock, as the one-way releases. */
+	uint32_t hit_ring;
+	uint64_t ring_tail;
+	bool hit_cache;                     /* local hits served (ODPD_CACHE is not 0) */
 	uint32_t hit_events_slot;           /* the events word's slot, 0: none (older odpd) */
 	struct hit_ref **hit_buckets;       /* by (addr, length) of the first request */
 	struct hit_ref **hit_by_slot;
@@ -331,6 +338,10 @@ int mr_register(struct odpd_conn *c, const char *what, const void *addr, size_t 
 int mr_deregister(struct odpd_conn *c, const char *what, uint64_t handle, bool relaxed);
 /* DeregMr.no_reply: sent, not answered (conn.c). Caller holds c->lock. */
 int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle);
+/* Write the release of @handle into the hit table's release ring instead of
+ * sending it: false if there is no ring, it is full or the table is stale.
+ * Caller holds c->lock. */
+bool hit_ring_push(struct odpd_conn *c, uint64_t handle);
 
 /* Free every struct odpd_mr of @c (odpd_disconnect). */
 void mrs_release_all(struct odpd_conn *c);

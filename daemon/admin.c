@@ -114,6 +114,8 @@ static void cache_stats(const struct odpd_registry *r, Odpd__CacheStats *o)
 	o->has_registrations_on_loop = o->has_deregistrations_on_loop = 1;
 	o->registrations_on_loop = s->loop_registrations;
 	o->deregistrations_on_loop = s->loop_deregistrations;
+	o->has_ring_releases = 1;
+	o->ring_releases = s->ring_releases;
 	o->n_registration_sizes = ODPD_REG_SIZE_BUCKETS;
 	o->registration_sizes = (uint64_t *)s->reg_sizes;   /* (the reply is packed at once) */
 }
@@ -162,7 +164,17 @@ static unsigned pd_infos(const struct odpd_registry *r, Odpd__PdInfo *infos, Odp
 	return n;
 }
 
+static int status_reply(const struct odpd_caller *k, struct odpd_out *o);
+
 int odpd_admin_status(const struct odpd_caller *k, struct odpd_out *o)
+{
+	/* what clients released through their rings counts as released
+	 * (doc/design.md §11) */
+	odpd_registry_take_all_releases(&k->m->registry);
+	return status_reply(k, o);
+}
+
+static int status_reply(const struct odpd_caller *k, struct odpd_out *o)
 {
 	struct odpd_manager *m = k->m;
 	struct odpd_registry *r = &m->registry;
@@ -210,7 +222,7 @@ int odpd_admin_status(const struct odpd_caller *k, struct odpd_out *o)
 	sr.segment_bytes = m->segs.bytes;
 	sr.registrations = r->stats.registrations;
 	sr.deregistrations = r->stats.deregistrations;
-	sr.errors = m->stats.errors;
+	sr.errors = m->stats.errors + m->registry.stats.ring_errors;   /* ring entries: no reply to count them in */
 	sr.daemon_version = (char *)ODPD_VERSION;
 	sr.daemon_pid = (int32_t)getpid();
 	/* disconnected clients, and PDs, batches and mappings still being released */

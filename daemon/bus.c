@@ -89,11 +89,11 @@ static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 		"LocalHits", "Revoked", "InvalidationBatches",
 		"Gets", "InvalidatedFlush", "InvalidatedEviction", "InvalidatedHole",
 		"InvalidatedDevice", "InvalidatedExpired", "RegisteredBytes",
-		"RegistrationsOnLoop", "DeregistrationsOnLoop",
+		"RegistrationsOnLoop", "DeregistrationsOnLoop", "RingReleases",
 	};
 	const uint64_t values[] = {
 		m->devices.n_live, n_clients(m), m->segs.count, m->segs.bytes, r->n_mrs, r->pinned,
-		r->stats.registrations, r->stats.deregistrations, m->stats.errors, r->stats.lookups,
+		r->stats.registrations, r->stats.deregistrations, m->stats.errors + r->stats.ring_errors, r->stats.lookups,
 		r->stats.hits, r->stats.misses, r->stats.evictions, r->n_relaxed, r->relaxed_bytes,
 		r->stats.flushes, r->stats.invalidated, r->odp.mrs, r->odp.bytes, r->odp.registrations,
 		r->odp.prefetches, r->odp.prefetch_bytes, r->odp.prefetch_errors, r->odp.implicit_mrs,
@@ -103,7 +103,7 @@ static uint64_t manager_counter(struct odpd_manager *m, const char *name)
 		r->stats.replaced,          /* InvalidatedHole: MRs a punched hole retired */
 		r->stats.killed,            /* InvalidatedDevice: MRs that went with a device */
 		r->stats.inv_expired, r->stats.registered_bytes,
-		r->stats.loop_registrations, r->stats.loop_deregistrations,
+		r->stats.loop_registrations, r->stats.loop_deregistrations, r->stats.ring_releases,
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(values) / sizeof(values[0]),
 		       "a value per name");
@@ -552,6 +552,7 @@ static const sd_bus_vtable manager_vtable[] = {
 	COUNTER("RegisteredBytes"),
 	COUNTER("RegistrationsOnLoop"),
 	COUNTER("DeregistrationsOnLoop"),
+	COUNTER("RingReleases"),
 #define SIZE_COUNTER(n) COUNTER(n),
 	SIZE_BUCKETS(SIZE_COUNTER)
 #undef SIZE_COUNTER

@@ -868,6 +868,10 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 	/* One-way: no answer, nothing to answer again; a copy sent again after
 	 * a crash is done again (a handle is never given twice: ENOENT). */
 	c->oneway = req->body_case == ODPD__REQUEST__BODY_DEREG_MR && req->dereg_mr->no_reply;
+	/* What it released through its ring, written before it sent this,
+	 * goes first (doc/design.md §11). */
+	if (c->has_holder && c->holder.hits)
+		odpd_registry_take_releases(&c->m->registry, &c->holder);
 	if (!req->has_id || req->id == 0)
 		odpd_client_send_error(c, 0, EINVAL, "request id 0 is reserved for events");
 	else if (c->resume_id && !c->oneway && client_resumed(c, req->id))

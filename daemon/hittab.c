@@ -24,6 +24,9 @@ struct odpd_hittab {
 	size_t len;                     /* bytes of each mapping (ordinary shmem: what the
 					 * kernel maps is exactly this) */
 	uint32_t slots;
+	uint32_t ring;                  /* release ring entries (0: none), after the slots */
+	uint64_t ring_head;             /* releases taken from the ring */
+	uint64_t ring_bad;              /* times the client broke the ring's rule */
 	uint32_t *free;                 /* a stack of free slots */
 	uint32_t n_free;
 	struct quarantined *quar;       /* revoked, oldest first (a ring) */
@@ -36,6 +39,18 @@ static size_t table_len(uint32_t slots)
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 
 	return ((size_t)slots * sizeof(uint64_t) + page - 1) / page * page;
+}
+
+/* Words of each table: the slots, then (with a ring) the ring's word and
+ * entries. */
+static size_t table_words(uint32_t slots, uint32_t ring)
+{
+	return (size_t)slots + (ring ? 1 + (size_t)ring : 0);
+}
+
+static uint32_t ring_clamp(uint32_t want)
+{
+	return want > ODPD_HIT_RING_MAX ? ODPD_HIT_RING_MAX : want;
 }
 
 static uint32_t slots_clamp(uint32_t want)
@@ -69,9 +84,10 @@ static int use_map(struct odpd_hittab *t, int fd, struct odpd_err *err)
 			       "ordinary memfd, without MFD_HUGETLB", hugetlb ? "hugetlbfs" : "shmem", page);
 	if (fstat(fd, &st) < 0)
 		return err_set(err, errno, "fstat on the use table: %s", strerror(errno));
-	if ((uint64_t)st.st_size < (uint64_t)t->slots * sizeof(uint64_t))
-		return err_set(err, EINVAL, "the use table has %lld bytes; %u slots need %zu",
-			       (long long)st.st_size, t->slots, (size_t)t->slots * sizeof(uint64_t));
+	if ((uint64_t)st.st_size < table_words(t->slots, t->ring) * sizeof(uint64_t))
+		return err_set(err, EINVAL, "the use table has %lld bytes; %u slots and a release ring "
+			       "of %u need %zu", (long long)st.st_size, t->slots, t->ring,
+			       table_words(t->slots, t->ring) * sizeof(uint64_t));
 	p = mmap(NULL, t->len, PROT_READ, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		return err_set(err, errno == EACCES ? EINVAL : errno, "mapping the use table: %s",
@@ -139,7 +155,7 @@ fail:
 	return -err->code;
 }
 
-int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *ret_gen_fd,
+int odpd_hittab_open(uint32_t want, uint32_t ring, int use_fd, struct odpd_hittab **ret, int *ret_gen_fd,
 		     struct odpd_err *err)
 {
 	struct odpd_hittab *t = calloc(1, sizeof(*t));
@@ -149,7 +165,8 @@ int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *r
 		return err_set(err, ENOMEM, "out of memory");
 	t->gen_fd = -1;
 	t->slots = slots_clamp(want);
-	t->len = table_len(t->slots);
+	t->ring = ring_clamp(ring);
+	t->len = table_len(table_words(t->slots, t->ring));
 	t->free = malloc(t->slots * sizeof(*t->free));
 	t->quar = malloc(t->slots * sizeof(*t->quar));
 	if (!t->free || !t->quar) {
@@ -185,9 +202,9 @@ void odpd_hittab_close(struct odpd_hittab *t)
 	free(t);
 }
 
-uint64_t odpd_hittab_mapped(uint32_t want)
+uint64_t odpd_hittab_mapped(uint32_t want, uint32_t ring)
 {
-	return 2 * (uint64_t)table_len(slots_clamp(want));
+	return 2 * (uint64_t)table_len(table_words(slots_clamp(want), ring_clamp(ring)));
 }
 
 int odpd_hittab_fd(const struct odpd_hittab *t)
@@ -226,7 +243,7 @@ int odpd_hittab_retire_fd(int fd, struct odpd_err *err)
 	if (fstat(fd, &st) < 0)
 		return err_set(err, errno, "fstat on a generation table: %s", strerror(errno));
 	if (!S_ISREG(st.st_mode) || st.st_size < (off_t)(ODPD_HIT_SLOTS_MIN * sizeof(uint64_t)) ||
-	    (uint64_t)st.st_size > (uint64_t)table_len(ODPD_HIT_SLOTS_MAX))
+	    (uint64_t)st.st_size > (uint64_t)table_len(table_words(ODPD_HIT_SLOTS_MAX, ODPD_HIT_RING_MAX)))
 		return err_set(err, EINVAL, "not a generation table (%lld bytes)", (long long)st.st_size);
 	len = (size_t)st.st_size;
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -240,6 +257,42 @@ int odpd_hittab_retire_fd(int fd, struct odpd_err *err)
 uint32_t odpd_hittab_slots(const struct odpd_hittab *t)
 {
 	return t->slots;
+}
+
+uint32_t odpd_hittab_ring(const struct odpd_hittab *t)
+{
+	return t->ring;
+}
+
+unsigned odpd_hittab_ring_take(struct odpd_hittab *t, uint64_t *handles, bool *bad)
+{
+	const _Atomic uint64_t *tailp, *ent;
+	uint64_t tail, n;
+
+	*bad = false;
+	if (!t->ring)
+		return 0;
+	tailp = &t->use[t->slots];
+	ent = tailp + 1;
+	/* Acquire: pairs with the client's release store of the tail, made
+	 * after it wrote the entries (client-lib/hit.c, hit_ring_push). */
+	tail = atomic_load_explicit(tailp, memory_order_acquire);
+	if (tail == t->ring_head)
+		return 0;
+	n = tail - t->ring_head;
+	if (n > t->ring) {
+		/* behind odpd's count, or past the ring: not libodpd's doing.
+		 * Nothing of it is taken, and its count is odpd's from now on. */
+		*bad = true;
+		t->ring_bad++;
+		n = 0;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		handles[i] = atomic_load_explicit(&ent[(t->ring_head + i) % t->ring], memory_order_relaxed);
+	t->ring_head = tail;
+	/* Release: the client reuses the entries only once it sees this. */
+	atomic_store_explicit(&t->gen[t->slots], t->ring_head, memory_order_release);
+	return (unsigned)n;
 }
 
 uint32_t odpd_hittab_used(const struct odpd_hittab *t)

@@ -31,6 +31,15 @@
  *    read-only here: the client writes the ticket while it uses the
  *    reference, any other value while it keeps it unused.
  *
+ * With a release ring (OpenHitTable.release_ring, since 1.4.5), both
+ * tables go on after the slots: in the use table, word [slots] is the
+ * ring's tail (how many releases the client has written) and word
+ * [slots + 1 + i % ring] release i, the handle of one of its MR references
+ * that it released without a request (a DeregMr.no_reply written instead
+ * of sent); in the generation table, word [slots] is how many of them odpd
+ * has taken (odpd_hittab_ring_take). The client never writes more than
+ * ring entries ahead of that count, and writes an entry before the tail.
+ *
  * Revoking an unused reference races with the client taking it back; both
  * sides store, fence, then load the other's word (Dekker), so at least one
  * sees the other: the client's claim fails, or the revocation is abandoned.
@@ -49,6 +58,8 @@
 #define ODPD_HIT_EVENTS_SLOT 1u
 #define ODPD_HIT_HEADER_SLOTS 2u        /* slot 0 (revocations) and 1 (events) */
 #define ODPD_HIT_SLOTS_MAX 65536u
+/* Entries of a release ring, at most (OpenHitTable.release_ring). */
+#define ODPD_HIT_RING_MAX 64u
 #define ODPD_HIT_INVALID (UINT64_C(1) << 63)
 #define ODPD_HIT_REVOKING (UINT64_C(1) << 62)
 /* Tickets come from the registry's generation counter: far below this. */
@@ -62,13 +73,14 @@ struct odpd_hittab;
 /*
  * Map the client's use table @use_fd (not taken) and make the generation
  * table; *@ret_gen_fd is a read-only description of it for the reply (the
- * caller sends and closes it). @want slots, clamped to [MIN, MAX]; the use
- * file must hold them. EINVAL: not a memfd, not sealed with F_SEAL_SHRINK,
+ * caller sends and closes it). @want slots, clamped to [MIN, MAX], and a
+ * release ring of @ring entries (at most ODPD_HIT_RING_MAX; 0: none); the
+ * use file must hold them. EINVAL: not a memfd, not sealed with F_SEAL_SHRINK,
  * a hugetlb memfd (its mapping would be rounded up to the huge page), too
  * small. The read-only reopen goes through /proc/self/fd: without /proc it
  * fails (its errno), rather than hand out the writable memfd.
  */
-int odpd_hittab_open(uint32_t want, int use_fd, struct odpd_hittab **ret, int *ret_gen_fd,
+int odpd_hittab_open(uint32_t want, uint32_t ring, int use_fd, struct odpd_hittab **ret, int *ret_gen_fd,
 		     struct odpd_err *err);
 /* Closes the read-write memfd too (a copy in systemd's fd store stays). */
 void odpd_hittab_close(struct odpd_hittab *t);
@@ -93,9 +105,20 @@ int odpd_hittab_retire_fd(int fd, struct odpd_err *err);
 uint32_t odpd_hittab_slots(const struct odpd_hittab *t);
 /* Mappings a table takes in the daemon: the use and generation tables. */
 #define ODPD_HIT_MAPPINGS 2
-/* Bytes of the daemon's address space a table opened for @want slots
- * takes (both mappings). */
-uint64_t odpd_hittab_mapped(uint32_t want);
+/* Bytes of the daemon's address space a table opened for @want slots and
+ * a ring of @ring entries takes (both mappings). */
+uint64_t odpd_hittab_mapped(uint32_t want, uint32_t ring);
+/* Entries of its release ring (0: none). */
+uint32_t odpd_hittab_ring(const struct odpd_hittab *t);
+/*
+ * The releases the client wrote into the ring since the last take, oldest
+ * first, into @handles (room for odpd_hittab_ring(t)); how many. They are
+ * the ring's no more: the count odpd has taken is published for the
+ * client. *@bad: the client broke the ring's rule (its tail behind odpd's
+ * count or more than a ring ahead): nothing is taken, and odpd's count
+ * becomes its tail.
+ */
+unsigned odpd_hittab_ring_take(struct odpd_hittab *t, uint64_t *handles, bool *bad);
 /* Slots held by references (quarantined ones included). */
 uint32_t odpd_hittab_used(const struct odpd_hittab *t);
 

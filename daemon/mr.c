@@ -287,6 +287,10 @@ static int reg_check(const struct odpd_caller *k, const Odpd__RegMr *req, int fd
 	struct odpd_cseg *s = NULL;
 	int r;
 
+	/* releases other connections wrote in their rings count before any
+	 * limit below refuses (doc/design.md §11) */
+	odpd_registry_settle(&m->registry, k->holder, req->has_length ? req->length : 0,
+			     !req->has_kind || req->kind == ODPD__MR_KIND__MR_PINNED);
 	if (k->holder->n_refs >= m->cfg.max_mrs)
 		return err_set(err, EDQUOT, "per-connection MR limit: a connection may hold at most %u "
 			       "MRs at a time (this is not the pinning quota): release some, or register "
@@ -830,8 +834,8 @@ int odpd_open_hit_table(const struct odpd_caller *k, const Odpd__OpenHitTable *r
 	struct odpd_err err = { 0 };
 	int gen_fd = -1;
 
-	if (odpd_registry_open_hits(&k->m->registry, k->holder, req->has_slots ? req->slots : 0, fd,
-				    &gen_fd, &err) < 0) {
+	if (odpd_registry_open_hits(&k->m->registry, k->holder, req->has_slots ? req->slots : 0,
+				    req->has_release_ring ? req->release_ring : 0, fd, &gen_fd, &err) < 0) {
 		close(fd);
 		odpd_out_err(o, k, &err);
 		return ODPD_DONE;
@@ -842,6 +846,8 @@ int odpd_open_hit_table(const struct odpd_caller *k, const Odpd__OpenHitTable *r
 	ht.slots = odpd_hittab_slots(k->holder->hits);
 	ht.has_events_slot = 1;
 	ht.events_slot = ODPD_HIT_EVENTS_SLOT;
+	ht.has_release_ring = 1;
+	ht.release_ring = odpd_hittab_ring(k->holder->hits);
 	reply.has_id = reply.has_status = 1;
 	reply.id = k->id;
 	reply.body_case = ODPD__REPLY__BODY_HIT_TABLE;

@@ -292,6 +292,7 @@ struct odpd_account *odpd_account_get(struct odpd_quota *q, uid_t uid)
 		return NULL;
 	a->uid = uid;
 	a->refs = 1;
+	LIST_INIT(&a->ring_holders);
 	a->limit = ODPD_UNLIMITED;
 	LIST_INSERT_HEAD(&q->accounts, a, link);
 	q->n_accounts++;

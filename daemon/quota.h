@@ -27,8 +27,11 @@
 
 struct odpd_mapping;
 
+struct odpd_holder;
+
 struct odpd_account {
 	LIST_ENTRY(odpd_account) link;
+	LIST_HEAD(, odpd_holder) ring_holders;  /* its holders with a release ring (registry/hits.c) */
 	uid_t uid;
 	unsigned refs;              /* clients + MR charges */
 	uint64_t pinned;            /* bytes: distinct pages */

@@ -243,6 +243,7 @@ struct odpd_holder {
 	struct odpd_ref **ref_index;
 	uint32_t ref_index_size;
 	struct odpd_hittab *hits;           /* OpenHitTable, or NULL */
+	LIST_ENTRY(odpd_holder) ring_link;  /* in acct->ring_holders while its table has a ring */
 	unsigned n_odp_refs;                /* of refs, those of ODP and implicit ODP MRs */
 	uint64_t local_hits;                /* as its library last reported */
 	uint64_t events;                    /* events sent to its client (the hit table's
@@ -288,6 +289,8 @@ struct odpd_cache_stats {
 	uint64_t registered_bytes;          /* the lengths of the registrations, added up */
 	uint64_t loop_registrations;        /* registrations made on the loop (reg_on_loop) */
 	uint64_t loop_deregistrations;      /* deregistrations made on the loop (batch_on_loop) */
+	uint64_t ring_releases;             /* references released through release rings */
+	uint64_t ring_errors;               /* ring entries that named no reference, or a broken ring */
 	uint64_t reg_sizes[ODPD_REG_SIZE_BUCKETS];
 };
 
@@ -390,8 +393,26 @@ void odpd_registry_drop_registrar(struct odpd_registry *r, struct odpd_domain *d
  * use table @use_fd (not taken); *@ret_gen_fd: the generation table for the
  * reply. EALREADY: it has one.
  */
-int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, int use_fd,
-			    int *ret_gen_fd, struct odpd_err *err);
+int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, uint32_t ring,
+			    int use_fd, int *ret_gen_fd, struct odpd_err *err);
+/*
+ * Release rings (hittab.h; doc/design.md §11): the releases @h's client
+ * wrote into its ring and odpd has not taken yet, done now as DeregMr.
+ * no_reply requests would be. Returns how many references went. odpd takes
+ * a connection's ring before each of its requests, at every look of the
+ * hit timer, at a flush and at a stop (holder_revoke), and:
+ */
+unsigned odpd_registry_take_releases(struct odpd_registry *r, struct odpd_holder *h);
+/* every ring (before an admin Status, a statistics read); */
+void odpd_registry_take_all_releases(struct odpd_registry *r);
+/*
+ * before a registration of at most @length bytes (@pinned: of pinned
+ * pages) by @h: if a limit of its user could refuse it, the rings of that
+ * user's connections, and if one of the daemon's could, every ring. So a
+ * release written before the request was sent counts, whichever connection
+ * wrote it, and no request is refused for a charge already given back.
+ */
+void odpd_registry_settle(struct odpd_registry *r, struct odpd_holder *h, uint64_t length, bool pinned);
 /* An event (id 0, with a body) is about to be sent to @h's client: count
  * it, in the hit table's events word too (hittab.h). */
 void odpd_registry_event_sent(struct odpd_holder *h);

@@ -1067,21 +1067,32 @@ bool hit_revoked(void *arg)
 void raw_open_hit_table(int fd, uint64_t id, uint32_t slots, int *use_fd, _Atomic uint64_t **use,
 			int *gen_fd, const _Atomic uint64_t **gen)
 {
+	raw_open_hit_table_ring(fd, id, slots, 0, use_fd, use, gen_fd, gen);
+}
+
+uint32_t raw_open_hit_table_ring(int fd, uint64_t id, uint32_t slots, uint32_t ring, int *use_fd,
+				 _Atomic uint64_t **use, int *gen_fd, const _Atomic uint64_t **gen)
+{
 	Odpd__Request req = ODPD__REQUEST__INIT;
 	Odpd__OpenHitTable o = ODPD__OPEN_HIT_TABLE__INIT;
 	Odpd__Reply *r;
+	uint32_t granted;
 
 	*use_fd = sealed_memfd(4096);
 	*gen_fd = -1;
 	o.has_slots = 1;
 	o.slots = slots;
+	o.has_release_ring = ring != 0;
+	o.release_ring = ring;
 	req.body_case = ODPD__REQUEST__BODY_OPEN_HIT_TABLE;
 	req.open_hit_table = &o;
 	r = raw_call_fd(fd, id, &req, use_fd, 1, gen_fd);
 	assert_int_equal(r->status, 0);
+	granted = r->hit_table->has_release_ring ? r->hit_table->release_ring : 0;
 	odpd__reply__free_unpacked(r, NULL);
 	assert_true(*gen_fd >= 0);
 	*use = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, *use_fd, 0);
 	*gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, *gen_fd, 0);
 	assert_true(*use != MAP_FAILED && *gen != MAP_FAILED);
+	return granted;
 }

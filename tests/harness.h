@@ -123,6 +123,10 @@ void raw_client_pd_req(Odpd__Request *req, Odpd__RegMr *m, uint64_t addr, uint32
  * (read-only). */
 void raw_open_hit_table(int fd, uint64_t id, uint32_t slots, int *use_fd, _Atomic uint64_t **use,
 			int *gen_fd, const _Atomic uint64_t **gen);
+/* The same with a release ring of @ring entries wanted; what odpd granted
+ * (HitTableReply.release_ring). @slots + 1 + @ring words fit in the page. */
+uint32_t raw_open_hit_table_ring(int fd, uint64_t id, uint32_t slots, uint32_t ring, int *use_fd,
+				 _Atomic uint64_t **use, int *gen_fd, const _Atomic uint64_t **gen);
 
 /* Make @req a DeregMr.no_reply of @handle (@d is its body): one-way, never
  * answered. The caller sets the id. */

@@ -270,6 +270,67 @@ static void test_user_mrs(void **state)
 	stop();
 }
 
+/*
+ * A release written into one connection's release ring counts for a
+ * request of another connection of the user (doc/design.md §11): with
+ * default-mrs = 2 and both held through c[0], c[0] releases one (the ring:
+ * no request) and c[1] registers at once. Without odpd taking the user's
+ * rings before its MR limit refuses, that is EDQUOT (the hit timer, which
+ * also takes rings, is set to look only once a minute here).
+ */
+static int nobody_ring_release(void *arg)
+{
+	struct odpd_conn *c[2];
+	struct odpd_segment *s;
+	struct odpd_mr *m[3];
+	uint8_t *p;
+
+	(void)arg;
+	CHILD_CHECK((c[0] = odpd_connect(d.sock, NULL)) != NULL);
+	CHILD_CHECK((c[1] = odpd_connect(d.sock, NULL)) != NULL);
+	CHILD_CHECK((s = odpd_alloc(c[0], MIB, 0)) != NULL);
+	p = odpd_segment_addr(s);
+	memset(p, 1, MIB);
+	CHILD_CHECK(odpd_attach(c[1], odpd_segment_fd(s), p, MIB) != NULL);
+	for (int round = 0; round < 20; round++) {
+		CHILD_CHECK((m[0] = odpd_reg(c[0], p, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+		CHILD_CHECK((m[1] = odpd_reg(c[0], p + 8192, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+		CHILD_CHECK(odpd_reg(c[1], p + 16384, 4096, IBV_ACCESS_LOCAL_WRITE) == NULL);
+		CHILD_CHECK(errno == EDQUOT);                  /* the limit holds */
+		CHILD_CHECK(odpd_dereg(m[0]) == 0);            /* into c[0]'s ring */
+		CHILD_CHECK((m[2] = odpd_reg(c[1], p + 16384, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+		CHILD_CHECK(odpd_dereg(m[1]) == 0 && odpd_dereg(m[2]) == 0);
+	}
+	odpd_disconnect(c[1]);
+	odpd_disconnect(c[0]);
+	return 0;
+}
+
+static void test_user_mrs_ring_release(void **state)
+{
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr;
+	int admin;
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	start("[limits]\ndefault-mrs = 2\nrelaxed-window-ms = 60000\n");
+	assert_int_equal(run_as(UID_NOBODY, 64 * MIB, nobody_ring_release, NULL), 0);
+	/* they went through the ring, not as requests */
+	admin = raw_connect_hello(d.sock);
+	sr = status_get(admin, &r);
+	assert_non_null(sr->cache);
+	if (sr->cache->ring_releases < 20)
+		fail_msg("%llu releases through release rings, expected at least 20",
+			 (unsigned long long)sr->cache->ring_releases);
+	odpd__reply__free_unpacked(r, NULL);
+	close(admin);
+	stop();
+}
+
 /* Is the page at @p mapped in this process (pagemap's present bit)? */
 static bool mapped_here(const void *p)
 {
@@ -976,6 +1037,7 @@ int main(void)
 		cmocka_unit_test(test_user_segments_and_window),
 		cmocka_unit_test(test_user_mrs),
 		cmocka_unit_test(test_user_mrs_retry_populates),
+		cmocka_unit_test(test_user_mrs_ring_release),
 		cmocka_unit_test(test_user_mrs_concurrent),
 		cmocka_unit_test(test_connection_ends_with_its_process),
 		cmocka_unit_test(test_connection_flood_few_fds),

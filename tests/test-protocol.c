@@ -1020,6 +1020,174 @@ static void test_oneway_order_across_connections(void **state)
 	close(conn);
 }
 
+/* ---------------------------------------------------------------- release rings */
+
+#define RING_SLOTS 16u
+#define RING 8u
+
+struct ring_client {
+	int conn, use_fd, gen_fd;
+	_Atomic uint64_t *use;
+	const _Atomic uint64_t *gen;
+	uint64_t tail, id;
+};
+
+/* Write @n releases into @rc's ring, as libodpd's hit_ring_push does. */
+static void ring_write(struct ring_client *rc, const uint64_t *handles, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		atomic_store(&rc->use[RING_SLOTS + 1 + (rc->tail + i) % RING], handles[i]);
+	rc->tail += n;
+	atomic_store(&rc->use[RING_SLOTS], rc->tail);
+}
+
+/* A request that does nothing on @rc's connection: DeregMr of a handle it
+ * never had (ENOENT). odpd takes the ring before it. */
+static void ring_poke(struct ring_client *rc)
+{
+	Odpd__DeregMr d = ODPD__DEREG_MR__INIT;
+	Odpd__Request dq = ODPD__REQUEST__INIT;
+
+	d.has_handle = 1;
+	d.handle = 999999;
+	dq.body_case = ODPD__REQUEST__BODY_DEREG_MR;
+	dq.dereg_mr = &d;
+	raw_expect_error(rc->conn, ++rc->id, &dq, NULL, 0, ENOENT);
+}
+
+static uint64_t ring_reg(struct ring_client *rc, uint64_t addr)
+{
+	Odpd__RegMr m;
+	Odpd__Request req = reg_req(&m, addr, 4096, ODPD__ACCESS__ACCESS_LOCAL_WRITE);
+	Odpd__Reply *r = raw_call(rc->conn, ++rc->id, &req, NULL, 0);
+	uint64_t h;
+
+	if (r->status)
+		fail_msg("RegMr: %s: %s", strerror(r->status), r->message);
+	h = r->mr->handle;
+	odpd__reply__free_unpacked(r, NULL);
+	return h;
+}
+
+struct kernel_count { pid_t pid; int want; };
+
+static bool kernel_count_is(void *arg)
+{
+	const struct kernel_count *k = arg;
+
+	return kernel_mr_count(k->pid) == k->want;
+}
+
+/*
+ * The release ring (OpenHitTable.release_ring, doc/design.md §11), on the
+ * wire: releases written into the use table's ring are done before the
+ * connection's next request (the kernel's MR count says so, no Status
+ * asked), by the hit timer when the connection stays quiet, and before an
+ * admin Status; odpd's count of taken entries is published; a handle the
+ * connection does not hold and a count that breaks the ring's rule are
+ * counted in errors and release nothing of anyone's; the daemon goes on
+ * serving the connection.
+ */
+static void test_release_ring(void **state)
+{
+	const size_t len = 1 << 20;
+	struct ring_client rc = { .id = 100 }, other = { .id = 100 };
+	struct kernel_count kc = { .pid = test_daemon.pid };
+	int fd = sealed_memfd(len), base_mrs;
+	Odpd__Reply *r, *sr;
+	uint64_t base, h[4], oh, errors;
+	uint8_t *p;
+
+	(void)state;
+	rc.conn = raw_connect_hello(test_daemon.sock);
+	assert_int_equal(raw_open_hit_table_ring(rc.conn, ++rc.id, RING_SLOTS, RING, &rc.use_fd, &rc.use,
+						 &rc.gen_fd, &rc.gen), RING);
+	assert_int_equal(atomic_load(&rc.gen[RING_SLOTS]), 0);
+	r = attach_ok(rc.conn, fd);
+	base = r->segment->addr;
+	odpd__reply__free_unpacked(r, NULL);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(p != MAP_FAILED);
+	memset(p, 7, len);
+	if (!test_require_device()) {
+		/* no MR to release: a handle it never had is an error, counted */
+		errors = status_errors();
+		ring_write(&rc, (uint64_t[]){ 12345 }, 1);
+		ring_poke(&rc);
+		assert_int_equal(atomic_load(&rc.gen[RING_SLOTS]), 1);
+		assert_int_equal(status_errors(), errors + 1 + 1);   /* (and the poke's ENOENT) */
+		goto out;
+	}
+	/* the connection's first MR opens its PD: before the count */
+	h[0] = ring_reg(&rc, base);
+	base_mrs = kernel_mr_count(test_daemon.pid);
+	for (int k = 1; k < 4; k++)
+		h[k] = ring_reg(&rc, base + (uint64_t)k * 8192);
+	assert_int_equal(kernel_mr_count(test_daemon.pid), base_mrs + 3);
+
+	/* before the connection's next request */
+	ring_write(&rc, h + 1, 3);
+	ring_poke(&rc);
+	assert_int_equal(atomic_load(&rc.gen[RING_SLOTS]), 3);
+	assert_int_equal(kernel_mr_count(test_daemon.pid), base_mrs);
+
+	/* quiet: the hit timer takes it (relaxed-window-ms, 100 by default) */
+	h[1] = ring_reg(&rc, base + 8192);
+	ring_write(&rc, h + 1, 1);
+	kc.want = base_mrs;
+	if (!wait_until(kernel_count_is, &kc))
+		fail_msg("a release written into a quiet connection's ring was not done within 20 s");
+	assert_int_equal(atomic_load(&rc.gen[RING_SLOTS]), 4);
+
+	/* before an admin Status, on another connection */
+	h[1] = ring_reg(&rc, base + 8192);
+	ring_write(&rc, h + 1, 1);
+	sr = NULL;
+	(void)status_get(test_admin_fd, &sr);
+	odpd__reply__free_unpacked(sr, NULL);
+	assert_int_equal(kernel_mr_count(test_daemon.pid), base_mrs);
+
+	/* another connection's MR, named by its handle in this ring: this
+	 * connection has no such reference (handles are the connection's),
+	 * so nothing goes, and it is counted */
+	other.conn = raw_connect_hello(test_daemon.sock);
+	r = attach_ok(other.conn, fd);
+	odpd__reply__free_unpacked(r, NULL);
+	oh = ring_reg(&other, base + 65536);
+	while (oh <= h[0] || oh == 999999)       /* a number this connection does not hold */
+		oh = ring_reg(&other, base + 65536);
+	base_mrs = kernel_mr_count(test_daemon.pid);
+	errors = status_errors();
+	ring_write(&rc, (uint64_t[]){ oh + 1000, 999999 }, 2);
+	ring_poke(&rc);
+	assert_int_equal(status_errors(), errors + 2 + 1);   /* (and the poke's ENOENT) */
+	assert_int_equal(kernel_mr_count(test_daemon.pid), base_mrs);
+
+	/* a count more than a ring ahead: nothing taken, counted, and the ring
+	 * works on from odpd's count */
+	errors = status_errors();
+	rc.tail += RING + 5;
+	atomic_store(&rc.use[RING_SLOTS], rc.tail);
+	ring_poke(&rc);
+	assert_int_equal(status_errors(), errors + 1 + 1);
+	assert_int_equal(atomic_load(&rc.gen[RING_SLOTS]), rc.tail);
+	assert_int_equal(kernel_mr_count(test_daemon.pid), base_mrs);
+	h[1] = ring_reg(&rc, base + 8192);
+	ring_write(&rc, h + 1, 1);
+	ring_poke(&rc);
+	assert_int_equal(kernel_mr_count(test_daemon.pid), base_mrs);
+	close(other.conn);
+out:
+	assert_int_equal(inq(rc.conn), 0);
+	munmap(rc.use, 4096);
+	munmap((void *)rc.gen, 4096);
+	close(rc.use_fd);
+	close(rc.gen_fd);
+	munmap(p, len);
+	close(fd);
+	close(rc.conn);
+}
+
 static void test_reg_unpopulated(void **state)
 {
 	const uint32_t lw = ODPD__ACCESS__ACCESS_LOCAL_WRITE, flag = ODPD__REG_FLAGS__REG_UNPOPULATED;
@@ -1571,8 +1739,10 @@ static void alloc_detach_calls(struct odpd_conn *c, unsigned n, unsigned long *r
  * A request through libodpd costs its client one sendmsg and one recvmsg
  * when the connection has a hit table whose events word says no event
  * waits (issue 26): the library used to make a non-blocking recvmsg before
- * every request, to look for a DeviceEvent. Without a hit table
- * (ODPD_CACHE=0) it still looks every time.
+ * every request, to look for a DeviceEvent. With ODPD_CACHE=0 the library
+ * still opens a table, without slots, for its release ring (1.4.5), and so
+ * has the events word; only without a table at all (ODPD_CACHE=0 and
+ * ODPD_ONEWAY_DEREG=0) it looks every time.
  */
 static void test_two_system_calls_per_request(void **state)
 {
@@ -1596,17 +1766,27 @@ static void test_two_system_calls_per_request(void **state)
 	odpd_disconnect(c);
 
 	setenv("ODPD_CACHE", "0", 1);
-	plain = odpd_connect(test_daemon.sock, NULL);
+	for (int oneway = 1; oneway >= 0; oneway--) {
+		if (!oneway)
+			setenv("ODPD_ONEWAY_DEREG", "0", 1);
+		plain = odpd_connect(test_daemon.sock, NULL);
+		if (!plain)
+			fail_msg("odpd_connect: %s", odpd_errmsg());
+		assert_int_equal(odpd_stats(plain, &st, sizeof(st)), 0);
+		assert_false(st.hit_table);            /* no local hits either way */
+		alloc_detach_calls(plain, N, &sends, &recvs);
+		print_message("ODPD_CACHE=0, %s: %u segments, %lu requests, %lu recvmsg\n",
+			      oneway ? "a table for the release ring" : "ODPD_ONEWAY_DEREG=0, no table", N, sends,
+			      recvs);
+		assert_true(sends >= 2 * N);
+		if (oneway)
+			assert_int_equal(recvs, sends);
+		else
+			assert_int_equal(recvs, 2 * sends);    /* a look for events first, each time */
+		odpd_disconnect(plain);
+	}
+	unsetenv("ODPD_ONEWAY_DEREG");
 	unsetenv("ODPD_CACHE");
-	if (!plain)
-		fail_msg("odpd_connect: %s", odpd_errmsg());
-	assert_int_equal(odpd_stats(plain, &st, sizeof(st)), 0);
-	assert_false(st.hit_table);
-	alloc_detach_calls(plain, N, &sends, &recvs);
-	print_message("without: %u segments, %lu requests, %lu recvmsg\n", N, sends, recvs);
-	assert_true(sends >= 2 * N);
-	assert_int_equal(recvs, 2 * sends);            /* a look for events first, each time */
-	odpd_disconnect(plain);
 }
 
 /* ---------------------------------------------------------------- cache requests */
@@ -2528,6 +2708,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reg_unpopulated, harness_test_setup),
 		cmocka_unit_test_setup(test_oneway_release, harness_test_setup),
 		cmocka_unit_test_setup(test_oneway_order_across_connections, harness_test_setup),
+		cmocka_unit_test_setup(test_release_ring, harness_test_setup),
 		cmocka_unit_test(test_start_failure_exits_cleanly),
 		cmocka_unit_test_setup(test_client_log_lines, harness_test_setup),
 		cmocka_unit_test_setup(test_bad_input_matrix, harness_test_setup),

@@ -52,6 +52,7 @@ static const struct stat_def stat_defs[] = {
 	{ "registered_bytes", "lengths of all registrations, added up", true },
 	{ "registrations_on_loop", "registrations odpd made on its event loop (small, mapped, pinned)", true },
 	{ "deregistrations_on_loop", "deregistrations odpd made on its event loop", true },
+	{ "ring_releases", "MR references released through release rings, without a request", true },
 #define SIZE_STAT(k, h) { "registrations_" k, "registrations of " h, true }
 	SIZE_STAT("4k", "at most 4 KiB"), SIZE_STAT("8k", "4 KiB + 1 to 8 KiB"),
 	SIZE_STAT("16k", "8 KiB + 1 to 16 KiB"), SIZE_STAT("32k", "16 KiB + 1 to 32 KiB"),
@@ -88,6 +89,7 @@ static void stat_values(const Odpd__StatusReply *st, uint64_t *v)
 		c ? c->replaced : 0, c ? c->invalidated_device : 0, c ? c->invalidated_expired : 0,
 		c ? c->registered_bytes : 0,
 		c ? c->registrations_on_loop : 0, c ? c->deregistrations_on_loop : 0,
+		c ? c->ring_releases : 0,
 	};
 
 	memcpy(v, vals, sizeof(vals));

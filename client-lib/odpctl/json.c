@@ -145,6 +145,7 @@ static json_object *json_cache(const Odpd__CacheStats *c)
 	put_u64_str(o, "registered_bytes", c->registered_bytes);
 	put_u64_str(o, "registrations_on_loop", c->registrations_on_loop);
 	put_u64_str(o, "deregistrations_on_loop", c->deregistrations_on_loop);
+	put_u64_str(o, "ring_releases", c->ring_releases);
 	{
 		json_object *a = json_object_new_array();
 

@@ -107,6 +107,8 @@ unsigned holder_revoke(struct odpd_registry *r, struct odpd_holder *h, bool idle
 
 	if (!h->hits)
 		return 0;
+	/* what it released through its ring goes first (not counted here) */
+	odpd_registry_take_releases(r, h);
 	for (ref = LIST_FIRST(&h->refs); ref; ref = next) {
 		next = LIST_NEXT(ref, hlink);
 		if (ref->slot && ref_revoke(r, ref, idle, list))
@@ -162,8 +164,8 @@ void hits_arm(struct odpd_registry *r)
 	timer_every(r->hit_timer, r->n_hit_tables > 0, ms ? ms : 1);
 }
 
-int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, int use_fd,
-			    int *ret_gen_fd, struct odpd_err *err)
+int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint32_t slots, uint32_t ring,
+			    int use_fd, int *ret_gen_fd, struct odpd_err *err)
 {
 	uint64_t charge;
 	int rc;
@@ -171,21 +173,96 @@ int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint
 	if (h->hits)
 		return err_set(err, EALREADY, "this connection has a hit table already");
 	/* its two mappings are odpd address space the user pays for */
-	charge = odpd_hittab_mapped(slots);
+	charge = odpd_hittab_mapped(slots, ring);
 	rc = odpd_account_may(h->acct, &h->limit, ODPD_UL_MAPPED, charge, err);
 	if (rc == 0)
 		rc = odpd_account_may(h->acct, &h->limit, ODPD_UL_MAPPINGS, ODPD_HIT_MAPPINGS, err);
 	if (rc < 0)
 		return rc;
-	rc = odpd_hittab_open(slots, use_fd, &h->hits, ret_gen_fd, err);
+	rc = odpd_hittab_open(slots, ring, use_fd, &h->hits, ret_gen_fd, err);
 	if (rc < 0)
 		return rc;
+	if (odpd_hittab_ring(h->hits))
+		LIST_INSERT_HEAD(&h->acct->ring_holders, h, ring_link);
 	odpd_hittab_events(h->hits, h->events);    /* any sent before the table */
 	odpd_account_hold(h->acct, ODPD_UL_MAPPED, (int64_t)charge);
 	odpd_account_hold(h->acct, ODPD_UL_MAPPINGS, ODPD_HIT_MAPPINGS);
 	r->n_hit_tables++;
 	hits_arm(r);
 	return 0;
+}
+
+/* ---------------------------------------------------------------- release rings */
+
+unsigned odpd_registry_take_releases(struct odpd_registry *r, struct odpd_holder *h)
+{
+	uint64_t handles[ODPD_HIT_RING_MAX];
+	unsigned n, done = 0;
+	bool bad;
+
+	if (!h->hits || !odpd_hittab_ring(h->hits))
+		return 0;
+	n = odpd_hittab_ring_take(h->hits, handles, &bad);
+	if (bad) {
+		r->stats.ring_errors++;
+		log_debug("holder %" PRIu64 " (pid %d): its release ring's count went wrong; entries skipped",
+			  h->id, (int)h->pid);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct odpd_ref *ref = odpd_holder_find_ref(h, handles[i]);
+
+		if (!ref) {
+			/* a handle it does not hold (or one whose device went
+			 * away): as a DeregMr.no_reply of it would be, counted */
+			r->stats.ring_errors++;
+			log_debug("holder %" PRIu64 " (pid %d): release ring names MR handle %" PRIu64
+				  ", which it does not hold", h->id, (int)h->pid, handles[i]);
+			continue;
+		}
+		odpd_registry_release(r, ref, false, NULL, NULL);
+		done++;
+	}
+	r->stats.ring_releases += done;
+	return done;
+}
+
+static void take_account(struct odpd_registry *r, struct odpd_account *a)
+{
+	struct odpd_holder *h;
+
+	LIST_FOREACH(h, &a->ring_holders, ring_link)
+		odpd_registry_take_releases(r, h);
+}
+
+void odpd_registry_take_all_releases(struct odpd_registry *r)
+{
+	struct odpd_account *a;
+
+	LIST_FOREACH(a, &r->quota.accounts, link)
+		take_account(r, a);
+}
+
+/* Would @more pass @max after @held? (UINT64_MAX: no limit) */
+static bool would_pass(uint64_t held, uint64_t more, uint64_t max)
+{
+	return more > max || held > max - more;
+}
+
+void odpd_registry_settle(struct odpd_registry *r, struct odpd_holder *h, uint64_t length, bool pinned)
+{
+	const struct odpd_conf *conf = r->conf;
+	struct odpd_account *a = h->acct;
+	uint64_t max_mrs = h->limit.max[ODPD_UL_MRS];
+
+	/* the daemon's limits: every user's releases count */
+	if (r->n_mrs >= conf->max_mrs || (pinned && would_pass(r->pinned, length, conf->max_pinned))) {
+		odpd_registry_take_all_releases(r);
+		return;
+	}
+	/* the user's: MR references, pinned bytes */
+	if ((max_mrs != ODPD_UNLIMITED && would_pass(a->held[ODPD_UL_MRS], 1, max_mrs)) ||
+	    (pinned && would_pass(a->pinned, length, h->limit.max_pinned)))
+		take_account(r, a);
 }
 
 void odpd_registry_event_sent(struct odpd_holder *h)

@@ -223,7 +223,10 @@ void odpd_holder_release(struct odpd_registry *r, struct odpd_holder *h)
 	while (!LIST_EMPTY(&h->refs))
 		ref_drop(r, LIST_FIRST(&h->refs), false, &list);
 	if (h->hits) {
-		odpd_account_hold(h->acct, ODPD_UL_MAPPED, -(int64_t)odpd_hittab_mapped(odpd_hittab_slots(h->hits)));
+		odpd_account_hold(h->acct, ODPD_UL_MAPPED, -(int64_t)odpd_hittab_mapped(odpd_hittab_slots(h->hits),
+											 odpd_hittab_ring(h->hits)));
+		if (odpd_hittab_ring(h->hits))
+			LIST_REMOVE(h, ring_link);
 		odpd_account_hold(h->acct, ODPD_UL_MAPPINGS, -ODPD_HIT_MAPPINGS);
 		odpd_hittab_close(h->hits);
 		h->hits = NULL;

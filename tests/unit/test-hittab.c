@@ -3,7 +3,9 @@
  * are never a reference's, nothing aimed at them changes them, and the
  * events word is what the client's read-only mapping sees; the client's fd
  * is read-only while odpd's stays writable, and a table is retired through
- * either the table or odpd's fd alone (as the odpd after a crash does). */
+ * either the table or odpd's fd alone (as the odpd after a crash does);
+ * a release ring gives back what the client wrote, once, in order, and a
+ * ring whose count the client broke gives nothing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -42,7 +44,7 @@ static void table_open(struct table *tb, uint32_t slots)
 	assert_int_equal(ftruncate(tb->use_fd, 4096), 0);
 	assert_int_equal(fcntl(tb->use_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
 	tb->gen_fd = -1;
-	assert_int_equal(odpd_hittab_open(slots, tb->use_fd, &tb->t, &tb->gen_fd, &err), 0);
+	assert_int_equal(odpd_hittab_open(slots, 0, tb->use_fd, &tb->t, &tb->gen_fd, &err), 0);
 	assert_true(tb->gen_fd >= 0);
 	tb->gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, tb->gen_fd, 0);
 	assert_true(tb->gen != MAP_FAILED);
@@ -262,13 +264,89 @@ static int no_proc_child(void)
 	if (use < 0 || ftruncate(use, 4096) < 0 || fcntl(use, F_ADD_SEALS, F_SEAL_SHRINK) < 0)
 		return 1;
 	fds = fds_open();
-	if (odpd_hittab_open(SLOTS, use, &t, &gen, &err) != -ENOENT || err.code != ENOENT)
+	if (odpd_hittab_open(SLOTS, 0, use, &t, &gen, &err) != -ENOENT || err.code != ENOENT)
 		return 2;
 	if (!strstr(err.msg, "needs /proc") || gen != -1)
 		return 3;
 	if (fds_open() != fds)                   /* the memfd went with the failure */
 		return 4;
 	return 0;
+}
+
+/* The release ring: entries after the slots of the use table, the tail
+ * word before them, odpd's count in the generation table at [slots]. */
+static void test_release_ring(void **state)
+{
+	const uint32_t ring = 8;
+	struct odpd_err err = { 0 };
+	struct odpd_hittab *t;
+	_Atomic uint64_t *use;
+	const _Atomic uint64_t *gen;
+	uint64_t got[ODPD_HIT_RING_MAX];
+	int use_fd, gen_fd = -1;
+	bool bad;
+
+	(void)state;
+	use_fd = memfd_create("test-hittab-use", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(use_fd >= 0);
+	/* too small for the slots and the ring: refused, saying so */
+	assert_int_equal(ftruncate(use_fd, SLOTS * 8), 0);
+	assert_int_equal(fcntl(use_fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	assert_int_equal(odpd_hittab_open(SLOTS, ring, use_fd, &t, &gen_fd, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "release ring"));
+	assert_int_equal(ftruncate(use_fd, 4096), 0);
+	assert_int_equal(odpd_hittab_open(SLOTS, ring, use_fd, &t, &gen_fd, &err), 0);
+	assert_int_equal(odpd_hittab_ring(t), ring);
+	use = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, use_fd, 0);
+	gen = mmap(NULL, 4096, PROT_READ, MAP_SHARED, gen_fd, 0);
+	assert_true(use != MAP_FAILED && gen != MAP_FAILED);
+
+	assert_int_equal(odpd_hittab_ring_take(t, got, &bad), 0);
+	assert_false(bad);
+	/* 11 releases in two rounds, the second wrapping the ring */
+	for (uint64_t i = 0; i < 5; i++)
+		use[SLOTS + 1 + i % ring] = 100 + i;
+	use[SLOTS] = 5;
+	assert_int_equal(odpd_hittab_ring_take(t, got, &bad), 5);
+	assert_false(bad);
+	for (unsigned i = 0; i < 5; i++)
+		assert_int_equal(got[i], 100 + i);
+	assert_int_equal(gen[SLOTS], 5);
+	assert_int_equal(odpd_hittab_ring_take(t, got, &bad), 0);   /* taken once */
+	for (uint64_t i = 5; i < 11; i++)
+		use[SLOTS + 1 + i % ring] = 100 + i;
+	use[SLOTS] = 11;
+	assert_int_equal(odpd_hittab_ring_take(t, got, &bad), 6);
+	for (unsigned i = 0; i < 6; i++)
+		assert_int_equal(got[i], 105 + i);
+	assert_int_equal(gen[SLOTS], 11);
+	/* the slots are not the ring's: a slot taken is untouched by it */
+	assert_int_not_equal(odpd_hittab_take(t, 7), 0);
+
+	/* more than a ring ahead, then behind: nothing taken, odpd's count
+	 * follows the tail */
+	use[SLOTS] = 11 + ring + 1;
+	assert_int_equal(odpd_hittab_ring_take(t, got, &bad), 0);
+	assert_true(bad);
+	assert_int_equal(gen[SLOTS], 11 + ring + 1);
+	use[SLOTS] = 3;
+	assert_int_equal(odpd_hittab_ring_take(t, got, &bad), 0);
+	assert_true(bad);
+	assert_int_equal(gen[SLOTS], 3);
+	/* and it works again from there */
+	use[SLOTS + 1 + 3 % ring] = 42;
+	use[SLOTS] = 4;
+	assert_int_equal(odpd_hittab_ring_take(t, got, &bad), 1);
+	assert_false(bad);
+	assert_int_equal(got[0], 42);
+
+	/* more than ODPD_HIT_RING_MAX asked: the most */
+	assert_int_equal(odpd_hittab_mapped(SLOTS, 1000), odpd_hittab_mapped(SLOTS, ODPD_HIT_RING_MAX));
+	munmap(use, 4096);
+	munmap((void *)gen, 4096);
+	odpd_hittab_close(t);
+	close(use_fd);
+	close(gen_fd);
 }
 
 /* Without /proc no read-only fd can be made: OpenHitTable fails, saying
@@ -298,6 +376,7 @@ int main(void)
 		cmocka_unit_test(test_events_word),
 		cmocka_unit_test(test_fds),
 		cmocka_unit_test(test_retire),
+		cmocka_unit_test(test_release_ring),
 		cmocka_unit_test(test_retire_fd),
 		cmocka_unit_test(test_no_proc),
 	};
