@@ -139,7 +139,8 @@ int quota_check(struct odpd_registry *r, struct odpd_holder *h, struct odpd_mapp
 	uint64_t gwant = pinned && need_global ? odpd_itree_uncovered(&map->mrs, s, e, counted, NULL) : 0;
 
 	a->limit = h->limit.max_pinned;
-	snprintf(a->rule, sizeof(a->rule), "%s", h->limit.rule);
+	if (strcmp(a->rule, h->limit.rule) != 0)   /* (no formatting per registration) */
+		snprintf(a->rule, sizeof(a->rule), "%s", h->limit.rule);
 	if (want && (want > h->limit.max_pinned || a->pinned > h->limit.max_pinned - want)) {
 		/* (relaxed MRs a verify still reads are deregistered after it:
 		 * they make no room yet) */
