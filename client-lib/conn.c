@@ -472,7 +472,7 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
  * it could change, and reads the one-way releases this connection sends
  * next in the same turn and nothing of another connection in between, so
  * whatever any process asks after this returns sees the release done
- * (doc/design.md §11).
+ * (doc/design.md §11). 1: the ring is full, release it with an answer.
  */
 int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
 {
@@ -492,6 +492,12 @@ int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
 		c->oneway_handles[c->n_oneway++] = handle;
 		return 0;
 	}
+	/* A full ring: this release waits for its answer (odpd takes the ring
+	 * before it). Only without a ring (an odpd before 1.4.5) a one-way
+	 * request goes: its order holds for requests that odpd reads after it
+	 * in the readiness order (doc/design.md §11). */
+	if (c->hit_ring)
+		return 1;
 	oneway_request(&req, &d, handle);
 	hit_before_request(c, &req);
 	req.has_id = true;

@@ -413,9 +413,8 @@ static int mr_dereg(struct mr_entry *e, const char *what, bool relaxed)
 	if (mr_dereg_local(e, what, relaxed))
 		return 0;
 	pthread_mutex_lock(&c->lock);
-	if (mr_oneway(c, e, relaxed))
-		r = conn_release_oneway(c, what, e->mr.handle);
-	else
+	r = mr_oneway(c, e, relaxed) ? conn_release_oneway(c, what, e->mr.handle) : 1;
+	if (r == 1)                          /* not one-way, or its ring is full */
 		r = mr_deregister(c, what, e->mr.handle, relaxed);
 	if (r >= 0)
 		mr_remove(e);
