@@ -264,7 +264,10 @@ static int oneway_resend(struct odpd_conn *c, const char *what, uint64_t last_id
 			continue;
 		oneway_request(&req, &d, c->oneway_handles[i]);
 		req.has_id = true;
-		req.id = c->oneway_ids[i];
+		/* A ring's release is sent with the id of the request before it
+		 * (answered, so never sent again): not the one after, which may
+		 * be the request this restart sends again. */
+		req.id = c->oneway_ids[i] - c->oneway_ring[i];
 		r = call_send(c, what, &req, NULL, 0);
 		if (r < 0)
 			return r;
@@ -489,6 +492,7 @@ int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
 		/* sent again after a RestartEvent unless the request after it
 		 * (the next id), before which odpd takes the ring, was kept */
 		c->oneway_ids[c->n_oneway] = c->last_id + 1;
+		c->oneway_ring[c->n_oneway] = true;
 		c->oneway_handles[c->n_oneway++] = handle;
 		return 0;
 	}
@@ -506,6 +510,7 @@ int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle)
 	if (r < 0)
 		return r;
 	c->oneway_ids[c->n_oneway] = req.id;
+	c->oneway_ring[c->n_oneway] = false;
 	c->oneway_handles[c->n_oneway++] = handle;
 	return 0;
 }

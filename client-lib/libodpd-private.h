@@ -171,6 +171,8 @@ struct odpd_conn {
 	 * the next release waits for its answer. Under @lock. */
 	uint64_t oneway_dereg_max;
 	uint64_t oneway_ids[ONEWAY_MAX], oneway_handles[ONEWAY_MAX];
+	bool oneway_ring[ONEWAY_MAX];       /* written into the release ring: its id is the
+					     * next request's, sent again as the one before */
 	unsigned n_oneway;
 	struct odpd_link segments;      /* struct odpd_segment */
 	struct odpd_link mrs;           /* struct mr_entry (mr.c) */

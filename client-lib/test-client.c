@@ -132,6 +132,9 @@ struct fake_log {
 	uint64_t map_offset, map_length;
 	int hit_tables;                 /* answer OpenHitTable (else EINVAL: no cache) */
 	unsigned hit_opens;             /* tables handed out */
+	uint32_t ring;                  /* with hit_tables: release ring entries granted, at most */
+	unsigned ring_deregs;           /* releases taken from rings (before each request) */
+	uint32_t last_hit_slots;        /* slots asked for by the last OpenHitTable */
 	unsigned resends;               /* requests sent again as asked, byte for byte */
 	unsigned resend_mismatches;     /* sent again, but not the same bytes */
 	unsigned unasked_resends;       /* an id seen again without a RestartEvent asking */
@@ -173,6 +176,10 @@ struct fake_client {
 	_Atomic uint64_t *gen;          /* the generation table (flog->hit_tables) */
 	size_t gen_len;
 	uint32_t gen_slots, next_slot;
+	const _Atomic uint64_t *use;    /* the client's use table, with a ring (flog->ring) */
+	size_t use_len;
+	uint32_t ring;
+	uint64_t ring_head;
 };
 
 /* What one request produced: a status, or one of the bodies. */
@@ -517,19 +524,58 @@ static void fake_gen_unmap(struct fake_client *c)
 	if (c->gen)
 		munmap((void *)c->gen, c->gen_len);
 	c->gen = NULL;
+	if (c->use)
+		munmap((void *)c->use, c->use_len);
+	c->use = NULL;
+	c->ring = 0;
+	c->ring_head = 0;
+}
+
+/* Before each request, as odpd does: the releases written into the ring. */
+static void fake_take_ring(struct fake_client *c)
+{
+	uint64_t tail;
+
+	if (!c->ring)
+		return;
+	tail = atomic_load(&c->use[c->gen_slots]);
+	for (; c->ring_head < tail; c->ring_head++) {
+		struct fake_mr *mr = fake_mr_find(c, atomic_load(&c->use[c->gen_slots + 1 +
+									 c->ring_head % c->ring]));
+
+		flog->ring_deregs++;
+		if (mr && mr->refs > 0 && --mr->refs == 0)
+			mr->used = false;
+	}
+	atomic_store(&c->gen[c->gen_slots], c->ring_head);
 }
 
 /* A generation table of its own (a new one each time); the events word counts on. */
-static void fake_open_hit_table(struct fake_client *c, const Odpd__OpenHitTable *o, struct fake_reply *f)
+static void fake_open_hit_table(struct fake_client *c, const Odpd__OpenHitTable *o, int use_fd,
+				struct fake_reply *f)
 {
 	uint32_t slots = o->has_slots && o->slots <= 4096 ? o->slots : 4096;
+	uint32_t ring = o->has_release_ring ? o->release_ring : 0;
+	struct stat st;
 	int fd;
 
 	if (!flog->hit_tables)
 		return fake_fail(f, EINVAL, "fake: unknown request");
 	fake_gen_unmap(c);
+	flog->last_hit_slots = slots;
+	if (ring > flog->ring)
+		ring = flog->ring;
+	if (ring && (use_fd < 0 || fstat(use_fd, &st) < 0 ||
+		     (uint64_t)st.st_size < (slots + 1 + ring) * sizeof(uint64_t) ||
+		     (c->use = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, use_fd, 0)) == MAP_FAILED)) {
+		c->use = NULL;
+		return fake_fail(f, EINVAL, "fake: no room for the ring in the use table");
+	}
+	if (ring)
+		c->use_len = (size_t)st.st_size;
+	c->ring = ring;
 	c->gen_slots = slots;
-	c->gen_len = (slots * sizeof(uint64_t) + 4095) & ~(size_t)4095;
+	c->gen_len = ((slots + (ring ? 1 + ring : 0)) * sizeof(uint64_t) + 4095) & ~(size_t)4095;
 	c->next_slot = 2;
 	fd = memfd_create("fake-hit-generations", MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)c->gen_len) < 0 ||
@@ -545,6 +591,8 @@ static void fake_open_hit_table(struct fake_client *c, const Odpd__OpenHitTable 
 	f->hit_table.has_slots = f->hit_table.has_events_slot = true;
 	f->hit_table.slots = slots;
 	f->hit_table.events_slot = 1;
+	f->hit_table.has_release_ring = ring != 0;
+	f->hit_table.release_ring = ring;
 	f->r.body_case = ODPD__REPLY__BODY_HIT_TABLE;
 	f->r.hit_table = &f->hit_table;
 	f->fd = fd;
@@ -578,7 +626,7 @@ static bool fake_dispatch(struct fake_client *c, const Odpd__Request *q, const s
 		fake_join(c, q->join_pd, f);
 		return true;
 	case ODPD__REQUEST__BODY_OPEN_HIT_TABLE:
-		fake_open_hit_table(c, q->open_hit_table, f);
+		fake_open_hit_table(c, q->open_hit_table, p->nfds ? p->fds[0] : -1, f);
 		return true;
 	case ODPD__REQUEST__BODY_MAP_SEGMENT:
 		flog->maps++;
@@ -701,6 +749,7 @@ static void fake_handle(struct fake_client *c, const struct fake_opts *o)
 		odpd_packet_close_fds(&p);
 		return fake_drop(c);
 	}
+	fake_take_ring(c);
 	if (fake_restart(c, q, &p, buf, &dup)) {
 		odpd_packet_close_fds(&p);
 		odpd__request__free_unpacked(q, NULL);
@@ -1966,6 +2015,106 @@ static void test_oneway_dereg(const char *path)
 	flog->oneway_dereg_max = 0;
 }
 
+/*
+ * The release ring (since 1.4.5): where the daemon grants one, a release
+ * that qualifies for a one-way request is written into it instead (no
+ * request: the fake sees no DeregMr, and takes the ring before the next
+ * request, as odpd does). A full ring makes the next release wait for its
+ * answer. After a RestartEvent that did not keep them, the releases are
+ * sent again as one-way requests. ODPD_CACHE=0 still opens a table, with
+ * the two header slots only, for the ring; ODPD_ONEWAY_DEREG=0 then opens
+ * none.
+ */
+static void test_release_ring(const char *path)
+{
+	const unsigned lw = IBV_ACCESS_LOCAL_WRITE;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct odpd_mr *mr[9], *keep;
+	struct odpd_stats st;
+	unsigned deregs, oneway, taken, opens, regs;
+	uint32_t crc;
+	char *p;
+
+	flog->hit_tables = 1;
+	flog->ring = 8;
+	flog->oneway_dereg_max = 16 * page_size();
+	flog->resends = flog->resend_mismatches = flog->unasked_resends = flog->oneway_resends = 0;
+	c = odpd_connect(path, NULL);
+	CHECK(c);
+	seg = odpd_alloc(c, 64 * page_size(), 0);
+	CHECK(seg);
+	p = odpd_segment_addr(seg);
+	memset(p, 0x3c, 64 * page_size());
+	keep = odpd_reg(c, p + 40 * page_size(), page_size(), lw);
+	CHECK(keep);
+
+	/* written, not sent: the fake takes it before the next request */
+	deregs = flog->deregs;
+	oneway = flog->oneway_deregs;
+	taken = flog->ring_deregs;
+	mr[0] = odpd_reg(c, p, page_size(), lw);
+	CHECK(mr[0] && odpd_dereg(mr[0]) == 0);
+	CHECK(flog->deregs == deregs && flog->oneway_deregs == oneway && flog->ring_deregs == taken);
+	CHECK(odpd_verify(keep, p + 40 * page_size(), 64, &crc) == 0);
+	CHECK(flog->ring_deregs == taken + 1);
+
+	/* relaxed or with remote access: a request that waits, as before */
+	mr[0] = odpd_reg(c, p, page_size(), lw | IBV_ACCESS_REMOTE_READ);
+	CHECK(mr[0] && odpd_dereg(mr[0]) == 0 && flog->deregs == deregs + 1);
+
+	/* nine in a row into a ring of eight: the ninth waits, after the eight
+	 * were taken */
+	for (int i = 0; i < 9; i++)
+		CHECK((mr[i] = odpd_reg(c, p + (size_t)(2 + i) * page_size(), page_size(), lw)) != NULL);
+	taken = flog->ring_deregs;
+	for (int i = 0; i < 9; i++)
+		CHECK(odpd_dereg(mr[i]) == 0);
+	CHECK(flog->ring_deregs == taken + 8 && flog->deregs == deregs + 2 && flog->oneway_deregs == oneway);
+
+	/* a crash: the new odpd kept neither of the two written just before:
+	 * both sent again, as one-way requests */
+	mr[0] = odpd_reg(c, p, page_size(), lw);
+	mr[1] = odpd_reg(c, p + page_size(), page_size(), lw);
+	CHECK(mr[0] && mr[1] && odpd_dereg(mr[0]) == 0 && odpd_dereg(mr[1]) == 0);
+	CHECK(odpd_verify(keep, p + 40 * page_size(), RESTART_ONEWAY_LENGTH, &crc) == 0 &&
+	      crc == crc32(0, (const uint8_t *)p + 40 * page_size(), RESTART_ONEWAY_LENGTH));
+	CHECK(flog->oneway_resends == 2 && flog->resends == 1 && flog->unasked_resends == 0);
+	/* the new table has a ring of its own */
+	taken = flog->ring_deregs;
+	mr[0] = odpd_reg(c, p, page_size(), lw);
+	CHECK(mr[0] && odpd_dereg(mr[0]) == 0 && odpd_verify(keep, p + 40 * page_size(), 64, &crc) == 0);
+	CHECK(flog->ring_deregs == taken + 1 && flog->oneway_deregs == oneway + 2);
+	CHECK(odpd_dereg(keep) == 0 && odpd_detach(seg) == 0);
+	odpd_disconnect(c);
+
+	/* ODPD_CACHE=0: a table without slots for references, for the ring */
+	setenv("ODPD_CACHE", "0", 1);
+	opens = flog->hit_opens;
+	c = odpd_connect(path, NULL);
+	CHECK(c && flog->hit_opens == opens + 1 && flog->last_hit_slots == 2);
+	CHECK(odpd_stats(c, &st, sizeof(st)) == 0 && !st.hit_table);
+	CHECK((seg = odpd_alloc(c, 4 * page_size(), 0)) != NULL);
+	taken = flog->ring_deregs;
+	regs = flog->regs;
+	mr[0] = odpd_reg(c, odpd_segment_addr(seg), page_size(), lw);
+	mr[1] = odpd_reg(c, odpd_segment_addr(seg), page_size(), lw);   /* no local hit */
+	CHECK(mr[0] && mr[1] && flog->regs == regs + 2);
+	CHECK(odpd_dereg(mr[0]) == 0 && odpd_dereg(mr[1]) == 0);
+	CHECK(odpd_detach(seg) == 0 && flog->ring_deregs == taken + 2);
+	odpd_disconnect(c);
+	/* and with ODPD_ONEWAY_DEREG=0 too, none */
+	setenv("ODPD_ONEWAY_DEREG", "0", 1);
+	c = odpd_connect(path, NULL);
+	CHECK(c && flog->hit_opens == opens + 1);
+	odpd_disconnect(c);
+	unsetenv("ODPD_ONEWAY_DEREG");
+	unsetenv("ODPD_CACHE");
+	flog->oneway_dereg_max = 0;
+	flog->ring = 0;
+	flog->hit_tables = 0;
+}
+
 /* Huge pages: rounded to the huge page size, or refused where none are reserved. */
 static void test_hugetlb(const char *path)
 {
@@ -2145,6 +2294,7 @@ int main(void)
 	test_bad_replies(path);
 	test_restart_event(path);
 	test_oneway_dereg(path);
+	test_release_ring(path);
 	test_hugetlb(path);
 	test_threads(path);
 	test_mirror(path);
