@@ -1939,6 +1939,41 @@ static void test_restart_event(const char *path)
 	flog->hit_tables = 0;
 }
 
+/* A connection for the one-way tests: one-way releases up to 16 pages, a
+ * segment of 64 pages at *@p, and *@keep, an MR of page 40 it holds. */
+static struct odpd_conn *oneway_connect(const char *path, struct odpd_segment **seg, char **p,
+					struct odpd_mr **keep)
+{
+	struct odpd_conn *c;
+
+	flog->oneway_dereg_max = 16 * page_size();
+	flog->resends = flog->resend_mismatches = flog->unasked_resends = flog->oneway_resends = 0;
+	c = odpd_connect(path, NULL);
+	CHECK(c);
+	*seg = odpd_alloc(c, 64 * page_size(), 0);
+	CHECK(*seg);
+	*p = odpd_segment_addr(*seg);
+	memset(*p, 0x3c, 64 * page_size());
+	*keep = odpd_reg(c, *p + 40 * page_size(), page_size(), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(*keep);
+	return c;
+}
+
+/* Two releases that do not wait, then a crash whose new odpd kept neither
+ * (the fake's RestartEvent for RESTART_ONEWAY_LENGTH): both sent again. */
+static void oneway_crash(struct odpd_conn *c, char *p, struct odpd_mr *keep)
+{
+	struct odpd_mr *mr[2];
+	uint32_t crc;
+
+	mr[0] = odpd_reg(c, p, page_size(), IBV_ACCESS_LOCAL_WRITE);
+	mr[1] = odpd_reg(c, p + page_size(), page_size(), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr[0] && mr[1] && odpd_dereg(mr[0]) == 0 && odpd_dereg(mr[1]) == 0);
+	CHECK(odpd_verify(keep, p + 40 * page_size(), RESTART_ONEWAY_LENGTH, &crc) == 0 &&
+	      crc == crc32(0, (const uint8_t *)p + 40 * page_size(), RESTART_ONEWAY_LENGTH));
+	CHECK(flog->oneway_resends == 2 && flog->resends == 1 && flog->unasked_resends == 0);
+}
+
 /*
  * One-way releases (DeregMr.no_reply; the fake does not answer them): a
  * short local pinned MR's release is not waited for; one with remote
@@ -1956,16 +1991,7 @@ static void test_oneway_dereg(const char *path)
 	uint32_t crc;
 	char *p;
 
-	flog->oneway_dereg_max = 16 * page_size();
-	flog->resends = flog->resend_mismatches = flog->unasked_resends = flog->oneway_resends = 0;
-	c = odpd_connect(path, NULL);
-	CHECK(c);
-	seg = odpd_alloc(c, 64 * page_size(), 0);
-	CHECK(seg);
-	p = odpd_segment_addr(seg);
-	memset(p, 0x3c, 64 * page_size());
-	keep = odpd_reg(c, p + 40 * page_size(), page_size(), lw);
-	CHECK(keep);
+	c = oneway_connect(path, &seg, &p, &keep);
 
 	/* short and local: sent, not waited for (the fake never answers it) */
 	deregs = flog->deregs;
@@ -1993,12 +2019,7 @@ static void test_oneway_dereg(const char *path)
 	CHECK(flog->deregs == deregs + 37 && flog->oneway_deregs == oneway + 33);
 
 	/* a crash: the new odpd kept neither of the two: both sent again */
-	mr[0] = odpd_reg(c, p, page_size(), lw);
-	mr[1] = odpd_reg(c, p + page_size(), page_size(), lw);
-	CHECK(mr[0] && mr[1] && odpd_dereg(mr[0]) == 0 && odpd_dereg(mr[1]) == 0);
-	CHECK(odpd_verify(keep, p + 40 * page_size(), RESTART_ONEWAY_LENGTH, &crc) == 0 &&
-	      crc == crc32(0, (const uint8_t *)p + 40 * page_size(), RESTART_ONEWAY_LENGTH));
-	CHECK(flog->oneway_resends == 2 && flog->resends == 1 && flog->unasked_resends == 0);
+	oneway_crash(c, p, keep);
 	CHECK(odpd_dereg(keep) == 0 && odpd_detach(seg) == 0);
 	odpd_disconnect(c);
 
@@ -2038,16 +2059,7 @@ static void test_release_ring(const char *path)
 
 	flog->hit_tables = 1;
 	flog->ring = 8;
-	flog->oneway_dereg_max = 16 * page_size();
-	flog->resends = flog->resend_mismatches = flog->unasked_resends = flog->oneway_resends = 0;
-	c = odpd_connect(path, NULL);
-	CHECK(c);
-	seg = odpd_alloc(c, 64 * page_size(), 0);
-	CHECK(seg);
-	p = odpd_segment_addr(seg);
-	memset(p, 0x3c, 64 * page_size());
-	keep = odpd_reg(c, p + 40 * page_size(), page_size(), lw);
-	CHECK(keep);
+	c = oneway_connect(path, &seg, &p, &keep);
 
 	/* written, not sent: the fake takes it before the next request */
 	deregs = flog->deregs;
@@ -2074,12 +2086,7 @@ static void test_release_ring(const char *path)
 
 	/* a crash: the new odpd kept neither of the two written just before:
 	 * both sent again, as one-way requests */
-	mr[0] = odpd_reg(c, p, page_size(), lw);
-	mr[1] = odpd_reg(c, p + page_size(), page_size(), lw);
-	CHECK(mr[0] && mr[1] && odpd_dereg(mr[0]) == 0 && odpd_dereg(mr[1]) == 0);
-	CHECK(odpd_verify(keep, p + 40 * page_size(), RESTART_ONEWAY_LENGTH, &crc) == 0 &&
-	      crc == crc32(0, (const uint8_t *)p + 40 * page_size(), RESTART_ONEWAY_LENGTH));
-	CHECK(flog->oneway_resends == 2 && flog->resends == 1 && flog->unasked_resends == 0);
+	oneway_crash(c, p, keep);
 	/* the new table has a ring of its own */
 	taken = flog->ring_deregs;
 	mr[0] = odpd_reg(c, p, page_size(), lw);
