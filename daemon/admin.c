@@ -446,6 +446,7 @@ int odpd_admin_list_mrs(const struct odpd_caller *k, const Odpd__ListMrs *req, s
 
 	if (!admin_only(k, o, "the MR list"))
 		goto out;
+	odpd_registry_take_all_releases(r);  /* as for Status: released is released */
 	if (!page) {
 		odpd_out_error(o, k, ENOMEM, "out of memory");
 		goto out;
