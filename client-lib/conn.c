@@ -275,6 +275,48 @@ static int oneway_resend(struct odpd_conn *c, const char *what, uint64_t last_id
 	return 0;
 }
 
+/*
+ * The releases written into a retired table's ring that the odpd before
+ * did not take, sent as DeregMr.no_reply. After a stop that handed the
+ * connection over (no RestartEvent) nothing else sends them: a release
+ * written after that odpd last took the ring would be lost, and the new
+ * odpd would hold the reference for as long as the connection lasts.
+ * After a crash (a RestartEvent: hit_stale) oneway_resend sent them
+ * already: none of them was in a request the new odpd kept.
+ */
+static int ring_resend(struct odpd_conn *c, const char *what)
+{
+	uint64_t handles[ONEWAY_MAX];
+	unsigned n;
+
+	if (atomic_load(&c->hit_stale))
+		return 0;
+	n = hit_ring_untaken(c, handles);
+	for (unsigned i = 0; i < n; i++) {
+		Odpd__DeregMr d;
+		Odpd__Request req;
+		unsigned k;
+		int r;
+
+		oneway_request(&req, &d, handles[i]);
+		req.has_id = true;
+		req.id = ++c->last_id;
+		r = call_send(c, what, &req, NULL, 0);
+		if (r < 0)
+			return r;
+		/* sent again after a RestartEvent that does not keep it */
+		for (k = 0; k < c->n_oneway && c->oneway_handles[k] != handles[i]; k++)
+			;
+		if (k == c->n_oneway && c->n_oneway < ONEWAY_MAX)
+			c->oneway_handles[c->n_oneway++] = handles[i];
+		if (k < c->n_oneway) {
+			c->oneway_ids[k] = req.id;
+			c->oneway_ring[k] = false;   /* a request of its own now */
+		}
+	}
+	return 0;
+}
+
 /* An event from the daemon (id 0, with a body). */
 static void conn_event(struct odpd_conn *c, const Odpd__Reply *reply)
 {
@@ -344,7 +386,9 @@ static int conn_drain(struct odpd_conn *c, const char *what)
 	int r = conn_drain_events(c, what);
 
 	if (r >= 0 && hit_retired(c)) {
-		r = hit_retire(c, what);         /* odpd restarted: a new table */
+		r = ring_resend(c, what);
+		if (r >= 0)
+			r = hit_retire(c, what); /* odpd restarted: a new table */
 		if (r >= 0)
 			r = conn_check(c, what); /* (the new odpd may have dropped us) */
 	}

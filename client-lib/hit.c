@@ -635,6 +635,24 @@ bool hit_ring_push(struct odpd_conn *c, uint64_t handle)
 	return true;
 }
 
+unsigned hit_ring_untaken(const struct odpd_conn *c, uint64_t *handles)
+{
+	uint64_t taken, n;
+
+	if (!c->hit_gen || !c->hit_ring)
+		return 0;
+	/* Acquire: as in hit_ring_push. The odpd that retired the table
+	 * takes nothing more from it. */
+	taken = atomic_load_explicit(&c->hit_gen[c->hit_slots], memory_order_acquire);
+	n = c->ring_tail - taken;
+	if (n > c->hit_ring)
+		return 0;                        /* (never: odpd's count is ours or behind) */
+	for (uint64_t i = 0; i < n; i++)
+		handles[i] = atomic_load_explicit(&c->hit_use[c->hit_slots + 1 + (taken + i) % c->hit_ring],
+						  memory_order_relaxed);
+	return (unsigned)n;
+}
+
 bool hit_events_all_received(const struct odpd_conn *c)
 {
 	/* Acquire: pairs with the daemon's release store of the word, made

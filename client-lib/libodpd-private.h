@@ -344,6 +344,9 @@ int conn_release_oneway(struct odpd_conn *c, const char *what, uint64_t handle);
  * sending it: false if there is no ring, it is full or the table is stale.
  * Caller holds c->lock. */
 bool hit_ring_push(struct odpd_conn *c, uint64_t handle);
+/* The releases written into the ring that odpd has not taken, oldest first,
+ * into @handles (room for ONEWAY_MAX); how many. Caller holds c->lock. */
+unsigned hit_ring_untaken(const struct odpd_conn *c, uint64_t *handles);
 
 /* Free every struct odpd_mr of @c (odpd_disconnect). */
 void mrs_release_all(struct odpd_conn *c);

@@ -94,6 +94,7 @@
 #define RESTART_DUP_LENGTH 338
 #define RESTART_AFTER_LENGTH 339
 #define RESTART_ONEWAY_LENGTH 340
+#define RETIRE_LENGTH 341
 #define NO_RELAX_LENGTH 4321
 #define FAKE_GENERATION (1ull << 40)    /* + the MR's handle: 64 bits on the wire */
 #define FAKE_FORBIDDEN_PD "forbidden"
@@ -180,6 +181,7 @@ struct fake_client {
 	size_t use_len;
 	uint32_t ring;
 	uint64_t ring_head;
+	bool ring_frozen;               /* retired (RETIRE_LENGTH): taken no more */
 };
 
 /* What one request produced: a status, or one of the bodies. */
@@ -529,6 +531,17 @@ static void fake_gen_unmap(struct fake_client *c)
 	c->use = NULL;
 	c->ring = 0;
 	c->ring_head = 0;
+	c->ring_frozen = false;
+}
+
+/* A stop that handed the connection over, before this request was read
+ * (the next odpd reads it): the table is retired, its ring taken no more. */
+static void fake_retire(struct fake_client *c)
+{
+	if (!c->gen)
+		return;
+	atomic_store(&c->gen[1], UINT64_MAX);
+	c->ring_frozen = true;
 }
 
 /* Before each request, as odpd does: the releases written into the ring. */
@@ -536,7 +549,7 @@ static void fake_take_ring(struct fake_client *c)
 {
 	uint64_t tail;
 
-	if (!c->ring)
+	if (!c->ring || c->ring_frozen)
 		return;
 	tail = atomic_load(&c->use[c->gen_slots]);
 	for (; c->ring_head < tail; c->ring_head++) {
@@ -749,6 +762,8 @@ static void fake_handle(struct fake_client *c, const struct fake_opts *o)
 		odpd_packet_close_fds(&p);
 		return fake_drop(c);
 	}
+	if (verify_length(q) == RETIRE_LENGTH)
+		fake_retire(c);
 	fake_take_ring(c);
 	if (fake_restart(c, q, &p, buf, &dup)) {
 		odpd_packet_close_fds(&p);
@@ -2042,7 +2057,9 @@ static void test_oneway_dereg(const char *path)
  * request: the fake sees no DeregMr, and takes the ring before the next
  * request, as odpd does). A full ring makes the next release wait for its
  * answer. After a RestartEvent that did not keep them, the releases are
- * sent again as one-way requests. ODPD_CACHE=0 still opens a table, with
+ * sent again as one-way requests; after a stop that handed the connection
+ * over (the table retired, no RestartEvent), those the odpd before did not
+ * take. ODPD_CACHE=0 still opens a table, with
  * the two header slots only, for the ring; ODPD_ONEWAY_DEREG=0 then opens
  * none.
  */
@@ -2092,6 +2109,19 @@ static void test_release_ring(const char *path)
 	mr[0] = odpd_reg(c, p, page_size(), lw);
 	CHECK(mr[0] && odpd_dereg(mr[0]) == 0 && odpd_verify(keep, p + 40 * page_size(), 64, &crc) == 0);
 	CHECK(flog->ring_deregs == taken + 1 && flog->oneway_deregs == oneway + 2);
+
+	/* a stop that handed the connection over (no RestartEvent) after this
+	 * release was written and before odpd took it: the library sends it
+	 * (one-way) once it sees the table retired, before the new table */
+	opens = flog->hit_opens;
+	mr[0] = odpd_reg(c, p, page_size(), lw);
+	CHECK(mr[0] && odpd_dereg(mr[0]) == 0);
+	CHECK(odpd_verify(keep, p + 40 * page_size(), RETIRE_LENGTH, &crc) == 0);
+	CHECK(flog->ring_deregs == taken + 1 && flog->oneway_deregs == oneway + 2);
+	CHECK(odpd_verify(keep, p + 40 * page_size(), 64, &crc) == 0);
+	CHECK(flog->hit_opens == opens + 1);
+	CHECK(flog->oneway_deregs == oneway + 3);     /* not lost */
+	CHECK(flog->ring_deregs == taken + 1);
 	CHECK(odpd_dereg(keep) == 0 && odpd_detach(seg) == 0);
 	odpd_disconnect(c);
 
