@@ -289,7 +289,7 @@ static int reg_check(const struct odpd_caller *k, const Odpd__RegMr *req, int fd
 
 	/* releases other connections wrote in their rings count before any
 	 * limit below refuses (doc/design.md §11) */
-	odpd_registry_settle(&m->registry, k->holder, req->has_length ? req->length : 0,
+	odpd_registry_settle(&m->registry, k->holder, req->addr, req->has_length ? req->length : 0,
 			     !req->has_kind || req->kind == ODPD__MR_KIND__MR_PINNED);
 	if (k->holder->n_refs >= m->cfg.max_mrs)
 		return err_set(err, EDQUOT, "per-connection MR limit: a connection may hold at most %u "

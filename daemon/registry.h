@@ -406,13 +406,15 @@ unsigned odpd_registry_take_releases(struct odpd_registry *r, struct odpd_holder
 /* every ring (before an admin Status, a statistics read); */
 void odpd_registry_take_all_releases(struct odpd_registry *r);
 /*
- * before a registration of at most @length bytes (@pinned: of pinned
- * pages) by @h: if a limit of its user could refuse it, the rings of that
- * user's connections, and if one of the daemon's could, every ring. So a
- * release written before the request was sent counts, whichever connection
- * wrote it, and no request is refused for a charge already given back.
+ * before a registration of @length bytes at @addr (@pinned: of pinned
+ * pages; the limits charge whole pages, so the pages it spans count) by
+ * @h: if a limit of its user could refuse it, the rings of that user's
+ * connections, and if one of the daemon's could, every ring. So a release
+ * written before the request was sent counts, whichever connection wrote
+ * it, and no request is refused for a charge already given back.
  */
-void odpd_registry_settle(struct odpd_registry *r, struct odpd_holder *h, uint64_t length, bool pinned);
+void odpd_registry_settle(struct odpd_registry *r, struct odpd_holder *h, uint64_t addr, uint64_t length,
+			  bool pinned);
 /* An event (id 0, with a body) is about to be sent to @h's client: count
  * it, in the hit table's events word too (hittab.h). */
 void odpd_registry_event_sent(struct odpd_holder *h);

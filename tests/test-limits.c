@@ -331,6 +331,57 @@ static void test_user_mrs_ring_release(void **state)
 	stop();
 }
 
+/*
+ * The same for the pinning quota, with a registration of a few bytes that
+ * span two pages: default-pinned = 16K, c[0] pins 12K (8K + 4K), c[1]
+ * asks for 2 bytes across a page boundary (8K of pages, though 12K + 2
+ * bytes is under the limit): EDQUOT, until c[0] releases its 8K through
+ * its ring. odpd must count the pages the request spans, not its length,
+ * when it decides whether the user's rings could make room.
+ */
+static int nobody_ring_release_pinned(void *arg)
+{
+	struct odpd_conn *c[2];
+	struct odpd_segment *s;
+	struct odpd_mr *m[3];
+	uint8_t *p;
+
+	(void)arg;
+	CHILD_CHECK((c[0] = odpd_connect(d.sock, NULL)) != NULL);
+	CHILD_CHECK((c[1] = odpd_connect(d.sock, NULL)) != NULL);
+	CHILD_CHECK((s = odpd_alloc(c[0], MIB, 0)) != NULL);
+	p = odpd_segment_addr(s);
+	memset(p, 1, MIB);
+	CHILD_CHECK(odpd_attach(c[1], odpd_segment_fd(s), p, MIB) != NULL);
+	for (int round = 0; round < 10; round++) {
+		CHILD_CHECK((m[0] = odpd_reg(c[0], p, 8192, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+		CHILD_CHECK((m[1] = odpd_reg(c[0], p + 16384, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+		CHILD_CHECK(odpd_reg(c[1], p + 32767, 2, IBV_ACCESS_LOCAL_WRITE) == NULL);
+		CHILD_CHECK(errno == EDQUOT);                  /* the limit holds */
+		CHILD_CHECK(odpd_dereg(m[0]) == 0);            /* into c[0]'s ring */
+		m[2] = odpd_reg(c[1], p + 32767, 2, IBV_ACCESS_LOCAL_WRITE);
+		if (!m[2])
+			fprintf(stderr, "round %d: %s\n", round, odpd_errmsg());
+		CHILD_CHECK(m[2] != NULL);
+		CHILD_CHECK(odpd_dereg(m[1]) == 0 && odpd_dereg(m[2]) == 0);
+	}
+	odpd_disconnect(c[1]);
+	odpd_disconnect(c[0]);
+	return 0;
+}
+
+static void test_user_pinned_ring_release(void **state)
+{
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	start("[limits]\ndefault-pinned = 16K\nrelaxed-window-ms = 60000\n");
+	assert_int_equal(run_as(UID_NOBODY, 64 * MIB, nobody_ring_release_pinned, NULL), 0);
+	stop();
+}
+
 /* Is the page at @p mapped in this process (pagemap's present bit)? */
 static bool mapped_here(const void *p)
 {
@@ -1038,6 +1089,7 @@ int main(void)
 		cmocka_unit_test(test_user_mrs),
 		cmocka_unit_test(test_user_mrs_retry_populates),
 		cmocka_unit_test(test_user_mrs_ring_release),
+		cmocka_unit_test(test_user_pinned_ring_release),
 		cmocka_unit_test(test_user_mrs_concurrent),
 		cmocka_unit_test(test_connection_ends_with_its_process),
 		cmocka_unit_test(test_connection_flood_few_fds),

@@ -248,11 +248,19 @@ static bool would_pass(uint64_t held, uint64_t more, uint64_t max)
 	return more > max || held > max - more;
 }
 
-void odpd_registry_settle(struct odpd_registry *r, struct odpd_holder *h, uint64_t length, bool pinned)
+void odpd_registry_settle(struct odpd_registry *r, struct odpd_holder *h, uint64_t addr, uint64_t length,
+			  bool pinned)
 {
 	const struct odpd_conf *conf = r->conf;
 	struct odpd_account *a = h->acct;
 	uint64_t max_mrs = h->limit.max[ODPD_UL_MRS];
+
+	/* what quota_check charges: the pages [addr, addr + length) spans
+	 * (a few bytes across a page boundary are two pages) */
+	if (length > UINT64_MAX - 2 * PAGE)
+		length = UINT64_MAX;
+	else if (length)
+		length = (addr % PAGE + length + PAGE - 1) / PAGE * PAGE;
 
 	/* the daemon's limits: every user's releases count */
 	if (r->n_mrs >= conf->max_mrs || (pinned && would_pass(r->pinned, length, conf->max_pinned))) {
