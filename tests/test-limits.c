@@ -382,6 +382,59 @@ static void test_user_pinned_ring_release(void **state)
 	stop();
 }
 
+/*
+ * A registration that asks for more than a limit allows in all is refused
+ * whatever was released: odpd takes no ring for it. Were it to take every
+ * ring (max-pinned could refuse it), any client could make odpd read every
+ * connection's ring with each such request. c[0] writes a release into its
+ * ring and sends nothing; c[1] asks to pin 2M under max-pinned = 1M: the
+ * release is still c[0]'s to be taken (the kernel still holds the MR) until
+ * an admin Status takes every ring. (relaxed-window-ms: the hit timer, which takes the
+ * rings too, looks once a minute.)
+ */
+static void test_oversize_takes_no_ring(void **state)
+{
+	struct odpd_conn *c[2];
+	struct odpd_segment *s;
+	struct odpd_mr *m, *keep;
+	Odpd__Reply *r;
+	Odpd__StatusReply *sr;
+	uint8_t *p;
+	int base, admin;
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	start("[limits]\nmax-pinned = 1M\nrelaxed-window-ms = 60000\n");
+	assert_non_null(c[0] = odpd_connect(d.sock, NULL));
+	assert_non_null(c[1] = odpd_connect(d.sock, NULL));
+	assert_non_null(s = odpd_alloc(c[0], 4 * MIB, 0));
+	p = odpd_segment_addr(s);
+	memset(p, 1, 4 * MIB);
+	assert_non_null(odpd_attach(c[1], odpd_segment_fd(s), p, 4 * MIB));
+	assert_non_null(keep = odpd_reg(c[0], p + 8192, 4096, IBV_ACCESS_LOCAL_WRITE));
+	assert_non_null(m = odpd_reg(c[0], p, 4096, IBV_ACCESS_LOCAL_WRITE));
+	base = kernel_mr_count(d.pid);
+	assert_int_equal(odpd_dereg(m), 0);             /* into c[0]'s ring */
+	assert_int_equal(kernel_mr_count(d.pid), base);
+	assert_null(odpd_reg(c[1], p + MIB, 2 * MIB, IBV_ACCESS_LOCAL_WRITE));
+	assert_int_equal(kernel_mr_count(d.pid), base);  /* not taken for it */
+	/* an admin Status takes it: it was in the ring */
+	admin = raw_connect_hello(d.sock);
+	sr = status_get(admin, &r);
+	assert_non_null(sr->cache);
+	assert_int_equal(sr->cache->ring_releases, 1);
+	odpd__reply__free_unpacked(r, NULL);
+	close(admin);
+	assert_int_equal(kernel_mr_count(d.pid), base - 1);
+	assert_int_equal(odpd_dereg(keep), 0);
+	odpd_disconnect(c[1]);
+	odpd_disconnect(c[0]);
+	stop();
+}
+
 /* Is the page at @p mapped in this process (pagemap's present bit)? */
 static bool mapped_here(const void *p)
 {
@@ -1090,6 +1143,7 @@ int main(void)
 		cmocka_unit_test(test_user_mrs_retry_populates),
 		cmocka_unit_test(test_user_mrs_ring_release),
 		cmocka_unit_test(test_user_pinned_ring_release),
+		cmocka_unit_test(test_oversize_takes_no_ring),
 		cmocka_unit_test(test_user_mrs_concurrent),
 		cmocka_unit_test(test_connection_ends_with_its_process),
 		cmocka_unit_test(test_connection_flood_few_fds),

@@ -242,10 +242,15 @@ void odpd_registry_take_all_releases(struct odpd_registry *r)
 		take_account(r, a);
 }
 
-/* Would @more pass @max after @held? (UINT64_MAX: no limit) */
+/*
+ * Would @more pass @max after @held, where releases could make room for
+ * it? (UINT64_MAX: no limit.) Not if @more alone passes it: nothing given
+ * back helps, and a request that asks for more than a limit allows, which
+ * any client can send, would have odpd take every ring for nothing.
+ */
 static bool would_pass(uint64_t held, uint64_t more, uint64_t max)
 {
-	return more > max || held > max - more;
+	return more <= max && held > max - more;
 }
 
 void odpd_registry_settle(struct odpd_registry *r, struct odpd_holder *h, uint64_t addr, uint64_t length,
