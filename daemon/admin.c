@@ -169,8 +169,10 @@ static int status_reply(const struct odpd_caller *k, struct odpd_out *o);
 int odpd_admin_status(const struct odpd_caller *k, struct odpd_out *o)
 {
 	/* what clients released through their rings counts as released
-	 * (doc/design.md §11) */
-	odpd_registry_take_all_releases(&k->m->registry);
+	 * (doc/design.md §11); only for an admin: a Status that is refused
+	 * must not have odpd read every ring */
+	if (k->admin)
+		odpd_registry_take_all_releases(&k->m->registry);
 	return status_reply(k, o);
 }
 

@@ -382,21 +382,42 @@ static void test_user_pinned_ring_release(void **state)
 	stop();
 }
 
+/* A Status from a user who is not an admin: refused (EPERM). */
+static int nobody_status(void *arg)
+{
+	Odpd__Request req = ODPD__REQUEST__INIT;
+	Odpd__Status st = ODPD__STATUS__INIT;
+	Odpd__Reply *r;
+	int conn = raw_connect_hello(d.sock);
+
+	(void)arg;
+	req.body_case = ODPD__REQUEST__BODY_STATUS;
+	req.status = &st;
+	r = raw_call(conn, 2, &req, NULL, 0);
+	CHILD_CHECK(r->status == EPERM);
+	odpd__reply__free_unpacked(r, NULL);
+	close(conn);
+	return 0;
+}
+
 /*
  * A registration that asks for more than a limit allows in all is refused
  * whatever was released: odpd takes no ring for it. Were it to take every
  * ring (max-pinned could refuse it), any client could make odpd read every
  * connection's ring with each such request. c[0] writes a release into its
  * ring and sends nothing; c[1] asks to pin 2M under max-pinned = 1M: the
- * release is still c[0]'s to be taken (the kernel still holds the MR) until
- * an admin Status takes every ring. (relaxed-window-ms: the hit timer, which takes the
+ * release is still c[0]'s to be taken (the kernel still holds the MR). The
+ * same for a Status that is refused (not an admin); an admin's Status or
+ * MR list takes every ring. (relaxed-window-ms: the hit timer, which takes the
  * rings too, looks once a minute.)
  */
-static void test_oversize_takes_no_ring(void **state)
+static void test_refused_takes_no_ring(void **state)
 {
 	struct odpd_conn *c[2];
 	struct odpd_segment *s;
 	struct odpd_mr *m, *keep;
+	Odpd__Request lq = ODPD__REQUEST__INIT;
+	Odpd__ListMrs lm = ODPD__LIST_MRS__INIT;
 	Odpd__Reply *r;
 	Odpd__StatusReply *sr;
 	uint8_t *p;
@@ -421,8 +442,18 @@ static void test_oversize_takes_no_ring(void **state)
 	assert_int_equal(kernel_mr_count(d.pid), base);
 	assert_null(odpd_reg(c[1], p + MIB, 2 * MIB, IBV_ACCESS_LOCAL_WRITE));
 	assert_int_equal(kernel_mr_count(d.pid), base);  /* not taken for it */
-	/* an admin Status takes it: it was in the ring */
+	assert_int_equal(run_as(UID_NOBODY, 0, nobody_status, NULL), 0);
+	assert_int_equal(kernel_mr_count(d.pid), base);  /* nor for that */
+	/* an admin's MR list takes it first (odpd lists keep alone), and a
+	 * Status says it went through the ring */
 	admin = raw_connect_hello(d.sock);
+	lq.body_case = ODPD__REQUEST__BODY_LIST_MRS;
+	lq.list_mrs = &lm;
+	r = raw_call(admin, 2, &lq, NULL, 0);
+	assert_int_equal(r->status, 0);
+	assert_int_equal(r->mrs->n_mrs, 1);
+	odpd__reply__free_unpacked(r, NULL);
+	assert_int_equal(kernel_mr_count(d.pid), base - 1);
 	sr = status_get(admin, &r);
 	assert_non_null(sr->cache);
 	assert_int_equal(sr->cache->ring_releases, 1);
@@ -1143,7 +1174,7 @@ int main(void)
 		cmocka_unit_test(test_user_mrs_retry_populates),
 		cmocka_unit_test(test_user_mrs_ring_release),
 		cmocka_unit_test(test_user_pinned_ring_release),
-		cmocka_unit_test(test_oversize_takes_no_ring),
+		cmocka_unit_test(test_refused_takes_no_ring),
 		cmocka_unit_test(test_user_mrs_concurrent),
 		cmocka_unit_test(test_connection_ends_with_its_process),
 		cmocka_unit_test(test_connection_flood_few_fds),
