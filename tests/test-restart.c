@@ -1484,6 +1484,71 @@ static void *reg_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * A release written into the release ring while odpd quiesces for a
+ * handover (a registration held on a worker by ODPD_TEST_REG_DELAY_MS keeps
+ * it from being quiet): odpd took the rings when the stop began, and its
+ * hit timer takes them each relaxed window (a minute here, as one may
+ * configure it); the table is retired at the handover and no RestartEvent
+ * follows.
+ * libodpd sends what the retired ring still holds as a one-way release
+ * before its next request, so the next odpd does not keep the MR for as
+ * long as the connection lasts.
+ */
+static void test_restart_ring_release_while_quiescing(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c, *c2;
+	struct odpd_segment *seg, *seg2, *seg3;
+	struct odpd_mr *m;
+	struct reg_call rc;
+	pthread_t t;
+	int base_mrs = kernel_mrs(), with_m, status;
+	char conf[128];
+	const char *args[] = { "--config", NULL, NULL };
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	fake_store_start(&st);
+	setenv("ODPD_TEST_REG_DELAY_MS", "1500", 1);
+	daemon_start_conf(&d, conf, sizeof(conf), "ring", "[limits]\nrelaxed-window-ms = 60000\n", NULL, NULL);
+	unsetenv("ODPD_TEST_REG_DELAY_MS");   /* (not for the next odpd) */
+	args[1] = conf;
+	assert_non_null(c = odpd_connect(d.sock, NULL));
+	assert_non_null(c2 = odpd_connect(d.sock, NULL));
+	assert_non_null(seg = odpd_alloc(c, SEG_LEN, 0));
+	assert_non_null(seg2 = odpd_alloc(c2, SEG_LEN, 0));
+	memset(odpd_segment_addr(seg), 0x21, SEG_LEN);
+	memset(odpd_segment_addr(seg2), 0x22, SEG_LEN);
+	/* short and local: its release goes into c's ring */
+	assert_non_null(m = odpd_reg(c, odpd_segment_addr(seg), 4096, IBV_ACCESS_LOCAL_WRITE));
+	with_m = kernel_mrs();
+	rc = (struct reg_call){ .c = c2, .addr = odpd_segment_addr(seg2) };
+	assert_int_equal(pthread_create(&t, NULL, reg_thread, &rc), 0);
+	sleep_ms(300);                      /* c2's registration is on a worker */
+	assert_int_equal(kill(d.pid, SIGTERM), 0);
+	sleep_ms(300);                      /* odpd quiesces: it took the rings */
+	assert_int_equal(odpd_dereg(m), 0); /* into the ring */
+	assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
+	d.pid = 0;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	restart_from(&d, &st, args);
+	assert_int_equal(restart_field(&d, "crashed"), 0);
+	/* c's next request: the release goes first */
+	assert_non_null(seg3 = odpd_alloc(c, SEG_LEN, 0));
+	if (kernel_mrs() != with_m - 1 + (rc.mr != NULL))
+		fail_msg("%d MR(s) in the kernel, want %d: the release written while odpd quiesced was lost",
+			 kernel_mrs() - base_mrs, with_m - 1 + (rc.mr != NULL) - base_mrs);
+	if (rc.mr)
+		assert_int_equal(odpd_dereg(rc.mr), 0);
+	odpd_disconnect(c2);
+	odpd_disconnect(c);
+	end_at_baseline(&d, &st, base_mrs);
+}
+
 /* With @imported: the client imports its PD and makes an MR of its own there first. */
 static void crash_in_verb(bool imported)
 {
@@ -1776,6 +1841,7 @@ int main(void)
 		cmocka_unit_test(test_restart_without_store_drops),
 		cmocka_unit_test(test_restart_survives_crash),
 		cmocka_unit_test(test_restart_oneway_first),
+		cmocka_unit_test(test_restart_ring_release_while_quiescing),
 		cmocka_unit_test(test_restart_crash_answers_once),
 		cmocka_unit_test(test_restart_crash_after_rewrite),
 		cmocka_unit_test(test_restart_crash_shared_again),
