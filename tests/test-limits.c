@@ -270,6 +270,22 @@ static void test_user_mrs(void **state)
 	stop();
 }
 
+/* Two connections of this process, c[0] and c[1], over one segment of
+ * @len bytes written through (c[0]'s, which c[1] attaches at the same
+ * address): its address, or NULL if a step failed. */
+static uint8_t *ring_pair(struct odpd_conn **c, size_t len)
+{
+	struct odpd_segment *s;
+	uint8_t *p;
+
+	if (!(c[0] = odpd_connect(d.sock, NULL)) || !(c[1] = odpd_connect(d.sock, NULL)) ||
+	    !(s = odpd_alloc(c[0], len, 0)))
+		return NULL;
+	p = odpd_segment_addr(s);
+	memset(p, 1, len);
+	return odpd_attach(c[1], odpd_segment_fd(s), p, len) ? p : NULL;
+}
+
 /*
  * A release written into one connection's release ring counts for a
  * request of another connection of the user (doc/design.md §11): with
@@ -281,17 +297,11 @@ static void test_user_mrs(void **state)
 static int nobody_ring_release(void *arg)
 {
 	struct odpd_conn *c[2];
-	struct odpd_segment *s;
 	struct odpd_mr *m[3];
 	uint8_t *p;
 
 	(void)arg;
-	CHILD_CHECK((c[0] = odpd_connect(d.sock, NULL)) != NULL);
-	CHILD_CHECK((c[1] = odpd_connect(d.sock, NULL)) != NULL);
-	CHILD_CHECK((s = odpd_alloc(c[0], MIB, 0)) != NULL);
-	p = odpd_segment_addr(s);
-	memset(p, 1, MIB);
-	CHILD_CHECK(odpd_attach(c[1], odpd_segment_fd(s), p, MIB) != NULL);
+	CHILD_CHECK((p = ring_pair(c, MIB)) != NULL);
 	for (int round = 0; round < 20; round++) {
 		CHILD_CHECK((m[0] = odpd_reg(c[0], p, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
 		CHILD_CHECK((m[1] = odpd_reg(c[0], p + 8192, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
@@ -342,17 +352,11 @@ static void test_user_mrs_ring_release(void **state)
 static int nobody_ring_release_pinned(void *arg)
 {
 	struct odpd_conn *c[2];
-	struct odpd_segment *s;
 	struct odpd_mr *m[3];
 	uint8_t *p;
 
 	(void)arg;
-	CHILD_CHECK((c[0] = odpd_connect(d.sock, NULL)) != NULL);
-	CHILD_CHECK((c[1] = odpd_connect(d.sock, NULL)) != NULL);
-	CHILD_CHECK((s = odpd_alloc(c[0], MIB, 0)) != NULL);
-	p = odpd_segment_addr(s);
-	memset(p, 1, MIB);
-	CHILD_CHECK(odpd_attach(c[1], odpd_segment_fd(s), p, MIB) != NULL);
+	CHILD_CHECK((p = ring_pair(c, MIB)) != NULL);
 	for (int round = 0; round < 10; round++) {
 		CHILD_CHECK((m[0] = odpd_reg(c[0], p, 8192, IBV_ACCESS_LOCAL_WRITE)) != NULL);
 		CHILD_CHECK((m[1] = odpd_reg(c[0], p + 16384, 4096, IBV_ACCESS_LOCAL_WRITE)) != NULL);
@@ -414,7 +418,6 @@ static int nobody_status(void *arg)
 static void test_refused_takes_no_ring(void **state)
 {
 	struct odpd_conn *c[2];
-	struct odpd_segment *s;
 	struct odpd_mr *m, *keep;
 	Odpd__Request lq = ODPD__REQUEST__INIT;
 	Odpd__ListMrs lm = ODPD__LIST_MRS__INIT;
@@ -429,12 +432,7 @@ static void test_refused_takes_no_ring(void **state)
 		return;
 	}
 	start("[limits]\nmax-pinned = 1M\nrelaxed-window-ms = 60000\n");
-	assert_non_null(c[0] = odpd_connect(d.sock, NULL));
-	assert_non_null(c[1] = odpd_connect(d.sock, NULL));
-	assert_non_null(s = odpd_alloc(c[0], 4 * MIB, 0));
-	p = odpd_segment_addr(s);
-	memset(p, 1, 4 * MIB);
-	assert_non_null(odpd_attach(c[1], odpd_segment_fd(s), p, 4 * MIB));
+	assert_non_null(p = ring_pair(c, 4 * MIB));
 	assert_non_null(keep = odpd_reg(c[0], p + 8192, 4096, IBV_ACCESS_LOCAL_WRITE));
 	assert_non_null(m = odpd_reg(c[0], p, 4096, IBV_ACCESS_LOCAL_WRITE));
 	base = kernel_mr_count(d.pid);
