@@ -404,11 +404,14 @@ static bool is_release(const Odpd__Request *req)
 
 /*
  * Read until the reply to @req (sent, with @fds) arrives. A RestartEvent
- * that says the new odpd did not keep @req's effect (odpd crashed before it
- * answered, and @req may or may not have been read) has @req sent again,
- * same id, same fds: the new odpd answers it once, and, if it also reads the
- * first copy, answers that too with the same reply, which the next call
- * skips as stale (reply_classify).
+ * read here means the answer is not coming: odpd crashed before it sent it
+ * (whatever the odpd before sent is read before the event). So @req goes
+ * again, same id, same fds, whether the event says the new odpd did not keep
+ * its effect (@req may or may not have been read) or kept it (the journal
+ * took its answer, and the crash came before the send): the new odpd
+ * answers it once, from the journal's answer in the second case, and, if it
+ * also reads the first copy, answers that too with the same reply, which
+ * the next call skips as stale (reply_classify).
  */
 static int call_wait(struct odpd_conn *c, const char *what, const Odpd__Request *req,
 		     const int *fds, unsigned nfds, Odpd__Reply **ret, int *ret_fd)
@@ -432,7 +435,7 @@ static int call_wait(struct odpd_conn *c, const char *what, const Odpd__Request 
 		}
 		conn_event(c, reply);
 		restart = restart_event(reply);
-		resend = restart && restart->last_id < id;
+		resend = restart && restart->last_id <= id;
 		kept = restart ? restart->last_id : 0;
 		if (*ret_fd >= 0)
 			close(*ret_fd);

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,7 +497,14 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 			c->jlast_id = it->id;
 			answer_keep(&c->jlast_reply, &c->jlast_len, it);
 		}
+		if (c->m->test_crash_id && it->id == c->m->test_crash_id && c->id == c->m->test_crash_conn) {
+			log_warning(CLIENT_FMT ": ODPD_TEST_CRASH_BEFORE_ANSWER: killed before the answer to "
+				    "request %" PRIu64, CLIENT_ARGS(c), it->id);
+			raise(SIGKILL);
+		}
 	}
+	if (c->m->test_crash_id && it->id == c->m->test_crash_id && c->id == c->m->test_crash_conn)
+		c->m->test_crash_id = 0;         /* it changed nothing: the next one */
 	outq_push(c, it);
 }
 
@@ -868,6 +876,11 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 	/* One-way: no answer, nothing to answer again; a copy sent again after
 	 * a crash is done again (a handle is never given twice: ENOENT). */
 	c->oneway = req->body_case == ODPD__REQUEST__BODY_DEREG_MR && req->dereg_mr->no_reply;
+	if (c->m->test_crash_kind && !c->m->test_crash_id && c->stored && req->has_id &&
+	    strcmp(c->m->test_crash_kind, odpd_request_name(req->body_case)) == 0) {
+		c->m->test_crash_id = req->id;
+		c->m->test_crash_conn = c->id;
+	}
 	/* What it released through its ring, written before it sent this,
 	 * goes first (doc/design.md §11). */
 	if (c->has_holder && c->holder.hits)

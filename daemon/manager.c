@@ -522,6 +522,10 @@ int odpd_manager_start(struct odpd_manager *m)
 		log_warning("ODPD_TEST_REG_DELAY_MS=%u: every registration waits that long after its verb, "
 			    "before its handle is recorded (for tests)", m->registry.test_reg_delay_ms);
 	}
+	m->test_crash_kind = getenv("ODPD_TEST_CRASH_BEFORE_ANSWER");
+	if (m->test_crash_kind)
+		log_warning("ODPD_TEST_CRASH_BEFORE_ANSWER=%s: odpd kills itself after the journal took the "
+			    "answer to the first such request, before it is sent (for tests)", m->test_crash_kind);
 	odpd_client_notify_init(&m->notify, m);
 	m->hotplug = (struct odpd_hotplug){ .base = m->base, .devices = &m->devices,
 					    .registry = &m->registry, .notify = &m->notify };

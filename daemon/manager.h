@@ -119,6 +119,13 @@ struct odpd_manager {
 	 * cap: implicit ODP requests go on to the registrar, and the kernel
 	 * refuses them there. */
 	bool implicit_without_cap;
+	/* $ODPD_TEST_CRASH_BEFORE_ANSWER=NAME (a request's name, as the log
+	 * writes it: reg_mr, dereg_mr, ...), for tests: odpd kills itself
+	 * (SIGKILL) once the journal has taken the answer to the first request
+	 * of that kind on a kept connection, before it is sent. */
+	const char *test_crash_kind;
+	uint64_t test_crash_id;             /* that request's id, client test_crash_conn's */
+	uint64_t test_crash_conn;
 	uint64_t nofile;                    /* RLIMIT_NOFILE soft limit, after raising it */
 	struct odpd_budget budget;          /* what users share (quota.h): fds, mappings, window */
 	struct event *ev_listen_resume;     /* accept4 failed: listening paused until then */

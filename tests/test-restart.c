@@ -1681,6 +1681,55 @@ static void test_restart_crash_verifier(void **state)
 }
 
 /*
+ * kill -9 after the journal took the answer to a registration and before
+ * odpd sent it (ODPD_TEST_CRASH_BEFORE_ANSWER): the next odpd's
+ * RestartEvent says it kept that request, yet no answer is on its way.
+ * libodpd sends the request again, and odpd answers it from the journal:
+ * the same MR, not a second one. libodpd 1.4.5 sent nothing again when the
+ * event kept the request, and waited forever (the registration loop of
+ * test_restart_crash_mid_registration hung that way once in CI).
+ */
+static void test_restart_crash_before_answer_sent(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c;
+	struct odpd_segment *seg;
+	struct reg_call rc;
+	pthread_t t;
+	int base_mrs = kernel_mrs(), status;
+
+	(void)state;
+	if (!test_require_device() || !keeps())
+		skip();
+	fake_store_start(&st);
+	setenv("ODPD_TEST_CRASH_BEFORE_ANSWER", "reg_mr", 1);
+	daemon_start(&d, NULL);
+	unsetenv("ODPD_TEST_CRASH_BEFORE_ANSWER");   /* (not for the next odpd) */
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	seg = odpd_alloc(c, SEG_LEN, 0);
+	assert_non_null(seg);
+	memset(odpd_segment_addr(seg), 0x44, SEG_LEN);
+	rc = (struct reg_call){ .c = c, .addr = odpd_segment_addr(seg) };
+	assert_int_equal(pthread_create(&t, NULL, reg_thread, &rc), 0);
+	assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
+	d.pid = 0;
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	assert_int_equal(kernel_mrs(), base_mrs + 1);
+	restart_from(&d, &st, NULL);
+	assert_store_settled(&st, 1);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	if (!rc.mr)
+		fail_msg("odpd_reg across the crash failed");
+	expect_restart(&d, 1, 1, 0);
+	assert_int_equal(kernel_mrs(), base_mrs + 1);
+	assert_int_equal(odpd_dereg(rc.mr), 0);
+	odpd_disconnect(c);
+	end_at_baseline(&d, &st, base_mrs);
+}
+
+/*
  * kill -9 while a release waits for its deregistration (the workers
  * wedged: ODPD_TEST_WEDGE): the reference is gone from odpd already, and
  * another client's answer committed that to the journal, but the releasing
@@ -1848,6 +1897,7 @@ int main(void)
 		cmocka_unit_test(test_restart_crash_ids_not_reused),
 		cmocka_unit_test(test_restart_commits_without_answer),
 		cmocka_unit_test(test_restart_crash_mid_registration),
+		cmocka_unit_test(test_restart_crash_before_answer_sent),
 		cmocka_unit_test(test_restart_crash_in_verb),
 		cmocka_unit_test(test_restart_crash_in_verb_imported),
 		cmocka_unit_test(test_restart_crash_lost_hit_table),
