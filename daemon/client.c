@@ -883,7 +883,9 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 	}
 	/* What it released through its ring, written before it sent this,
 	 * goes first (doc/design.md §11). */
-	if (c->has_holder && c->holder.hits)
+	if (c->has_holder && c->holder.hits && req->body_case == ODPD__REQUEST__BODY_REG_MR)
+		odpd_registry_take_releases_later(&c->m->registry, &c->holder);
+	else if (c->has_holder && c->holder.hits)
 		odpd_registry_take_releases(&c->m->registry, &c->holder);
 	if (!req->has_id || req->id == 0)
 		odpd_client_send_error(c, 0, EINVAL, "request id 0 is reserved for events");
@@ -913,6 +915,8 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 						  req->revocations_seen);
 		client_dispatch(c, req, pkt);
 	}
+	/* what the ring released, deregistered now that the answer is sent */
+	odpd_registry_run_later(&c->m->registry);
 	arena_end(a, req, &pa);
 out:
 	odpd_packet_close_fds(pkt);

@@ -337,6 +337,12 @@ struct odpd_registry {
 	/* MRs out of the cache that a verify still reads through, each with the
 	 * batch number reserved for it: a flush waits for them too. */
 	struct odpd_deferred *deferred;
+	/* Small MRs whose last reference a release ring gave back before a
+	 * registration, deregistered on the loop once that request has its
+	 * answer (odpd_registry_take_releases_later, _run_later): linked by
+	 * batch_next, INVALIDATING, in no batch. */
+	struct odpd_mr *later;
+	bool take_later;                    /* (while taking a ring for that) */
 	LIST_HEAD(, odpd_waiter) waiters;
 	uint64_t next_mr_id, generation, batch_seq;
 	struct odpd_slab mr_slab, ref_slab; /* struct odpd_mr and struct odpd_ref */
@@ -403,6 +409,16 @@ int odpd_registry_open_hits(struct odpd_registry *r, struct odpd_holder *h, uint
  * hit timer, at a flush and at a stop (holder_revoke), and:
  */
 unsigned odpd_registry_take_releases(struct odpd_registry *r, struct odpd_holder *h);
+/*
+ * The same before a registration (RegMr), except that the MRs it leaves
+ * without a reference, small enough for the loop, are deregistered only
+ * when odpd_registry_run_later is called, after that request's answer was
+ * sent: the verb is off the request's path. Their charges go now, as
+ * always; so only while the daemon is far from max-mrs and max-pinned,
+ * which they still count until then.
+ */
+unsigned odpd_registry_take_releases_later(struct odpd_registry *r, struct odpd_holder *h);
+void odpd_registry_run_later(struct odpd_registry *r);
 /* every ring (before an admin Status, a statistics read); */
 void odpd_registry_take_all_releases(struct odpd_registry *r);
 /*

@@ -106,13 +106,20 @@ static void batch_mr_done(struct odpd_registry *r, struct odpd_mr *mr);
  * loop, rather than in a batch on a worker, when nothing can make the loop
  * wait (no worker holds the segment's witness lock). True when done.
  */
+bool batch_loop_kind(const struct odpd_mr *list)
+{
+	const struct odpd_mr *mr = list;
+
+	return mr && !mr->batch_next && mr->mr && mr->pinned && !mr->implicit && !mr_cctx(mr) &&
+	       odpd_mr_length(mr) <= ODPD_LOOP_REG_MAX;
+}
+
 bool batch_on_loop(struct odpd_registry *r, struct odpd_mr *list)
 {
 	struct odpd_mr *mr = list;
 	struct odpd_batch tmp = { .r = r, .mrs = list };
 
-	if (!mr || mr->batch_next || !mr->mr || !mr->pinned || mr->implicit || mr_cctx(mr) ||
-	    odpd_mr_length(mr) > ODPD_LOOP_REG_MAX)
+	if (!batch_loop_kind(mr))
 		return false;
 	if (mr->witnessed) {
 		/* witness_end, without waiting: a worker pinning in the segment

@@ -66,3 +66,5 @@ void start_batch_seq(struct odpd_registry *r, struct odpd_mr *list, bool flush, 
 			    uint64_t seq);
 void start_batch(struct odpd_registry *r, struct odpd_mr *list, bool flush, struct odpd_waiter *w);
 bool batch_on_loop(struct odpd_registry *r, struct odpd_mr *list);
+/* @list is one MR batch_on_loop would take, but for the witness lock. */
+bool batch_loop_kind(const struct odpd_mr *list);

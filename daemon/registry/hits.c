@@ -226,6 +226,21 @@ unsigned odpd_registry_take_releases(struct odpd_registry *r, struct odpd_holder
 	return done;
 }
 
+static bool would_pass(uint64_t held, uint64_t more, uint64_t max);
+
+unsigned odpd_registry_take_releases_later(struct odpd_registry *r, struct odpd_holder *h)
+{
+	const struct odpd_conf *conf = r->conf;
+	unsigned n;
+
+	/* a ring's worth of small MRs more in the daemon's counts */
+	r->take_later = !would_pass(r->n_mrs, ODPD_HIT_RING_MAX, conf->max_mrs) &&
+			!would_pass(r->pinned, (uint64_t)ODPD_HIT_RING_MAX * ODPD_LOOP_REG_MAX, conf->max_pinned);
+	n = odpd_registry_take_releases(r, h);
+	r->take_later = false;
+	return n;
+}
+
 static void take_account(struct odpd_registry *r, struct odpd_account *a)
 {
 	struct odpd_holder *h;

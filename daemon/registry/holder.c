@@ -165,6 +165,11 @@ int odpd_registry_release(struct odpd_registry *r, struct odpd_ref *ref, bool re
 	uint64_t seq = 0;
 
 	ref_drop(r, ref, relaxed, &list);
+	if (list && !deferred && !cb && r->take_later && batch_loop_kind(list)) {
+		list->batch_next = r->later;     /* after the answer (odpd_registry_run_later) */
+		r->later = list;
+		return 0;
+	}
 	if (list && !deferred && batch_on_loop(r, list))
 		return 0;
 	if (deferred)
@@ -186,6 +191,18 @@ int odpd_registry_release(struct odpd_registry *r, struct odpd_ref *ref, bool re
 		LIST_INSERT_HEAD(&r->waiters, w, link);
 	}
 	return w ? 1 : 0;
+}
+
+void odpd_registry_run_later(struct odpd_registry *r)
+{
+	struct odpd_mr *mr;
+
+	while ((mr = r->later)) {
+		r->later = mr->batch_next;
+		mr->batch_next = NULL;
+		if (!batch_on_loop(r, mr))       /* a worker pins in its segment */
+			start_batch(r, mr, false, NULL);
+	}
 }
 
 /* ---------------------------------------------------------------- holders and PDs */
