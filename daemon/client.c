@@ -809,6 +809,9 @@ static bool client_resumed(struct odpd_client *c, uint64_t id)
 	log_info(CLIENT_FMT ": request %" PRIu64 " again after the restart: its answer sent again", CLIENT_ARGS(c),
 		 id);
 	outq_push(c, a);
+	/* the request in flight at the crash is answered: the next one ends
+	 * the resumption (none of its answer to keep) */
+	c->resume_captured = true;
 	return true;
 }
 

@@ -386,6 +386,102 @@ static void test_user_pinned_ring_release(void **state)
 	stop();
 }
 
+/*
+ * The daemon's own limits with the release ring, on one connection: at
+ * max-mrs = 3 with three MRs held, a release written into the ring and the
+ * next registration on the same connection must succeed. odpd takes that
+ * ring before the registration; it may put the deregistration off until
+ * the answer is sent (doc/design.md §11) only while it is far from
+ * max-mrs and max-pinned, and before a daemon-wide limit could refuse it
+ * deregisters what it put off (the red-team found both missing: a ring's
+ * worth of headroom was asked with a check that passes whenever the limit
+ * is smaller than a ring, and the MRs put off still counted). Then the
+ * same against max-pinned = 256K with four 64K MRs, and a registration
+ * that fits under max-pinned = 8M only once a released MR is gone.
+ */
+static int nobody_daemon_limit_ring(void *arg)
+{
+	unsigned len = *(const unsigned *)arg;
+	struct odpd_conn *c;
+	struct odpd_segment *s;
+	struct odpd_mr *m[5];
+	uint8_t *p;
+
+	CHILD_CHECK((c = odpd_connect(d.sock, NULL)) != NULL);
+	CHILD_CHECK((s = odpd_alloc(c, MIB, 0)) != NULL);
+	p = odpd_segment_addr(s);
+	memset(p, 1, MIB);
+	for (unsigned round = 0; round < 5; round++) {
+		unsigned n = len == 4096 ? 3 : 4, i;
+
+		for (i = 0; i < n; i++)
+			CHILD_CHECK((m[i] = odpd_reg(c, p + (size_t)i * 65536, len, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+		CHILD_CHECK(odpd_reg(c, p + (size_t)n * 65536, len, IBV_ACCESS_LOCAL_WRITE) == NULL);
+		CHILD_CHECK(errno == ENOMEM);                  /* the limit holds */
+		CHILD_CHECK(odpd_dereg(m[0]) == 0);            /* into the ring */
+		m[n] = odpd_reg(c, p + (size_t)n * 65536, len, IBV_ACCESS_LOCAL_WRITE);
+		if (!m[n])
+			fprintf(stderr, "round %u (%u bytes): %s\n", round, len, odpd_errmsg());
+		CHILD_CHECK(m[n] != NULL);
+		for (i = 1; i <= n; i++)
+			CHILD_CHECK(odpd_dereg(m[i]) == 0);
+	}
+	odpd_disconnect(c);
+	return 0;
+}
+
+/* max-pinned = 8M: 4M - 64K and 64K held (far enough from the limit for
+ * odpd to put a ring's deregistrations off), the 64K released into the
+ * ring, then 4M + 64K asked on the same connection: it fits only once the
+ * 64K MR is gone, so odpd must deregister it before max-pinned decides. */
+static int nobody_daemon_pinned_ring(void *arg)
+{
+	struct odpd_conn *c;
+	struct odpd_segment *s;
+	struct odpd_mr *big, *small, *more;
+	uint8_t *p;
+
+	(void)arg;
+	CHILD_CHECK((c = odpd_connect(d.sock, NULL)) != NULL);
+	CHILD_CHECK((s = odpd_alloc(c, 16 * MIB, 0)) != NULL);
+	p = odpd_segment_addr(s);
+	memset(p, 1, 16 * MIB);
+	for (int round = 0; round < 3; round++) {
+		CHILD_CHECK((big = odpd_reg(c, p, 4 * MIB - 65536, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+		CHILD_CHECK((small = odpd_reg(c, p + 4 * MIB, 65536, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+		CHILD_CHECK(odpd_dereg(small) == 0);           /* into the ring */
+		more = odpd_reg(c, p + 8 * MIB, 4 * MIB + 65536, IBV_ACCESS_LOCAL_WRITE);
+		if (!more)
+			fprintf(stderr, "round %d: %s\n", round, odpd_errmsg());
+		CHILD_CHECK(more != NULL);
+		CHILD_CHECK(odpd_dereg(more) == 0 && odpd_dereg(big) == 0);
+	}
+	odpd_disconnect(c);
+	return 0;
+}
+
+static void test_daemon_limit_ring_release(void **state)
+{
+	unsigned len;
+
+	(void)state;
+	if (!test_require_device()) {
+		skip();
+		return;
+	}
+	start("[limits]\nmax-mrs = 3\nrelaxed-window-ms = 60000\n");
+	len = 4096;
+	assert_int_equal(run_as(UID_NOBODY, 64 * MIB, nobody_daemon_limit_ring, &len), 0);
+	stop();
+	start("[limits]\nmax-pinned = 256K\nrelaxed-window-ms = 60000\n");
+	len = 65536;
+	assert_int_equal(run_as(UID_NOBODY, 64 * MIB, nobody_daemon_limit_ring, &len), 0);
+	stop();
+	start("[limits]\nmax-pinned = 8M\nrelaxed-window-ms = 60000\n");
+	assert_int_equal(run_as(UID_NOBODY, 64 * MIB, nobody_daemon_pinned_ring, NULL), 0);
+	stop();
+}
+
 /* A Status from a user who is not an admin: refused (EPERM). */
 static int nobody_status(void *arg)
 {
@@ -1173,6 +1269,7 @@ int main(void)
 		cmocka_unit_test(test_user_mrs_ring_release),
 		cmocka_unit_test(test_user_pinned_ring_release),
 		cmocka_unit_test(test_refused_takes_no_ring),
+		cmocka_unit_test(test_daemon_limit_ring_release),
 		cmocka_unit_test(test_user_mrs_concurrent),
 		cmocka_unit_test(test_connection_ends_with_its_process),
 		cmocka_unit_test(test_connection_flood_few_fds),

@@ -226,16 +226,22 @@ unsigned odpd_registry_take_releases(struct odpd_registry *r, struct odpd_holder
 	return done;
 }
 
-static bool would_pass(uint64_t held, uint64_t more, uint64_t max);
+/* @more fits below @max beside @held */
+static bool room_for(uint64_t held, uint64_t more, uint64_t max)
+{
+	return held <= max && max - held >= more;
+}
 
 unsigned odpd_registry_take_releases_later(struct odpd_registry *r, struct odpd_holder *h)
 {
 	const struct odpd_conf *conf = r->conf;
 	unsigned n;
 
-	/* a ring's worth of small MRs more in the daemon's counts */
-	r->take_later = !would_pass(r->n_mrs, ODPD_HIT_RING_MAX, conf->max_mrs) &&
-			!would_pass(r->pinned, (uint64_t)ODPD_HIT_RING_MAX * ODPD_LOOP_REG_MAX, conf->max_pinned);
+	/* a ring's worth of small MRs more in the daemon's counts (and should
+	 * the registration come near a limit anyway, settle deregisters them
+	 * first) */
+	r->take_later = room_for(r->n_mrs, ODPD_HIT_RING_MAX, conf->max_mrs) &&
+			room_for(r->pinned, (uint64_t)ODPD_HIT_RING_MAX * ODPD_LOOP_REG_MAX, conf->max_pinned);
 	n = odpd_registry_take_releases(r, h);
 	r->take_later = false;
 	return n;
@@ -282,8 +288,10 @@ void odpd_registry_settle(struct odpd_registry *r, struct odpd_holder *h, uint64
 	else if (length)
 		length = (addr % PAGE + length + PAGE - 1) / PAGE * PAGE;
 
-	/* the daemon's limits: every user's releases count */
+	/* the daemon's limits: every user's releases count, and the MRs of
+	 * this request's own ring must be gone, not only uncharged */
 	if (r->n_mrs >= conf->max_mrs || (pinned && would_pass(r->pinned, length, conf->max_pinned))) {
+		odpd_registry_run_later(r);
 		odpd_registry_take_all_releases(r);
 		return;
 	}
