@@ -456,6 +456,7 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 {
 	struct odpd_answer *it = o->answer;
 	const char *fail = o->fail;
+	bool committed;
 
 	o->answer = NULL;
 	o->fail = NULL;
@@ -487,7 +488,8 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 		answer_keep(&c->resume_reply, &c->resume_len, it);
 	}
 	/* Nothing leaves that the journal does not hold (journal.h). */
-	if (odpd_journal_pending()) {
+	committed = odpd_journal_pending();
+	if (committed) {
 		struct odpd_keep_client v;
 
 		if (c->stored)
@@ -497,14 +499,15 @@ static void client_put(struct odpd_client *c, struct odpd_out *o)
 			c->jlast_id = it->id;
 			answer_keep(&c->jlast_reply, &c->jlast_len, it);
 		}
-		if (c->m->test_crash_id && it->id == c->m->test_crash_id && c->id == c->m->test_crash_conn) {
+	}
+	if (c->m->test_crash_id && it->id == c->m->test_crash_id && c->id == c->m->test_crash_conn) {
+		if (committed) {
 			log_warning(CLIENT_FMT ": ODPD_TEST_CRASH_BEFORE_ANSWER: killed before the answer to "
 				    "request %" PRIu64, CLIENT_ARGS(c), it->id);
 			raise(SIGKILL);
 		}
-	}
-	if (c->m->test_crash_id && it->id == c->m->test_crash_id && c->id == c->m->test_crash_conn)
 		c->m->test_crash_id = 0;         /* it changed nothing: the next one */
+	}
 	outq_push(c, it);
 }
 

@@ -414,8 +414,9 @@ unsigned odpd_registry_take_releases(struct odpd_registry *r, struct odpd_holder
  * without a reference, small enough for the loop, are deregistered only
  * when odpd_registry_run_later is called, after that request's answer was
  * sent: the verb is off the request's path. Their charges go now, as
- * always; so only while the daemon is far from max-mrs and max-pinned,
- * which they still count until then.
+ * always; so only while the daemon has room for a ring's worth below
+ * max-mrs and max-pinned, which still count them until then, and
+ * odpd_registry_settle deregisters them before either limit decides.
  */
 unsigned odpd_registry_take_releases_later(struct odpd_registry *r, struct odpd_holder *h);
 void odpd_registry_run_later(struct odpd_registry *r);

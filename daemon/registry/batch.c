@@ -101,11 +101,6 @@ static void implicit_dereg_start(struct odpd_batch *b, struct odpd_mr *list)
 static void batch_run(struct odpd_job *job);
 static void batch_mr_done(struct odpd_registry *r, struct odpd_mr *mr);
 
-/*
- * The last reference to one small pinned MR went: deregistered here, on the
- * loop, rather than in a batch on a worker, when nothing can make the loop
- * wait (no worker holds the segment's witness lock). True when done.
- */
 bool batch_loop_kind(const struct odpd_mr *list)
 {
 	const struct odpd_mr *mr = list;
@@ -114,6 +109,11 @@ bool batch_loop_kind(const struct odpd_mr *list)
 	       odpd_mr_length(mr) <= ODPD_LOOP_REG_MAX;
 }
 
+/*
+ * The last reference to one small pinned MR went: deregistered here, on the
+ * loop, rather than in a batch on a worker, when nothing can make the loop
+ * wait (no worker holds the segment's witness lock). True when done.
+ */
 bool batch_on_loop(struct odpd_registry *r, struct odpd_mr *list)
 {
 	struct odpd_mr *mr = list;
