@@ -22,13 +22,19 @@
 
 /* A varint of at most @max bytes at @p (before @end): its length, 0 if
  * longer or cut short. */
-static size_t varint_get(const uint8_t *p, const uint8_t *end, size_t max, uint64_t *ret)
+static inline size_t varint_get(const uint8_t *p, const uint8_t *end, size_t max, uint64_t *ret)
 {
 	uint64_t v = 0;
 
-	for (size_t i = 0; i < max && p + i < end; i++) {
+	if (p < end && p[0] < 0x80) {        /* a key, a small value */
+		*ret = p[0];
+		return 1;
+	}
+	if ((size_t)(end - p) < max)
+		max = (size_t)(end - p);
+	for (size_t i = 0; i < max; i++) {
 		v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
-		if (!(p[i] & 0x80)) {
+		if (p[i] < 0x80) {
 			*ret = v;
 			return i + 1;
 		}
@@ -65,14 +71,16 @@ static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor
 #define CMEMBER(msg, off, type) ((const type *)((const char *)(msg) + (off)))
 
 /*
- * Unpack the envelope described by @d from @data: optional uint64, uint32,
- * int32 and string fields and a oneof of messages, a string or a message at
- * most once, no other field. NULL with
- * *@generic set: not of that shape, or not valid (protobuf-c decides);
- * NULL without: out of memory.
+ * Unpack the message described by @d from @data: optional uint64, uint32,
+ * int32, enum, bool and string fields, each at most once, no other field;
+ * an envelope (@body set) also a oneof of messages, each of which this
+ * reads the same way if it can (a flat body: RegMr, MrReply, the most
+ * frequent ones) and protobuf-c otherwise. NULL with *@generic set: not of
+ * that shape, or not valid (protobuf-c decides); NULL without: out of
+ * memory.
  */
 static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, ProtobufCAllocator *a, size_t len,
-				     const uint8_t *data, bool *generic)
+				     const uint8_t *data, bool body, bool *generic)
 {
 	const uint8_t *p = data, *end = data + len;
 	ProtobufCMessage *m = a->alloc(a->allocator_data, d->sizeof_message);
@@ -98,14 +106,20 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
 			uint32_t *which = MEMBER(m, f->quantifier_offset, uint32_t);
 			ProtobufCMessage *sub;
+			bool sub_generic;
 
-			if (f->type != PROTOBUF_C_TYPE_MESSAGE || (key & 7) != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED)
+			if (!body || f->type != PROTOBUF_C_TYPE_MESSAGE ||
+			    (key & 7) != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED)
 				goto generic;
 			n = varint_get(p, end, 3, &v);  /* < 2 MiB */
 			if (!n || *which || v > (uint64_t)(end - p - n))
 				goto generic;
 			p += n;
-			sub = protobuf_c_message_unpack(f->descriptor, a, v, p);
+			sub = fast_unpack(f->descriptor, a, v, p, false, &sub_generic);
+			if (!sub && !sub_generic)
+				goto oom;
+			if (!sub)
+				sub = protobuf_c_message_unpack(f->descriptor, a, v, p);
 			if (!sub)
 				goto generic;
 			p += v;
@@ -128,23 +142,35 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 			memcpy(*str, p, v);
 			(*str)[v] = 0;
 			p += v;
-		} else if ((key & 7) == PROTOBUF_C_WIRE_TYPE_VARINT && f->type == PROTOBUF_C_TYPE_UINT64) {
-			n = varint_get(p, end, 9, &v);  /* < 2^63 */
-			if (!n)
-				goto generic;
-			p += n;
-			*MEMBER(m, f->quantifier_offset, protobuf_c_boolean) = 1;
-			*MEMBER(m, f->offset, uint64_t) = v;
-		} else if ((key & 7) == PROTOBUF_C_WIRE_TYPE_VARINT &&
-			   (f->type == PROTOBUF_C_TYPE_UINT32 || f->type == PROTOBUF_C_TYPE_INT32)) {
-			n = varint_get(p, end, 4, &v);  /* < 2^28: the same value for both */
-			if (!n)
-				goto generic;
-			p += n;
-			*MEMBER(m, f->quantifier_offset, protobuf_c_boolean) = 1;
-			*MEMBER(m, f->offset, uint32_t) = (uint32_t)v;
-		} else {
+		} else if ((key & 7) != PROTOBUF_C_WIRE_TYPE_VARINT) {
 			goto generic;
+		} else {
+			switch (f->type) {
+			case PROTOBUF_C_TYPE_UINT64:
+				n = varint_get(p, end, 9, &v);  /* < 2^63 */
+				if (!n)
+					goto generic;
+				*MEMBER(m, f->offset, uint64_t) = v;
+				break;
+			case PROTOBUF_C_TYPE_UINT32:
+			case PROTOBUF_C_TYPE_INT32:     /* < 2^28: the same value for both */
+			case PROTOBUF_C_TYPE_ENUM:      /* (an int32 as protobuf-c reads one) */
+				n = varint_get(p, end, 4, &v);
+				if (!n)
+					goto generic;
+				*MEMBER(m, f->offset, uint32_t) = (uint32_t)v;
+				break;
+			case PROTOBUF_C_TYPE_BOOL:      /* 0 or 1 in one byte, as protobuf-c writes them */
+				if (p == end || *p > 1)
+					goto generic;
+				*MEMBER(m, f->offset, protobuf_c_boolean) = *p;
+				n = 1;
+				break;
+			default:
+				goto generic;
+			}
+			p += n;
+			*MEMBER(m, f->quantifier_offset, protobuf_c_boolean) = 1;
 		}
 	}
 	return m;
@@ -175,7 +201,7 @@ static ProtobufCAllocator sys_allocator = { .alloc = sys_alloc, .free = sys_free
 Odpd__Request *odpd_request_unpack(ProtobufCAllocator *a, size_t len, const uint8_t *data)
 {
 	bool generic;
-	ProtobufCMessage *m = fast_unpack(&odpd__request__descriptor, a ? a : &sys_allocator, len, data, &generic);
+	ProtobufCMessage *m = fast_unpack(&odpd__request__descriptor, a ? a : &sys_allocator, len, data, true, &generic);
 
 	if (!m && generic)
 		return odpd__request__unpack(a, len, data);
@@ -185,20 +211,33 @@ Odpd__Request *odpd_request_unpack(ProtobufCAllocator *a, size_t len, const uint
 Odpd__Reply *odpd_reply_unpack(ProtobufCAllocator *a, size_t len, const uint8_t *data)
 {
 	bool generic;
-	ProtobufCMessage *m = fast_unpack(&odpd__reply__descriptor, a ? a : &sys_allocator, len, data, &generic);
+	ProtobufCMessage *m = fast_unpack(&odpd__reply__descriptor, a ? a : &sys_allocator, len, data, true, &generic);
 
 	if (!m && generic)
 		return odpd__reply__unpack(a, len, data);
 	return (Odpd__Reply *)m;
 }
 
+static size_t varint_len(uint64_t v)
+{
+	size_t n = 1;
+
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
 /*
- * Pack @m, an envelope: optional uint64, uint32, int32 and string fields
- * and a oneof of messages, no unknown field, into @buf of @cap bytes, in
- * its fields' order as protobuf-c writes them. Returns its length, or 0 if
- * @m is not of that shape or might not fit (protobuf-c decides then).
+ * Pack @m: optional uint64, uint32, int32, enum, bool and string fields, no
+ * unknown field, and for an envelope (@body set) a oneof of messages, each
+ * packed the same way if it can (a flat body) and by protobuf-c otherwise;
+ * into @buf of @cap bytes, in its fields' order as protobuf-c writes them.
+ * Returns its length, or 0 if @m is not of that shape or might not fit
+ * (protobuf-c decides then; an empty message also gets 0).
  */
-static size_t fast_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap)
+static size_t fast_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap, bool body)
 {
 	const ProtobufCMessageDescriptor *d = m->descriptor;
 	const ProtobufCFieldDescriptor *f = d->fields, *fend = f + d->n_fields;
@@ -213,15 +252,29 @@ static size_t fast_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap)
 
 			if (*CMEMBER(m, f->quantifier_offset, uint32_t) != f->id)
 				continue;
-			if (f->type != PROTOBUF_C_TYPE_MESSAGE || f->id >= 2048)
+			if (!body || f->type != PROTOBUF_C_TYPE_MESSAGE || f->id >= 2048)
 				return 0;
 			sub = *CMEMBER(m, f->offset, const ProtobufCMessage *);
 			if (!sub || sub == f->default_value)
 				continue;
-			sub_len = protobuf_c_message_get_packed_size(sub);
-			if ((size_t)(end - p) < 2 + 5 || sub_len > (size_t)(end - p) - (2 + 5))
+			if ((size_t)(end - p) < 2 + 5)
 				return 0;
+			/* the body after its key and a length of one byte, moved
+			 * along if its length needs more */
 			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED);
+			sub_len = fast_pack(sub, p + 1, (size_t)(end - p) - 1 - 4, false);
+			if (sub_len) {
+				size_t more = varint_len(sub_len) - 1;
+
+				if (more)
+					memmove(p + 1 + more, p + 1, sub_len);
+				p = varint_put(p, sub_len);
+				p += sub_len;
+				continue;
+			}
+			sub_len = protobuf_c_message_get_packed_size(sub);
+			if (sub_len > (size_t)(end - p) - 5)
+				return 0;
 			p = varint_put(p, sub_len);
 			p += protobuf_c_message_pack(sub, p);
 			continue;
@@ -241,7 +294,14 @@ static size_t fast_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap)
 			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
 			p = varint_put(p, *CMEMBER(m, f->offset, uint32_t));
 			break;
+		case PROTOBUF_C_TYPE_BOOL:
+			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
+				break;
+			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
+			*p++ = *CMEMBER(m, f->offset, protobuf_c_boolean) ? 1 : 0;
+			break;
 		case PROTOBUF_C_TYPE_INT32:               /* a negative one: 10 bytes, sign-extended */
+		case PROTOBUF_C_TYPE_ENUM:
 			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
 				break;
 			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
@@ -289,7 +349,7 @@ static void bounded_append(ProtobufCBuffer *buf, size_t len, const uint8_t *data
 size_t odpd_envelope_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap)
 {
 	struct bounded b = { .base.append = bounded_append, .data = buf, .cap = cap };
-	size_t len = fast_pack(m, buf, cap);
+	size_t len = fast_pack(m, buf, cap, true);
 
 	if (len)
 		return len;

@@ -121,7 +121,7 @@ static size_t request_packet(int i, uint8_t *buf, void *body_mem)
 /* Decode @len bytes both ways: the same answer, the same message. */
 static void unpack_both(const uint8_t *buf, size_t len, unsigned *n_ok)
 {
-	static uint8_t a[BUF * 2], b[BUF * 2];
+	static uint8_t a[BUF * 8], b[BUF * 8];
 	Odpd__Request *fast = odpd_request_unpack(NULL, len, buf);
 	Odpd__Request *ref = odpd__request__unpack(NULL, len, buf);
 
@@ -304,7 +304,7 @@ static void test_request_pack(void **state)
 /* Decode a reply of @len bytes both ways: the same answer, the same message. */
 static void reply_unpack_both(const uint8_t *buf, size_t len, unsigned *n_ok)
 {
-	static uint8_t a[BUF * 2], b[BUF * 2];
+	static uint8_t a[BUF * 8], b[BUF * 8];
 	Odpd__Reply *fast = odpd_reply_unpack(NULL, len, buf);
 	Odpd__Reply *ref = odpd__reply__unpack(NULL, len, buf);
 	size_t la, lb;
@@ -363,6 +363,60 @@ static void test_reply_unpack(void **state)
 	assert_true(ok > 1000 && ok < total);
 }
 
+
+/* Bodies whose length takes more than one byte (a long string in a flat
+ * body): packed after their key and moved along for the longer length,
+ * and read back, as protobuf-c does. */
+static void test_long_body(void **state)
+{
+	static uint8_t a[BUF * 8], b[BUF * 8];
+	static char name[20000];
+	static const size_t lens[] = { 100, 120, 125, 126, 127, 128, 200, 16370, 16390, 19999 };
+	unsigned ok = 0;
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		Odpd__Request req = ODPD__REQUEST__INIT;
+		Odpd__RegMr rm = ODPD__REG_MR__INIT;
+		Odpd__Reply rep = ODPD__REPLY__INIT;
+		Odpd__ImportPdReply ip = ODPD__IMPORT_PD_REPLY__INIT;
+		size_t want;
+
+		memset(name, 'x', lens[k]);
+		name[lens[k]] = 0;
+		req.has_id = 1;
+		req.id = k + 1;
+		rm.has_addr = rm.has_length = rm.has_access = rm.has_kind = rm.has_flags = 1;
+		rm.addr = 0x7f0000001000ull;
+		rm.length = 4096;
+		rm.access = 7;
+		rm.kind = ODPD__MR_KIND__MR_ODP;
+		rm.flags = 4;
+		rm.device = name;
+		rm.has_client_pd = 1;
+		rm.client_pd = 1;
+		req.body_case = ODPD__REQUEST__BODY_REG_MR;
+		req.reg_mr = &rm;
+		want = odpd__request__pack(&req, b);
+		assert_int_equal(odpd_envelope_pack(&req.base, a, sizeof(a)), want);
+		assert_memory_equal(a, b, want);
+		unpack_both(b, want, &ok);
+
+		rep.has_id = 1;
+		rep.id = k + 1;
+		ip.has_pd_handle = 1;
+		ip.pd_handle = 3;
+		ip.pd = name;
+		rep.body_case = ODPD__REPLY__BODY_IMPORT_PD;
+		rep.import_pd = &ip;
+		want = odpd__reply__pack(&rep, b);
+		assert_int_equal(odpd_reply_pack_bounded(&rep, a, sizeof(a)), want);
+		assert_memory_equal(a, b, want);
+		reply_unpack_both(b, want, &ok);
+	}
+	assert_int_equal(ok, 2 * sizeof(lens) / sizeof(lens[0]));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -371,6 +425,7 @@ int main(void)
 		cmocka_unit_test(test_request_pack),
 		cmocka_unit_test(test_reply_pack),
 		cmocka_unit_test(test_reply_unpack),
+		cmocka_unit_test(test_long_body),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
