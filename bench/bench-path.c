@@ -26,7 +26,9 @@
  * A benchmark: it reports, never asserts.
  *
  * bench-path --socket PATH [--iters N] [--strace] [--no-neighbour] [--only PHASE]
- *   (ODPD_BENCH_ODPD_PID: odpd; --only: that phase alone, e.g. under perf)
+ *   (ODPD_BENCH_ODPD_PID: odpd; --only: that phase alone, e.g. under perf;
+ *   --only setup: the connections, segments and iters misses every run
+ *   makes first, and nothing else, the baseline of bench/run-instructions)
  * With --strace, strace's tables go to build/bench-path-PHASE{,-client}.strace.
  * bench/run-path runs it in the VM.
  */
@@ -428,13 +430,16 @@ int main(int argc, char **argv)
 	       "ctx switches", "odpd CPU", "client CPU");
 	printf("%-32s %10s %11s %11s %11s %11s %11s\n", "(per request; per op if none)", "", "(strace)", "(strace)",
 	       "odpd+client", "µs (mean)", "µs (mean)");
+	if (only && strcmp(only, "setup") == 0)    /* the setup alone: a profile's baseline */
+		return 0;
 	if (only) {                                /* one phase, e.g. under a profiler */
 		int ph = 0;
 
 		while (ph < N_PH && strcmp(ph_files[ph], only) != 0)
 			ph++;
 		if (ph == N_PH)
-			die("--only: no phase %s (miss1, miss, hit, local, refusal, refusal-u, verbs, rtt)", only);
+			die("--only: no phase %s (setup, miss1, miss, hit, local, refusal, refusal-u, verbs, rtt)",
+			    only);
 		f[ph] = phase(&cl, ph, false);
 		printf("%-32s %10.1f %11s %11s %11.2f %11.1f %11.1f\n", ph_names[ph], f[ph].median, "-", "-",
 		       f[ph].odpd_cs + f[ph].client_cs, f[ph].odpd_cpu, f[ph].client_cpu);
