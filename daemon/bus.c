@@ -649,6 +649,9 @@ static void on_bus(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	/* Releases written into rings before a call was sent are done before
+	 * it reads a counter, as for odpctl status (doc/design.md §11). */
+	odpd_registry_take_all_releases(&b->m->registry);
 	for (int i = 0; i < BUS_BURST && r > 0 && !b->drop; i++) {
 		r = sd_bus_process(b->bus, NULL);
 		if (r < 0) {

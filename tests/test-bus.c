@@ -225,6 +225,51 @@ static void test_properties_equal_status(void **state)
 	bus_stop();
 }
 
+/* A release libodpd wrote into its ring, with no request since: a D-Bus
+ * read of the counters finds it done, as odpctl status does (1.4.6; before,
+ * the MR counted until the connection's next request or the hit timer,
+ * here 10 minutes away). */
+static void test_properties_take_rings(void **state)
+{
+	struct test_daemon d = { 0 };
+	char conf[128];
+	struct odpd_conn *c;
+	struct odpd_segment *s;
+	struct odpd_mr *mr;
+
+	(void)state;
+	bus_start();
+	daemon_start_conf(&d, conf, sizeof(conf), "bus", CONF, NULL, NULL);
+	wait_for_name();
+	c = odpd_connect(d.sock, NULL);
+	assert_non_null(c);
+	s = odpd_alloc(c, 64 * KIB, 0);
+	assert_non_null(s);
+	memset(odpd_segment_addr(s), 1, 64 * KIB);
+	mr = odpd_reg(c, odpd_segment_addr(s), 4 * KIB, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr) {                                      /* the host: no device, no ring to take */
+		assert_int_equal(errno, ENODEV);
+		odpd_disconnect(c);
+		daemon_stop(&d);
+		unlink(conf);
+		bus_stop();
+		skip();
+	}
+	assert_int_equal(bus_counter("MRs"), 1);
+	assert_int_equal(bus_counter("PinnedBytes"), 4 * KIB);
+	assert_int_equal(bus_counter("RingReleases"), 0);
+	assert_int_equal(odpd_dereg(mr), 0);            /* into the ring: no request */
+	assert_int_equal(bus_counter("MRs"), 0);
+	assert_int_equal(bus_counter("PinnedBytes"), 0);
+	assert_int_equal(bus_counter("RingReleases"), 1);
+	assert_int_equal(bus_counter("Deregistrations"), 1);
+	assert_int_equal(odpd_detach(s), 0);
+	odpd_disconnect(c);
+	daemon_stop(&d);
+	unlink(conf);
+	bus_stop();
+}
+
 static void test_flush_who_may(void **state)
 {
 	const char *args[] = { "--admin-group", "daemon", NULL };
@@ -1201,6 +1246,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_properties_equal_status),
+		cmocka_unit_test(test_properties_take_rings),
 		cmocka_unit_test(test_flush_who_may),
 		cmocka_unit_test(test_bus_goes_away),
 		cmocka_unit_test(test_bus_lost_mid_flush),
