@@ -754,24 +754,51 @@ static const char *socket_path(const char *path)
 	return path && path[0] ? path : ODPD_SOCKET_DEFAULT;
 }
 
+/*
+ * A new connection to @path with its Hello answered (*@ret), or a negative
+ * errno. A connection that odpd drops before it answers the Hello is made
+ * once more: odpd keeps a connection across a crash only from its Hello's
+ * answer on, so a crash (kill -9, an abort) before that closes it, and
+ * under systemd's socket the next odpd takes a new one from the listening
+ * socket, which outlives odpd (doc/design.md §12). Without it the second
+ * connect fails as the first would have.
+ */
+static int conn_open_hello(const char *path, struct odpd_conn **ret)
+{
+	int r = 0;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		struct odpd_conn *c = conn_new();
+
+		if (!c)
+			return errmsg_set(-ENOMEM, "odpd_connect: %m");
+		conns_add(c);
+		r = conn_open(c, path);
+		if (r >= 0)
+			r = conn_hello(c);
+		if (r >= 0) {
+			*ret = c;
+			return 0;
+		}
+		conn_free(c);
+		if (r != -ENOTCONN)                 /* not dropped: an answer, or no connection */
+			break;
+	}
+	return r;
+}
+
 static int conn_connect(const char *path, const char *device, struct odpd_conn **ret)
 {
-	struct odpd_conn *c;
+	struct odpd_conn *c = NULL;
 	int r;
 
 	pthread_once(&atfork_once, atfork_register);
 	if (atfork_error)
 		return errmsg_set(-atfork_error, "odpd_connect: pthread_atfork: %m");
-	c = conn_new();
-	if (!c)
-		return errmsg_set(-ENOMEM, "odpd_connect: %m");
-	conns_add(c);
-
-	r = conn_open(c, socket_path(path));
-	if (r >= 0)
-		r = conn_hello(c);
-	if (r >= 0)
-		r = conn_select_device(c, device);
+	r = conn_open_hello(socket_path(path), &c);
+	if (r < 0)
+		return r;
+	r = conn_select_device(c, device);
 	if (r >= 0)
 		r = hit_open(c);
 	if (r < 0) {

@@ -605,6 +605,11 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 	hr.version_min = ODPD_PROTOCOL_VERSION_MIN;
 	hr.version_max = ODPD_PROTOCOL_VERSION_MAX;
 	reply.has_status = 1;
+	if (c->m->test_crash_kind && strcmp(c->m->test_crash_kind, "hello") == 0 && !c->hello) {
+		log_warning(CLIENT_FMT ": ODPD_TEST_CRASH_BEFORE_ANSWER: killed at its Hello, before the "
+			    "connection is kept", CLIENT_ARGS(c));
+		raise(SIGKILL);
+	}
 	if (c->hello) {
 		reply.status = EALREADY;
 		reply.message = (char *)"Hello was already answered on this connection";

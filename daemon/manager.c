@@ -525,7 +525,8 @@ int odpd_manager_start(struct odpd_manager *m)
 	m->test_crash_kind = getenv("ODPD_TEST_CRASH_BEFORE_ANSWER");
 	if (m->test_crash_kind)
 		log_warning("ODPD_TEST_CRASH_BEFORE_ANSWER=%s: odpd kills itself after the journal took the "
-			    "answer to the first such request, before it is sent (for tests)", m->test_crash_kind);
+			    "answer to the first such request of a kept connection, before it is sent; \"hello\": "
+			    "at the first Hello, before its connection is kept (for tests)", m->test_crash_kind);
 	odpd_client_notify_init(&m->notify, m);
 	m->hotplug = (struct odpd_hotplug){ .base = m->base, .devices = &m->devices,
 					    .registry = &m->registry, .notify = &m->notify };

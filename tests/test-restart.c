@@ -26,6 +26,8 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -58,11 +60,13 @@ static void stop(struct test_daemon *d)
 }
 
 /* Start the next odpd with everything in @st, as systemd would (@args: NULL
- * or the same as the first one's). */
-static void restart_from(struct test_daemon *d, struct fake_store *st, const char *const *args)
+ * or the same as the first one's), and @listen_fd if >= 0, as odpd.socket's
+ * listening socket. */
+static void restart_from_listen(struct test_daemon *d, struct fake_store *st, const char *const *args,
+				int listen_fd)
 {
-	const char *names[FAKE_STORE_MAX];
-	int fds[FAKE_STORE_MAX];
+	const char *names[FAKE_STORE_MAX + 1];
+	int fds[FAKE_STORE_MAX + 1];
 	unsigned n;
 
 	pthread_mutex_lock(&st->lock);
@@ -72,12 +76,21 @@ static void restart_from(struct test_daemon *d, struct fake_store *st, const cha
 		names[i] = strdup(st->names[i]);
 	}
 	pthread_mutex_unlock(&st->lock);
+	if (listen_fd >= 0) {
+		fds[n] = fcntl(listen_fd, F_DUPFD_CLOEXEC, 3);
+		names[n++] = strdup("odpd.socket");
+	}
 	daemon_pass_fds(fds, names, n);
 	daemon_restart(d, args);
 	for (unsigned i = 0; i < n; i++) {
 		close(fds[i]);
 		free((char *)names[i]);
 	}
+}
+
+static void restart_from(struct test_daemon *d, struct fake_store *st, const char *const *args)
+{
+	restart_from_listen(d, st, args, -1);
 }
 
 /* Every MR in the kernel's table, whichever process made it: those a
@@ -1742,6 +1755,79 @@ static void test_restart_crash_before_answer_sent(void **state)
 }
 
 /*
+ * kill -9 while odpd handles a client's Hello (ODPD_TEST_CRASH_BEFORE_ANSWER=hello),
+ * before it keeps the connection: the connection goes with odpd. With a
+ * listening socket that outlives odpd, as systemd's odpd.socket is,
+ * odpd_connect connects once more and the next odpd answers it (libodpd 1.4.5
+ * failed with ENOTCONN: "the daemon closed the connection").
+ */
+struct connect_call {
+	const char *sock;
+	struct odpd_conn *c;
+	char err[256];
+};
+
+static void *connect_thread(void *arg)
+{
+	struct connect_call *cc = arg;
+
+	cc->c = odpd_connect(cc->sock, NULL);
+	if (!cc->c)
+		snprintf(cc->err, sizeof(cc->err), "%s", odpd_errmsg());
+	return NULL;
+}
+
+static void test_restart_crash_in_hello(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct connect_call cc = { 0 };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct odpd_segment *seg;
+	const char *lname = "odpd.socket";
+	pthread_t t;
+	int lfd, status, base_mrs = kernel_mrs();
+
+	(void)state;
+	fake_store_start(&st);
+	snprintf(d.dir, sizeof(d.dir), "/tmp/odpd-test.XXXXXX");
+	assert_non_null(mkdtemp(d.dir));
+	chmod(d.dir, 0755);
+	snprintf(d.sock, sizeof(d.sock), "%s/odpd.sock", d.dir);
+	assert_true(strlen(d.sock) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, d.sock, strlen(d.sock) + 1);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 16), 0);
+	setenv("ODPD_TEST_CRASH_BEFORE_ANSWER", "hello", 1);
+	daemon_pass_fds(&lfd, &lname, 1);
+	daemon_restart(&d, NULL);
+	unsetenv("ODPD_TEST_CRASH_BEFORE_ANSWER");   /* (not for the next odpd) */
+	cc.sock = d.sock;
+	assert_int_equal(pthread_create(&t, NULL, connect_thread, &cc), 0);
+	assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
+	d.pid = 0;
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	restart_from_listen(&d, &st, NULL, lfd);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	if (!cc.c)
+		fail_msg("odpd_connect across the crash: %s", cc.err);
+	seg = odpd_alloc(cc.c, SEG_LEN, 0);           /* the connection serves */
+	assert_non_null(seg);
+	if (test_require_device()) {
+		struct odpd_mr *mr = odpd_reg(cc.c, odpd_segment_addr(seg), MR_LEN, ACCESS);
+
+		assert_non_null(mr);
+		assert_int_equal(odpd_dereg(mr), 0);
+	}
+	assert_int_equal(odpd_detach(seg), 0);
+	odpd_disconnect(cc.c);
+	end_at_baseline(&d, &st, base_mrs);
+	close(lfd);
+}
+
+/*
  * kill -9 while a release waits for its deregistration (the workers
  * wedged: ODPD_TEST_WEDGE): the reference is gone from odpd already, and
  * another client's answer committed that to the journal, but the releasing
@@ -1910,6 +1996,7 @@ int main(void)
 		cmocka_unit_test(test_restart_commits_without_answer),
 		cmocka_unit_test(test_restart_crash_mid_registration),
 		cmocka_unit_test(test_restart_crash_before_answer_sent),
+		cmocka_unit_test(test_restart_crash_in_hello),
 		cmocka_unit_test(test_restart_crash_in_verb),
 		cmocka_unit_test(test_restart_crash_in_verb_imported),
 		cmocka_unit_test(test_restart_crash_lost_hit_table),
