@@ -225,6 +225,20 @@ static void test_properties_equal_status(void **state)
 	bus_stop();
 }
 
+/* A bus, an odpd on it (configuration CONF, written to @conf) and a
+ * client of it with a segment of @len bytes. */
+static void start_with_client(struct test_daemon *d, char *conf, size_t cap, struct odpd_conn **c,
+			      struct odpd_segment **s, size_t len)
+{
+	bus_start();
+	daemon_start_conf(d, conf, cap, "bus", CONF, NULL, NULL);
+	wait_for_name();
+	*c = odpd_connect(d->sock, NULL);
+	assert_non_null(*c);
+	*s = odpd_alloc(*c, len, 0);
+	assert_non_null(*s);
+}
+
 /* A release libodpd wrote into its ring, with no request since: a D-Bus
  * read of the counters finds it done, as odpctl status does (1.4.6; before,
  * the MR counted until the connection's next request or the hit timer,
@@ -238,13 +252,7 @@ static void test_properties_take_rings(void **state)
 	struct odpd_mr *mr;
 
 	(void)state;
-	bus_start();
-	daemon_start_conf(&d, conf, sizeof(conf), "bus", CONF, NULL, NULL);
-	wait_for_name();
-	c = odpd_connect(d.sock, NULL);
-	assert_non_null(c);
-	s = odpd_alloc(c, 64 * KIB, 0);
-	assert_non_null(s);
+	start_with_client(&d, conf, sizeof(conf), &c, &s, 64 * KIB);
 	memset(odpd_segment_addr(s), 1, 64 * KIB);
 	mr = odpd_reg(c, odpd_segment_addr(s), 4 * KIB, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr) {                                      /* the host: no device, no ring to take */
@@ -280,13 +288,7 @@ static void test_flush_who_may(void **state)
 	char out[1024], conf[128];
 
 	(void)state;
-	bus_start();
-	daemon_start_conf(&d, conf, sizeof(conf), "bus", CONF, NULL, NULL);
-	wait_for_name();
-	c = odpd_connect(d.sock, NULL);
-	assert_non_null(c);
-	s = odpd_alloc(c, 64 * KIB, 0);
-	assert_non_null(s);
+	start_with_client(&d, conf, sizeof(conf), &c, &s, 64 * KIB);
 	mr = odpd_reg(c, odpd_segment_addr(s), 64 * KIB, IBV_ACCESS_LOCAL_WRITE);
 	if (mr)                                          /* VM: something to flush */
 		assert_int_equal(odpd_dereg_relaxed(mr), 0);
