@@ -135,6 +135,79 @@ struct odpd_conn *conns_find(bool (*match)(struct odpd_conn *c, const void *key)
 	return found;
 }
 
+/* ---------------------------------------------------------------- replies' memory */
+
+/*
+ * A reply is decoded into the connection's arena when no other reply lives
+ * there (a caller may still hold the last one after dropping the lock), so
+ * the usual reply costs no malloc or free; what does not fit goes to
+ * malloc, and such a reply is walked when freed (only its malloc'd pieces
+ * are freed).
+ */
+static bool in_arena(const struct reply_arena *a, const void *p)
+{
+	return (const uint8_t *)p >= a->mem && (const uint8_t *)p < a->mem + sizeof(a->mem);
+}
+
+static void *arena_alloc(void *data, size_t size)
+{
+	struct reply_arena *a = data;
+	size_t need = (size + 15) & ~(size_t)15;
+
+	if (need >= size && need <= sizeof(a->mem) - a->used) {
+		void *p = a->mem + a->used;
+
+		a->used += need;
+		return p;
+	}
+	a->spilled = true;
+	return malloc(size);
+}
+
+static void arena_free(void *data, void *p)
+{
+	if (!in_arena(data, p))
+		free(p);
+}
+
+static Odpd__Reply *reply_unpack(struct odpd_conn *c, size_t len)
+{
+	struct reply_arena *a = c->arena;
+	ProtobufCAllocator al = { .alloc = arena_alloc, .free = arena_free, .allocator_data = a };
+	Odpd__Reply *reply;
+
+	if (!a || atomic_exchange(&a->busy, true))
+		return odpd_reply_unpack(NULL, len, c->buf);
+	a->used = 0;
+	a->spilled = false;
+	reply = odpd_reply_unpack(&al, len, c->buf);
+	if (!reply || !in_arena(a, reply)) {       /* (a reply of malloc only: freed as one) */
+		if (reply)
+			protobuf_c_message_free_unpacked(&reply->base, &al);
+		reply = reply ? odpd_reply_unpack(NULL, len, c->buf) : NULL;
+		atomic_store(&a->busy, false);
+	}
+	return reply;
+}
+
+void conn_reply_free(struct odpd_conn *c, Odpd__Reply *reply)
+{
+	struct reply_arena *a = c->arena;
+
+	if (!reply)
+		return;
+	if (a && in_arena(a, reply)) {
+		if (a->spilled) {
+			ProtobufCAllocator al = { .alloc = arena_alloc, .free = arena_free, .allocator_data = a };
+
+			protobuf_c_message_free_unpacked(&reply->base, &al);
+		}
+		atomic_store(&a->busy, false);
+		return;
+	}
+	odpd__reply__free_unpacked(reply, NULL);
+}
+
 /* ---------------------------------------------------------------- request/reply */
 
 static int call_send(struct odpd_conn *c, const char *what, const Odpd__Request *req,
@@ -179,7 +252,7 @@ static int call_recv(struct odpd_conn *c, const char *what, Odpd__Reply **ret, i
 	if (p.truncated)
 		return errmsg_set(-EIO, "%s: the daemon's reply is larger than %u bytes",
 				  what, ODPD_MAX_PACKET);
-	reply = odpd_reply_unpack(NULL, p.len, c->buf);
+	reply = reply_unpack(c, p.len);
 	if (!reply) {
 		if (*ret_fd >= 0)
 			close(*ret_fd);
@@ -369,7 +442,7 @@ static int conn_drain_events(struct odpd_conn *c, const char *what)
 		 * RestartEvent */
 		conn_event(c, reply);
 		r = restart_event(reply) ? oneway_resend(c, what, restart_event(reply)->last_id) : 0;
-		odpd__reply__free_unpacked(reply, NULL);
+		conn_reply_free(c, reply);
 		if (r < 0)
 			return r;
 	}
@@ -440,7 +513,7 @@ static int call_wait(struct odpd_conn *c, const char *what, const Odpd__Request 
 		if (*ret_fd >= 0)
 			close(*ret_fd);
 		*ret_fd = -1;
-		odpd__reply__free_unpacked(reply, NULL);   /* (and *restart with it) */
+		conn_reply_free(c, reply);   /* (and *restart with it) */
 		if (fate == REPLY_BAD)
 			return errmsg_set(-EIO, "%s: the daemon answered a request not yet sent", what);
 		if (restart)
@@ -503,7 +576,7 @@ int conn_call_fd(struct odpd_conn *c, const char *what, Odpd__Request *req,
 	else if (ret_fd && fd < 0)
 		r = errmsg_set(-EIO, "%s: the daemon's reply lacks its file descriptor", what);
 	if (r < 0 || !ret_reply)
-		odpd__reply__free_unpacked(reply, NULL);
+		conn_reply_free(c, reply);
 	else
 		*ret_reply = reply;
 	if (r >= 0 && ret_fd) {
@@ -674,7 +747,7 @@ static int conn_hello(struct odpd_conn *c)
 	c->oneway_dereg_max = h->has_oneway_dereg_max ? h->oneway_dereg_max : 0;
 	if (oneway_off())
 		c->oneway_dereg_max = 0;
-	odpd__reply__free_unpacked(reply, NULL);
+	conn_reply_free(c, reply);
 	return r;
 }
 
@@ -711,7 +784,10 @@ static struct odpd_conn *conn_new(void)
 	if (!c)
 		return NULL;
 	c->buf = malloc(ODPD_MAX_PACKET + 1);
-	if (!c->buf) {
+	c->arena = calloc(1, sizeof(*c->arena));
+	if (!c->buf || !c->arena) {
+		free(c->buf);
+		free(c->arena);
 		free(c);
 		return NULL;
 	}
@@ -743,6 +819,7 @@ static void conn_free(struct odpd_conn *c)
 	pthread_mutex_destroy(&c->tables_lock);
 	free(c->devices);
 	free(c->buf);
+	free(c->arena);
 	free(c);
 }
 

@@ -147,7 +147,7 @@ int hit_open(struct odpd_conn *c)
 	slots = reply->hit_table->has_slots ? reply->hit_table->slots : 0;
 	events_slot = reply->hit_table->has_events_slot ? reply->hit_table->events_slot : 0;
 	ring = reply->hit_table->has_release_ring ? reply->hit_table->release_ring : 0;
-	odpd__reply__free_unpacked(reply, NULL);
+	conn_reply_free(c, reply);
 	if (events_slot >= slots)
 		events_slot = 0;                 /* not a word of the table: drain as without one */
 	if (slots < 2 || slots > want || ring > ring_want)

@@ -45,12 +45,12 @@ static int import_locked(struct odpd_conn *c, const char *what)
 	if (r < 0)
 		return r;
 	if (!reply->import_pd->has_pd_handle) {
-		odpd__reply__free_unpacked(reply, NULL);
+		conn_reply_free(c, reply);
 		close(fd);
 		return errmsg_set(-EIO, "%s: the daemon's reply names no PD", what);
 	}
 	handle = reply->import_pd->pd_handle;
-	odpd__reply__free_unpacked(reply, NULL);
+	conn_reply_free(c, reply);
 
 	ctx = ibv_import_device(fd);
 	if (!ctx) {

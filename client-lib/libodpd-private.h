@@ -143,6 +143,14 @@ struct odpd_conn {
 	char dead_reason[96];
 	uint64_t last_id;               /* of the last request sent */
 	uint8_t *buf;                   /* ODPD_MAX_PACKET + 1 bytes, for replies */
+	/* Where a reply is decoded, if no other reply holds it (reply_arena
+	 * in conn.c): no malloc or free for the usual one. */
+	struct reply_arena {
+		_Alignas(16) uint8_t mem[1024];
+		size_t used;
+		bool spilled;           /* a piece of the reply went to malloc */
+		atomic_bool busy;       /* a reply lives in it (freed after the lock) */
+	} *arena;
 	struct odpd_device_attr *devices;
 	unsigned n_devices;
 	char device[64];                /* RegMr.device; "": the daemon's first */
@@ -234,10 +242,13 @@ int conn_default(struct odpd_conn **ret);
 /* ENOTCONN (with the reason) if @c is dead, else 0. Caller holds c->lock. */
 int conn_check(struct odpd_conn *c, const char *what);
 
+/* Free @reply, which a call on @c returned (NULL: nothing); the lock need
+ * not be held. */
+void conn_reply_free(struct odpd_conn *c, Odpd__Reply *reply);
 /*
  * Send @req (its id is assigned here) with @fds, wait for its reply and
- * return it in *@ret_reply (free with odpd__reply__free_unpacked(r, NULL);
- * pass NULL to drop it). A reply whose status is not 0 is that errno, with
+ * return it in *@ret_reply (free with conn_reply_free(c, r); pass NULL to
+ * drop it). A reply whose status is not 0 is that errno, with
  * "@what: <the daemon's message>". @want: the body the reply must carry, or
  * ODPD__REPLY__BODY__NOT_SET for any. Caller holds c->lock.
  */

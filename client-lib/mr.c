@@ -77,7 +77,7 @@ int mr_register(struct odpd_conn *c, const char *what, const void *addr, size_t 
 	if (r < 0)
 		return r;
 	r = mr_reply(c, what, addr, reply->mr, ret);
-	odpd__reply__free_unpacked(reply, NULL);
+	conn_reply_free(c, reply);
 	return r;
 }
 
@@ -559,7 +559,7 @@ static int mr_verify(struct mr_entry *e, void *addr, size_t length, uint32_t *re
 		*ret_crc32 = reply->verify->crc32;
 	else
 		r = errmsg_set(-EIO, "%s: the daemon's reply has no CRC", what);
-	odpd__reply__free_unpacked(reply, NULL);
+	conn_reply_free(c, reply);
 	return r;
 }
 

@@ -122,7 +122,7 @@ static int attach_request(struct odpd_conn *c, const char *what, int fd, uint64_
 	if (r < 0)
 		return r;
 	r = attach_reply(c, what, reply->segment, client_addr, ret);
-	odpd__reply__free_unpacked(reply, NULL);
+	conn_reply_free(c, reply);
 	return r;
 }
 
