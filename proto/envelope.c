@@ -84,6 +84,7 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 {
 	const uint8_t *p = data, *end = data + len;
 	ProtobufCMessage *m = a->alloc(a->allocator_data, d->sizeof_message);
+	const ProtobufCFieldDescriptor *f_prev = NULL;
 	uint64_t seen = 0, key, v;
 	size_t n;
 
@@ -94,14 +95,22 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 	while (p < end) {
 		const ProtobufCFieldDescriptor *f;
 		unsigned id;
+		/* protobuf-c writes fields in the descriptor's order: the
+		 * next one is most often the one after the last */
+		const ProtobufCFieldDescriptor *next = f_prev ? f_prev + 1 : d->fields;
 
 		n = varint_get(p, end, 2, &key);     /* field numbers below 2048 */
 		if (!n)
 			goto generic;
 		p += n;
 		id = (unsigned)(key >> 3);
-		if (id >= 64 || (seen & (1ull << id)) || !(f = field_of(d, id)))
+		if (id >= 64 || (seen & (1ull << id)))
 			goto generic;
+		if (next < d->fields + d->n_fields && next->id == id)
+			f = next;
+		else if (!(f = field_of(d, id)))
+			goto generic;
+		f_prev = f;
 		seen |= 1ull << id;
 		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
 			uint32_t *which = MEMBER(m, f->quantifier_offset, uint32_t);
