@@ -97,7 +97,7 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 		unsigned id;
 		/* protobuf-c writes fields in the descriptor's order: the
 		 * next one is most often the one after the last */
-		const ProtobufCFieldDescriptor *next = f_prev ? f_prev + 1 : d->fields;
+		size_t next = f_prev ? (size_t)(f_prev - d->fields) + 1 : 0;
 
 		n = varint_get(p, end, 2, &key);     /* field numbers below 2048 */
 		if (!n)
@@ -106,8 +106,8 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 		id = (unsigned)(key >> 3);
 		if (id >= 64 || (seen & (1ull << id)))
 			goto generic;
-		if (next < d->fields + d->n_fields && next->id == id)
-			f = next;
+		if (next < d->n_fields && d->fields[next].id == id)   /* (fields: NULL if none) */
+			f = &d->fields[next];
 		else if (!(f = field_of(d, id)))
 			goto generic;
 		f_prev = f;
