@@ -146,7 +146,7 @@ struct odpd_conn {
 	/* Where a reply is decoded, if no other reply holds it (reply_arena
 	 * in conn.c): no malloc or free for the usual one. */
 	struct reply_arena {
-		_Alignas(16) uint8_t mem[1024];
+		_Alignas(max_align_t) uint8_t mem[1024];  /* (calloc's alignment) */
 		size_t used;
 		bool spilled;           /* a piece of the reply went to malloc */
 		atomic_bool busy;       /* a reply lives in it (freed after the lock) */

@@ -249,11 +249,13 @@ static size_t varint_len(uint64_t v)
 static size_t fast_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap, bool body)
 {
 	const ProtobufCMessageDescriptor *d = m->descriptor;
-	const ProtobufCFieldDescriptor *f = d->fields, *fend = f + d->n_fields;
+	const ProtobufCFieldDescriptor *f, *fend;
 	uint8_t *p = buf, *end = buf + cap;
 
-	if (m->n_unknown_fields)
+	if (m->n_unknown_fields || !d->n_fields)   /* (no fields: d->fields is NULL) */
 		return 0;
+	f = d->fields;
+	fend = f + d->n_fields;
 	for (; f < fend; f++) {
 		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
 			const ProtobufCMessage *sub;
