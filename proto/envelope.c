@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * envelope.c - the outer message of a packet (odpd.Request, odpd.Reply)
- * without protobuf-c's walk over every field of its descriptor.
+ * and its body, when that is flat, without protobuf-c's walk over every
+ * field of their descriptors.
  *
  * protobuf-c's generic code visits each of a message's fields when it
  * unpacks, sizes or packs one: for Request and Reply, whose bodies are a
@@ -9,7 +10,9 @@
  * else odpd does for a small request (issue 26). An envelope is a few
  * optional scalars and one message of a oneof, and these functions handle
  * just that shape, reading each field's place and type from the generated
- * descriptor; the body itself is protobuf-c's. Whatever else they meet (a
+ * descriptor. A body of optional scalars, enums, bools and strings (RegMr,
+ * MrReply and most others, since 1.4.6) goes the same way; any other body
+ * is protobuf-c's. Whatever else they meet (a
  * field of another kind, an unknown or repeated field, a wire type that
  * does not fit, a varint of unusual length) they hand to protobuf-c's
  * generic functions, which stay the reference: the result is the same.
