@@ -170,10 +170,15 @@ static void arena_free(void *data, void *p)
 		free(p);
 }
 
+static ProtobufCAllocator arena_allocator(struct reply_arena *a)
+{
+	return (ProtobufCAllocator){ .alloc = arena_alloc, .free = arena_free, .allocator_data = a };
+}
+
 static Odpd__Reply *reply_unpack(struct odpd_conn *c, size_t len)
 {
 	struct reply_arena *a = c->arena;
-	ProtobufCAllocator al = { .alloc = arena_alloc, .free = arena_free, .allocator_data = a };
+	ProtobufCAllocator al = arena_allocator(a);
 	Odpd__Reply *reply;
 
 	if (!a || atomic_exchange(&a->busy, true))
@@ -198,7 +203,7 @@ void conn_reply_free(struct odpd_conn *c, Odpd__Reply *reply)
 		return;
 	if (a && in_arena(a, reply)) {
 		if (a->spilled) {
-			ProtobufCAllocator al = { .alloc = arena_alloc, .free = arena_free, .allocator_data = a };
+			ProtobufCAllocator al = arena_allocator(a);
 
 			protobuf_c_message_free_unpacked(&reply->base, &al);
 		}
