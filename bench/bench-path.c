@@ -14,7 +14,11 @@
  *                refuses it at once (EBUSY), 1 request, no cache work; on
  *                the miss's connection, and on the daemon hit's;
  *   verbs        ibv_reg_mr + ibv_dereg_mr of a resident page in-process, another
- *                page each time (as the miss).
+ *                page each time (as the miss), one after the other;
+ *   verbs, woken the same, each right after a bare round trip (untimed), as
+ *                odpd's verbs run right after its wake-up: under TCG a
+ *                context switch empties the emulator's TLB, which a tight
+ *                loop of verbs never refills (doc/benchmarks.md, 1.4.7).
  * For each phase, the context switches of odpd's threads (/proc/PID/task/
  * TID/status) and of this process, with their CPU time (schedstat), and, with --strace, the
  * system calls of odpd (strace -c -f attached for the phase) and of this
@@ -28,7 +32,9 @@
  * bench-path --socket PATH [--iters N] [--strace] [--no-neighbour] [--only PHASE]
  *   (ODPD_BENCH_ODPD_PID: odpd; --only: that phase alone, e.g. under perf;
  *   --only setup: the connections, segments and iters misses every run
- *   makes first, and nothing else, the baseline of bench/run-instructions)
+ *   makes first, and nothing else, the baseline of bench/run-instructions;
+ *   ODPD_BENCH_STAGES=1 with --only: SIGUSR2 to odpd before the phase, for
+ *   bench/run-stages)
  * With --strace, strace's tables go to build/bench-path-PHASE{,-client}.strace.
  * bench/run-path runs it in the VM.
  */
@@ -41,6 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,15 +153,16 @@ static unsigned long strace_stop(pid_t p, const char *out)
  * and on the one the daemon hit uses (ODPD_CACHE=0, no hit table: a
  * recvmsg more, looking for events), the daemon hit's.
  */
-enum { PH_MISS1, PH_MISS, PH_DHIT, PH_LHIT, PH_REFUSAL, PH_REFUSAL_U, PH_VERBS, PH_RTT, N_PH };
+enum { PH_MISS1, PH_MISS, PH_DHIT, PH_LHIT, PH_REFUSAL, PH_REFUSAL_U, PH_VERBS, PH_RTT, PH_VERBS_W, PH_SERVER, N_PH };
 static const char *const ph_names[N_PH] = {
 	"miss, first (reg+dereg)", "miss (reg+dereg)", "daemon hit (its reg)", "local hit (reg+dereg, libodpd)",
 	"refusal (1 request)", "refusal, cache off (1 request)", "ibv_reg_mr+ibv_dereg_mr",
-	"2 bare round trips (no odpd)",
+	"2 bare round trips (no odpd)", "ibv_reg_mr+ibv_dereg_mr, woken",
+	"verbs server (round trip + reg)",
 };
-static const char *const ph_files[N_PH] = { "miss1", "miss", "hit", "local", "refusal", "refusal-u", "verbs", "rtt" };
+static const char *const ph_files[N_PH] = { "miss1", "miss", "hit", "local", "refusal", "refusal-u", "verbs", "rtt", "verbs-woken", "server" };
 /* requests to odpd per operation (0: none; counts are then per operation) */
-static const unsigned ph_requests[N_PH] = { 2, 2, 2, 0, 1, 1, 0, 0 };
+static const unsigned ph_requests[N_PH] = { 2, 2, 2, 0, 1, 1, 0, 0, 0, 0 };
 
 struct client {
 	struct odpd_conn *uncached, *cached;
@@ -162,6 +171,7 @@ struct client {
 	char *base, *hitpage, *local;            /* iters pages of the cached connection's segment;
 						  * one page held by uncached; one local */
 	char *verbs_pages;                      /* iters resident pages of a memfd of its own */
+	int server_fd;                          /* the verbs server's socket (verbs_server()) */
 	struct verbs verbs;
 	unsigned iters;
 	int echo_fd;
@@ -185,6 +195,19 @@ static double one_op(const struct client *cl, int ph, unsigned i)
 		if (odpd_join_pd(ph == PH_REFUSAL ? cl->cached : cl->uncached, "bench-path") != -1 || errno != EBUSY)
 			die("odpd_join_pd after a registration: expected EBUSY, got %s", strerror(errno));
 		return now_us() - t0;
+	case PH_SERVER: {
+		uint64_t off = (uint64_t)(i % cl->iters) * 4096;
+		uint32_t lkey;
+
+		if (send(cl->server_fd, &off, sizeof(off), MSG_NOSIGNAL) != (ssize_t)sizeof(off) ||
+		    recv(cl->server_fd, &lkey, sizeof(lkey), 0) != (ssize_t)sizeof(lkey))
+			die("verbs server: %s", strerror(errno));
+		return now_us() - t0;
+	}
+	case PH_VERBS_W:
+		echo_rtt(cl->echo_fd);
+		t0 = now_us();
+		/* fall through */
 	case PH_VERBS:
 		/* a page of its own each time, as the miss has */
 		verbs_reg_dereg(&cl->verbs, cl->verbs_pages + (size_t)(i % cl->iters) * 4096, 4096,
@@ -223,6 +246,53 @@ static struct series *timed(const struct client *cl, int ph, const char *suffix)
 }
 
 /*
+ * The floor of any registration service on this machine: a forked process
+ * with its own context and PD that, for each offset it receives, registers
+ * that page of @pages (4 KiB, resident, shared with it), answers with the
+ * lkey, and then deregisters it, as odpd deregisters a released MR after
+ * its answer. No cache, no quota, no protocol: a round trip with the verb
+ * on the far side, run right after a wake-up as odpd's is.
+ */
+static int verbs_server(char *pages, size_t len, pid_t *ret_pid)
+{
+	int sv[2];
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		struct verbs v;
+		uint64_t off;
+		ssize_t n;
+
+		/* only its socket: a copy of another would keep that one open
+		 * (the echo's, odpd's connections) after the parent closes it */
+		if (dup2(sv[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
+			_exit(1);
+		sv[1] = 3;
+		verbs_open(&v);
+		while ((n = recv(sv[1], &off, sizeof(off), 0)) == (ssize_t)sizeof(off)) {
+			struct ibv_mr *mr = off + 4096 <= len ?
+				ibv_reg_mr(v.pd, pages + off, 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
+			uint32_t lkey = mr ? mr->lkey : 0;
+
+			if (!mr || send(sv[1], &lkey, sizeof(lkey), MSG_NOSIGNAL) != (ssize_t)sizeof(lkey))
+				_exit(1);
+			if (ibv_dereg_mr(mr))
+				_exit(1);
+		}
+		verbs_close(&v);
+		_exit(n == 0 ? 0 : 1);
+	}
+	close(sv[1]);
+	*ret_pid = pid;
+	return sv[0];
+}
+
+/*
  * The ratios' medians, taken in rounds: each round runs every phase of
  * @phs for iters / ROUNDS operations in a row, so a drift of the guest's
  * speed over the run (the emulator's) falls on all of them alike. Within a
@@ -230,16 +300,27 @@ static struct series *timed(const struct client *cl, int ph, const char *suffix)
  * one-way release) is paid by the next one, as it is in a program.
  */
 #define ROUNDS 8
-static void rounds(const struct client *cl, const int *phs, unsigned n, struct series **out)
+static void rounds(const struct client *cl, const int *phs, unsigned n, struct series **out,
+		   double (*round_median)[ROUNDS])
 {
 	unsigned per = cl->iters / ROUNDS ? cl->iters / ROUNDS : 1;
 
 	for (unsigned k = 0; k < n; k++)
 		out[k] = series_new(per * ROUNDS, "%s (rounds)", ph_names[phs[k]]);
 	for (unsigned round = 0; round < ROUNDS; round++)
-		for (unsigned k = 0; k < n; k++)
-			for (unsigned i = 0; i < per; i++)
-				add(out[k], one_op(cl, phs[k], round * per + i));
+		for (unsigned k = 0; k < n; k++) {
+			struct series *one = series_new(per, "%s (round %u)", ph_names[phs[k]], round);
+
+			for (unsigned i = 0; i < per; i++) {
+				double us = one_op(cl, phs[k], round * per + i);
+
+				add(out[k], us);
+				add(one, us);
+			}
+			summarize(one);
+			round_median[k][round] = one->median;
+			series_free(one);
+		}
 	for (unsigned k = 0; k < n; k++)
 		summarize(out[k]);
 }
@@ -376,7 +457,8 @@ int main(int argc, char **argv)
 	struct odpd_segment *seg, *seg1, *hseg, *lseg;
 	struct odpd_mr *hold, *lhold;
 	struct figures f[N_PH];
-	pid_t echo_pid;
+	pid_t echo_pid, server_pid;
+	char *server_pages;
 	int o;
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -424,6 +506,8 @@ int main(int argc, char **argv)
 	verbs_open(&cl.verbs);
 	cl.verbs_pages = memfd_buffer((size_t)iters * 4096);
 	cl.echo_fd = echo_start(&echo_pid);
+	server_pages = memfd_buffer((size_t)iters * 4096);
+	cl.server_fd = verbs_server(server_pages, (size_t)iters * 4096, &server_pid);
 	for (unsigned i = 0; i < iters; i++)       /* the "registered before" pages */
 		one_op(&cl, PH_MISS, i);
 	printf("%-32s %10s %11s %11s %11s %11s %11s\n", "phase", "median µs", "odpd calls", "client calls",
@@ -440,6 +524,12 @@ int main(int argc, char **argv)
 		if (ph == N_PH)
 			die("--only: no phase %s (setup, miss1, miss, hit, local, refusal, refusal-u, verbs, rtt)",
 			    only);
+		if (getenv("ODPD_BENCH_STAGES")) {
+			/* bench/run-stages: odpd's sums start here (daemon/stages.h) */
+			if (kill(odpd_pid, SIGUSR2) < 0)
+				die("kill odpd: %s", strerror(errno));
+			usleep(300000);
+		}
 		f[ph] = phase(&cl, ph, false);
 		printf("%-32s %10.1f %11s %11s %11.2f %11.1f %11.1f\n", ph_names[ph], f[ph].median, "-", "-",
 		       f[ph].odpd_cs + f[ph].client_cs, f[ph].odpd_cpu, f[ph].client_cpu);
@@ -456,15 +546,35 @@ int main(int argc, char **argv)
 			       f[ph].odpd_cs + f[ph].client_cs, f[ph].odpd_cpu, f[ph].client_cpu);
 	}
 	{
-		static const int phs[] = { PH_MISS, PH_REFUSAL, PH_VERBS, PH_DHIT, PH_RTT, PH_REFUSAL_U };
-		struct series *rs[6];
+		static const int phs[] = { PH_MISS, PH_REFUSAL, PH_VERBS, PH_DHIT, PH_RTT, PH_REFUSAL_U, PH_VERBS_W, PH_SERVER };
+		enum { NPHS = sizeof(phs) / sizeof(phs[0]) };
+		struct series *rs[NPHS], *woken_ratio = series_new(ROUNDS, "miss ratio, woken, per round");
+		double rm[NPHS][ROUNDS];
 
-		rounds(&cl, phs, 6, rs);
-		printf("\nsix phases again in %d rounds of %u operations each (medians, µs):\n", ROUNDS,
+		rounds(&cl, phs, NPHS, rs, rm);
+		printf("\n%d phases again in %d rounds of %u operations each (medians, µs):\n", NPHS, ROUNDS,
 		       iters / ROUNDS);
-		for (int k = 0; k < 6; k++)
+		for (int k = 0; k < NPHS; k++)
 			printf("%-32s %10.1f  (p10 %.1f, p90 %.1f)\n", ph_names[phs[k]], rs[k]->median, rs[k]->p10,
 			       rs[k]->p90);
+		/* The emulator's speed changes within a run, and a round's
+		 * phases share it: each round's own medians, and the miss's
+		 * ratio within the round. */
+		printf("\neach round's medians (µs), and the miss's ratios within it:\n%-8s", "round");
+		for (int k = 0; k < NPHS; k++)
+			printf(" %10s", ph_files[phs[k]]);
+		printf(" %10s %10s %10s\n", "miss/warm", "miss/woken", "miss/floor");
+		for (unsigned round = 0; round < ROUNDS; round++) {
+			double woken = rm[0][round] / (rm[1][round] + rm[6][round]);
+
+			printf("%-8u", round + 1);
+			for (int k = 0; k < NPHS; k++)
+				printf(" %10.1f", rm[k][round]);
+			printf(" %10.2f %10.2f %10.2f\n", rm[0][round] / (rm[1][round] + rm[2][round]), woken,
+			       rm[0][round] / rm[7][round]);
+			add(woken_ratio, woken);
+		}
+		summarize(woken_ratio);
 		printf("\nissue 26's figures (a 4 KiB miss = odpd_reg + odpd_dereg of resident pages, 2 requests):\n");
 		if (use_strace) {
 			target("system calls in odpd per request of a miss", f[PH_MISS].odpd_calls, 5, "");
@@ -482,16 +592,29 @@ int main(int argc, char **argv)
 		       f[PH_MISS].median / (f[PH_REFUSAL].median + f[PH_VERBS].median));
 		printf("  %-66s %7.2f ×\n", "(of pages never registered before, phases above)",
 		       f[PH_MISS1].median / (f[PH_REFUSAL].median + f[PH_VERBS].median));
+		/* odpd's verbs run right after a wake-up, as the woken ones do
+		 * (doc/benchmarks.md: under TCG a context switch empties the
+		 * emulator's TLB; verbs in a tight loop never pay that) */
+		printf("  %-66s %7.2f ×\n", "(the same, with the verbs run after a wake-up, medians of the rounds)",
+		       rs[0]->median / (rs[1]->median + rs[6]->median));
+		printf("  %-66s %7.2f ×\n", "(the same, median of the rounds' own ratios)", woken_ratio->median);
 		target("daemon hit (its odpd_reg) / refusal on its connection, medians of the rounds",
 		       rs[3]->median / rs[5]->median, 1.1, " ×");
 		printf("  %-66s %7.2f ×\n", "(the same, medians of the phases above)",
 		       f[PH_DHIT].median / f[PH_REFUSAL_U].median);
 		printf("  %-66s %7.2f ×\n", "(refusal / bare SEQPACKET round trip, medians of the rounds)",
 		       rs[1]->median / (rs[4]->median / 2));
+		printf("  %-66s %7.2f ×\n", "(verbs after a wake-up / verbs in a loop, medians of the rounds)",
+		       rs[6]->median / rs[2]->median);
+		printf("  %-66s %7.2f ×\n", "(miss / the verbs server's round trip, medians of the rounds)",
+		       rs[0]->median / rs[7]->median);
+		printf("  %-66s %7.2f ×\n", "(verbs server / (refusal + verbs in a loop), medians of the rounds)",
+		       rs[7]->median / (rs[1]->median + rs[2]->median));
 	}
 	if (neighbour)
 		big_neighbour(sock, &cl);
 	echo_stop(cl.echo_fd, echo_pid);
+	echo_stop(cl.server_fd, server_pid);
 	verbs_close(&cl.verbs);
 	odpd_dereg(hold);
 	odpd_dereg(lhold);

@@ -116,6 +116,13 @@ struct series *series_new(unsigned cap, const char *fmt, ...)
 	return s;
 }
 
+void series_free(struct series *s)
+{
+	if (s)
+		free(s->us);
+	free(s);
+}
+
 void add(struct series *s, double us)
 {
 	if (s->n < s->cap)

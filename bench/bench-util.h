@@ -67,6 +67,8 @@ struct series {
 
 __attribute__((format(printf, 2, 3))) struct series *series_new(unsigned cap, const char *fmt, ...);
 
+void series_free(struct series *s);
+
 /* One sample; those beyond the capacity are dropped. */
 void add(struct series *s, double us);
 
