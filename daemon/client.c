@@ -21,6 +21,7 @@
 #include "odpd-wire.h"
 #include "peer.h"
 #include "config.h"
+#include "stages.h"
 #include "request.h"
 
 
@@ -529,8 +530,11 @@ void odpd_client_send_fd(struct odpd_client *c, Odpd__Reply *reply, int fd)
 static void outq_push(struct odpd_client *c, struct odpd_answer *it)
 {
 	if (!c->outq) {
-		int r = odpd_wire_send_buf(c->fd, it->data, it->len, &it->fd, it->fd >= 0, MSG_DONTWAIT);
+		int r;
 
+		odpd_stage(ODPD_STAGE_ANSWER);
+		r = odpd_wire_send_buf(c->fd, it->data, it->len, &it->fd, it->fd >= 0, MSG_DONTWAIT);
+		odpd_stage(ODPD_STAGE_SEND);
 		if (r != -EAGAIN) {
 			odpd_answer_free(it);
 			if (r < 0)
@@ -898,6 +902,8 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 		odpd_registry_take_releases_later(&c->m->registry, &c->holder);
 	else if (c->has_holder && c->holder.hits)
 		odpd_registry_take_releases(&c->m->registry, &c->holder);
+	odpd_stage_kind(req->body_case);
+	odpd_stage(ODPD_STAGE_DECODE);
 	if (!req->has_id || req->id == 0)
 		odpd_client_send_error(c, 0, EINVAL, "request id 0 is reserved for events");
 	else if (c->resume_id && !c->oneway && client_resumed(c, req->id))
@@ -927,7 +933,9 @@ static void client_request(struct odpd_client *c, const uint8_t *buf, size_t len
 		client_dispatch(c, req, pkt);
 	}
 	/* what the ring released, deregistered now that the answer is sent */
+	odpd_stage(ODPD_STAGE_AFTER);
 	odpd_registry_run_later(&c->m->registry);
+	odpd_stage(ODPD_STAGE_LATER);
 	arena_end(a, req, &pa);
 out:
 	odpd_packet_close_fds(pkt);
@@ -941,9 +949,11 @@ static bool client_read_one(struct odpd_client *c)
 	struct odpd_packet pkt;
 	int r;
 
+	odpd_stage(ODPD_STAGE_START);
 	r = odpd_wire_recv(c->fd, m->rbuf, ODPD_MAX_PACKET + 1, &pkt, MSG_DONTWAIT);
 	if (r == -EAGAIN)
 		return false;
+	odpd_stage(ODPD_STAGE_RECV);
 	if (r < 0) {
 		odpd_client_disconnect(c, strerror(-r));
 		return false;

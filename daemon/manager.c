@@ -20,6 +20,7 @@
 #include "odpd-wire.h"
 #include "journal.h"
 #include "restart.h"
+#include "stages.h"
 
 /* What odpd asks of the OOM killer (-1000: never; clients are preferred). */
 #define ODPD_OOM_SCORE_ADJ "-900"
@@ -392,6 +393,17 @@ int odpd_manager_reload(struct odpd_manager *m, char *msg, size_t len)
 	return 0;
 }
 
+#ifdef ODPD_REQUEST_STAGES
+/* SIGUSR2: the sums since the last one to $ODPD_STAGES_OUT, and start again */
+static void on_stages(evutil_socket_t sig, short what, void *arg)
+{
+	(void)sig;
+	(void)what;
+	(void)arg;
+	odpd_stage_dump();
+}
+#endif
+
 static void on_hup(evutil_socket_t sig, short what, void *arg)
 {
 	struct odpd_manager *m = arg;
@@ -554,6 +566,11 @@ int odpd_manager_start(struct odpd_manager *m)
 	m->ev_hup = evsignal_new(m->base, SIGHUP, on_hup, m);
 	if (!m->ev_hup || event_add(m->ev_hup, NULL) < 0)
 		return log_errno(LOG_ERR, ENOMEM, "signal event");
+#ifdef ODPD_REQUEST_STAGES
+	m->ev_stages = evsignal_new(m->base, SIGUSR2, on_stages, m);
+	if (!m->ev_stages || event_add(m->ev_stages, NULL) < 0)
+		return log_errno(LOG_ERR, ENOMEM, "signal event");
+#endif
 	m->ev_listen = event_new(m->base, m->listen_fd, EV_READ | EV_PERSIST, odpd_client_accept, m);
 	if (!m->ev_listen || event_add(m->ev_listen, NULL) < 0)
 		return log_errno(LOG_ERR, ENOMEM, "listen event");
@@ -575,6 +592,8 @@ void odpd_manager_finish(struct odpd_manager *m)
 		event_free(m->ev_wedge);
 	if (m->ev_hup)
 		event_free(m->ev_hup);
+	if (m->ev_stages)
+		event_free(m->ev_stages);
 	odpd_pool_free(m->pool);              /* runs what is left (start-up failures) */
 	odpd_bus_stop(m);                     /* after the last Flush() was answered */
 	odpd_registry_finish(&m->registry);

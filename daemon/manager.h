@@ -140,6 +140,7 @@ struct odpd_manager {
 	unsigned long wd_completed;         /* the pool's count at the last tick */
 	struct event *ev_wedge;             /* ODPD_TEST_WEDGE=1: SIGUSR1 blocks every worker */
 	struct event *ev_hup;               /* SIGHUP: reload the configuration */
+	struct event *ev_stages;            /* SIGUSR2, -Drequest_stages=true only (stages.h) */
 	long long resolve_last_ms;          /* CLOCK_MONOTONIC of the last odpd_manager_resolve_names round */
 };
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "stages.h"
 #include "odpd.pb-c.h"
 #include "implicit.h"
 #include "verify.h"
@@ -164,11 +165,13 @@ static void reg_pin_locked(struct reg_op *op, struct ibv_pd *pd)
 	uint32_t slot = mr_cctx(mr) ? 0 : keep_limbo_enter(mr->dom, ODPD_LIMBO_PENDING);
 	int e;
 
+	odpd_stage(ODPD_STAGE_CHECK);
 	if ((uintptr_t)op->daemon_addr == mr->iova)
 		mr->mr = ibv_reg_mr(pd, op->daemon_addr, odpd_mr_length(mr), op->ibv_access);
 	else
 		mr->mr = ibv_reg_mr_iova(pd, op->daemon_addr, odpd_mr_length(mr), mr->iova, op->ibv_access);
 	e = errno;                           /* the verb's, before anything else can set it */
+	odpd_stage(ODPD_STAGE_VERB);
 	/* ODPD_TEST_REG_DELAY_MS: the MR made, its handle not yet in the
 	 * limbo, as when a crash comes inside the verb */
 	if (mr->mr && op->r->test_reg_delay_ms)
@@ -321,6 +324,7 @@ static bool reg_on_loop(struct reg_op *op)
 	pthread_mutex_unlock(&mr->dom->lock);
 	if (!pd || pthread_mutex_trylock(&map->witness_lock) != 0)
 		return false;
+	odpd_stage(ODPD_STAGE_WORK);
 	if (op->witness_seen || mapped_now(op->r, map->witness + mr->node.start, len)) {
 		witness_begin_present(mr);
 	} else if (op->resident_seen || cached_now(map->addr + mr->node.start, len)) {
@@ -480,8 +484,10 @@ static int reg_miss(struct reg_op *op, struct odpd_domain *d, uint64_t s, uint64
 	struct odpd_charge *c;
 	int rc;
 
+	odpd_stage(ODPD_STAGE_WORK);
 	if (op->q.unpopulated && (rc = check_resident(op, s, e, err)) < 0)
 		return rc;
+	odpd_stage(ODPD_STAGE_CHECK);
 
 	rc = quota_check(r, op->h, op->q.map, s, e, !op->q.odp, true, !op->evicted, &evict, err);
 	if (rc < 0)
@@ -693,7 +699,9 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 	if (d && !q->no_cache) {
 		if (!op->evicted)
 			r->stats.lookups++;
+		odpd_stage(ODPD_STAGE_WORK);
 		mr = cache_lookup(r, d, q, &l);
+		odpd_stage(ODPD_STAGE_CHECK);
 		if (mr)
 			return reg_hit(op, mr, ret_ref, err);
 		if (l.registering) {
