@@ -110,6 +110,6 @@ int main(int argc, char **argv)
 		    true);
 	print_ratio("odpd flush, nothing relaxed / round trip, p10", flush->p10, rtt->p10, 1.2, true);
 	odpd_disconnect(c);
-	echo_stop(echo_fd, echo_pid);
+	child_stop(echo_fd, echo_pid);
 	return 0;
 }

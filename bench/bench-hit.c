@@ -455,7 +455,7 @@ int main(int argc, char **argv)
 		fi_close(&fabric->fid);
 	}
 #endif
-	echo_stop(rtt_sock, rtt_child);
+	child_stop(rtt_sock, rtt_child);
 	verbs_close(&v);
 	printf("bench-hit: csv in %s/hit.csv\n", out);
 	return 0;

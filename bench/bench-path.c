@@ -199,15 +199,16 @@ static double one_op(const struct client *cl, int ph, unsigned i)
 		uint64_t off = (uint64_t)(i % cl->iters) * 4096;
 		uint32_t lkey;
 
-		if (send(cl->server_fd, &off, sizeof(off), MSG_NOSIGNAL) != (ssize_t)sizeof(off) ||
-		    recv(cl->server_fd, &lkey, sizeof(lkey), 0) != (ssize_t)sizeof(lkey))
-			die("verbs server: %s", strerror(errno));
+		if (send(cl->server_fd, &off, sizeof(off), MSG_NOSIGNAL) != (ssize_t)sizeof(off))
+			die("verbs server: send: %s", strerror(errno));
+		if (recv(cl->server_fd, &lkey, sizeof(lkey), 0) != (ssize_t)sizeof(lkey))
+			die("verbs server: no answer (the child's ibv_reg_mr or ibv_dereg_mr failed, or it died)");
 		return now_us() - t0;
 	}
 	case PH_VERBS_W:
 		echo_rtt(cl->echo_fd);
 		t0 = now_us();
-		/* fall through */
+		__attribute__((fallthrough));
 	case PH_VERBS:
 		/* a page of its own each time, as the miss has */
 		verbs_reg_dereg(&cl->verbs, cl->verbs_pages + (size_t)(i % cl->iters) * 4096, 4096,
@@ -246,50 +247,37 @@ static struct series *timed(const struct client *cl, int ph, const char *suffix)
 }
 
 /*
- * The floor of any registration service on this machine: a forked process
- * with its own context and PD that, for each offset it receives, registers
- * that page of @pages (4 KiB, resident, shared with it), answers with the
- * lkey, and then deregisters it, as odpd deregisters a released MR after
- * its answer. No cache, no quota, no protocol: a round trip with the verb
- * on the far side, run right after a wake-up as odpd's is.
+ * The floor of any registration service on this machine: a child
+ * (child_start) with its own context and PD that, for each offset it
+ * receives, registers that page of its pages (4 KiB, resident, shared with
+ * it), answers with the lkey, and then deregisters it, as odpd deregisters
+ * a released MR after its answer. No cache, no quota, no protocol: a round
+ * trip with the verb on the far side, run right after a wake-up as odpd's is.
  */
-static int verbs_server(char *pages, size_t len, pid_t *ret_pid)
+struct server_pages {
+	char *pages;
+	size_t len;
+};
+
+static int verbs_serve(int fd, void *arg)
 {
-	int sv[2];
-	pid_t pid;
+	const struct server_pages *sp = arg;
+	struct verbs v;
+	uint64_t off;
+	ssize_t n;
 
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-		die("socketpair: %s", strerror(errno));
-	pid = fork();
-	if (pid < 0)
-		die("fork: %s", strerror(errno));
-	if (pid == 0) {
-		struct verbs v;
-		uint64_t off;
-		ssize_t n;
+	verbs_open(&v);
+	while ((n = recv(fd, &off, sizeof(off), 0)) == (ssize_t)sizeof(off)) {
+		struct ibv_mr *mr = off + 4096 <= sp->len ?
+			ibv_reg_mr(v.pd, sp->pages + off, 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
+		uint32_t lkey = mr ? mr->lkey : 0;
 
-		/* only its socket: a copy of another would keep that one open
-		 * (the echo's, odpd's connections) after the parent closes it */
-		if (dup2(sv[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
-			_exit(1);
-		sv[1] = 3;
-		verbs_open(&v);
-		while ((n = recv(sv[1], &off, sizeof(off), 0)) == (ssize_t)sizeof(off)) {
-			struct ibv_mr *mr = off + 4096 <= len ?
-				ibv_reg_mr(v.pd, pages + off, 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
-			uint32_t lkey = mr ? mr->lkey : 0;
-
-			if (!mr || send(sv[1], &lkey, sizeof(lkey), MSG_NOSIGNAL) != (ssize_t)sizeof(lkey))
-				_exit(1);
-			if (ibv_dereg_mr(mr))
-				_exit(1);
-		}
-		verbs_close(&v);
-		_exit(n == 0 ? 0 : 1);
+		if (!mr || send(fd, &lkey, sizeof(lkey), MSG_NOSIGNAL) != (ssize_t)sizeof(lkey) ||
+		    ibv_dereg_mr(mr))
+			return 1;
 	}
-	close(sv[1]);
-	*ret_pid = pid;
-	return sv[0];
+	verbs_close(&v);
+	return n == 0 ? 0 : 1;
 }
 
 /*
@@ -458,7 +446,7 @@ int main(int argc, char **argv)
 	struct odpd_mr *hold, *lhold;
 	struct figures f[N_PH];
 	pid_t echo_pid, server_pid;
-	char *server_pages;
+	struct server_pages sp;
 	int o;
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -506,8 +494,9 @@ int main(int argc, char **argv)
 	verbs_open(&cl.verbs);
 	cl.verbs_pages = memfd_buffer((size_t)iters * 4096);
 	cl.echo_fd = echo_start(&echo_pid);
-	server_pages = memfd_buffer((size_t)iters * 4096);
-	cl.server_fd = verbs_server(server_pages, (size_t)iters * 4096, &server_pid);
+	sp.len = (size_t)iters * 4096;
+	sp.pages = memfd_buffer(sp.len);
+	cl.server_fd = child_start(verbs_serve, &sp, &server_pid);
 	for (unsigned i = 0; i < iters; i++)       /* the "registered before" pages */
 		one_op(&cl, PH_MISS, i);
 	printf("%-32s %10s %11s %11s %11s %11s %11s\n", "phase", "median µs", "odpd calls", "client calls",
@@ -522,7 +511,8 @@ int main(int argc, char **argv)
 		while (ph < N_PH && strcmp(ph_files[ph], only) != 0)
 			ph++;
 		if (ph == N_PH)
-			die("--only: no phase %s (setup, miss1, miss, hit, local, refusal, refusal-u, verbs, rtt)",
+			die("--only: no phase %s (setup, miss1, miss, hit, local, refusal, refusal-u, verbs, rtt, "
+			    "verbs-woken, server)",
 			    only);
 		if (getenv("ODPD_BENCH_STAGES")) {
 			/* bench/run-stages: odpd's sums start here (daemon/stages.h) */
@@ -562,14 +552,14 @@ int main(int argc, char **argv)
 		 * ratio within the round. */
 		printf("\neach round's medians (µs), and the miss's ratios within it:\n%-8s", "round");
 		for (int k = 0; k < NPHS; k++)
-			printf(" %10s", ph_files[phs[k]]);
+			printf(" %11s", ph_files[phs[k]]);
 		printf(" %10s %10s %10s\n", "miss/warm", "miss/woken", "miss/floor");
 		for (unsigned round = 0; round < ROUNDS; round++) {
 			double woken = rm[0][round] / (rm[1][round] + rm[6][round]);
 
 			printf("%-8u", round + 1);
 			for (int k = 0; k < NPHS; k++)
-				printf(" %10.1f", rm[k][round]);
+				printf(" %11.1f", rm[k][round]);
 			printf(" %10.2f %10.2f %10.2f\n", rm[0][round] / (rm[1][round] + rm[2][round]), woken,
 			       rm[0][round] / rm[7][round]);
 			add(woken_ratio, woken);
@@ -613,8 +603,8 @@ int main(int argc, char **argv)
 	}
 	if (neighbour)
 		big_neighbour(sock, &cl);
-	echo_stop(cl.echo_fd, echo_pid);
-	echo_stop(cl.server_fd, server_pid);
+	child_stop(cl.echo_fd, echo_pid);
+	child_stop(cl.server_fd, server_pid);
 	verbs_close(&cl.verbs);
 	odpd_dereg(hold);
 	odpd_dereg(lhold);

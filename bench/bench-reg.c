@@ -423,7 +423,7 @@ int main(int argc, char **argv)
 	print_mem("end: all freed; main conn keeps its verifier", proc_mem(pid), idle);
 	odpd_disconnect(conn);
 	close(raw);
-	echo_stop(echo_fd, echo_pid);
+	child_stop(echo_fd, echo_pid);
 	verbs_close(&v);
 	return EXIT_SUCCESS;
 }

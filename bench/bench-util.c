@@ -289,31 +289,44 @@ void csv_close(FILE *f, const char *dir, const char *name)
 
 /* ---------------------------------------------------------------- a bare round trip */
 
-/* A forked child echoing every packet of a SOCK_SEQPACKET socketpair: the bare
- * cost of a Unix socket round trip between two processes, no daemon. */
-int echo_start(pid_t *ret_pid)
+int child_start(int (*serve)(int fd, void *arg), void *arg, pid_t *ret_pid)
 {
 	int sv[2];
 	pid_t pid;
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		die("socketpair: %s", strerror(errno));
+	fflush(NULL);                          /* a die() in the child prints nothing of ours twice */
 	pid = fork();
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
 	if (pid == 0) {
-		char b[256];
-		ssize_t n;
-
-		close(sv[0]);
-		while ((n = recv(sv[1], b, sizeof(b), 0)) > 0)
-			if (send(sv[1], b, (size_t)n, MSG_NOSIGNAL) != n)
-				_exit(1);
-		_exit(n == 0 ? 0 : 1);
+		if (dup2(sv[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
+			_exit(1);
+		_exit(serve(3, arg));
 	}
 	close(sv[1]);
 	*ret_pid = pid;
 	return sv[0];
+}
+
+/* Every packet back: the bare cost of a Unix socket round trip between two
+ * processes, no daemon. */
+static int echo_serve(int fd, void *arg)
+{
+	char b[256];
+	ssize_t n;
+
+	(void)arg;
+	while ((n = recv(fd, b, sizeof(b), 0)) > 0)
+		if (send(fd, b, (size_t)n, MSG_NOSIGNAL) != n)
+			return 1;
+	return n == 0 ? 0 : 1;
+}
+
+int echo_start(pid_t *ret_pid)
+{
+	return child_start(echo_serve, NULL, ret_pid);
 }
 
 void echo_rtt(int fd)
@@ -325,13 +338,13 @@ void echo_rtt(int fd)
 		die("echo: %s", strerror(errno));
 }
 
-void echo_stop(int fd, pid_t pid)
+void child_stop(int fd, pid_t pid)
 {
 	int st;
 
 	close(fd);
 	if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
-		die("echo child failed");
+		die("child %d (child_start) failed", (int)pid);
 }
 
 long proc_status_kb(pid_t pid, const char *field)

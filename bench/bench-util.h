@@ -106,11 +106,18 @@ struct odpd_segment *segment(struct odpd_conn *c, size_t len);
 
 /* ---------------------------------------------------------------- a bare round trip */
 
+/* A forked child serving one end of a SOCK_SEQPACKET socketpair: it keeps
+ * only that socket (as fd 3) besides 0-2, so no copy of another of ours
+ * outlives our close of it, runs @serve(3, @arg) and exits with its status
+ * (0: the peer closed). Returns our end; the child's pid in @ret_pid. End it
+ * with child_stop(). */
+int child_start(int (*serve)(int fd, void *arg), void *arg, pid_t *ret_pid);
+/* Close our end and wait for the child; dies if it failed. */
+void child_stop(int fd, pid_t pid);
+
 /* A child that echoes SOCK_SEQPACKET packets back: the socket to it (fork
- * before any verbs or odpd state exists); one 64-byte round trip; the end
- * (dies if the child failed). */
+ * before any verbs or odpd state exists); one 64-byte round trip. */
 int echo_start(pid_t *ret_pid);
 void echo_rtt(int fd);
-void echo_stop(int fd, pid_t pid);
 
 #endif

@@ -70,15 +70,20 @@ void odpd_stage_kind(unsigned body_case)
 void odpd_stage_dump(void)
 {
 	const char *path = getenv("ODPD_STAGES_OUT");
-	FILE *f;
+	char tmp[4096];
+	FILE *f = NULL;
 
-	if (path && (f = fopen(path, "we"))) {
+	/* written aside and renamed: a reader never sees half of it */
+	if (path && snprintf(tmp, sizeof(tmp), "%s.tmp", path) < (int)sizeof(tmp))
+		f = fopen(tmp, "we");
+	if (f) {
 		for (unsigned k = 0; k < KINDS; k++)
 			for (int s = ODPD_STAGE_RECV; s < ODPD_STAGE_N && kinds[k].requests; s++)
 				fprintf(f, "%s %s %lu %.1f\n",
 					k ? odpd_request_name((Odpd__Request__BodyCase)k) : "other",
 					stage_names[s], kinds[k].requests, kinds[k].us[s]);
-		fclose(f);
+		if (fclose(f) == 0)
+			rename(tmp, path);
 	}
 	memset(kinds, 0, sizeof(kinds));
 }

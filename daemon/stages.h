@@ -12,6 +12,12 @@
  * it does (a refusal has no verb: all its work is ODPD_STAGE_ANSWER), and a
  * stage passed twice adds up (a miss's residency check is made where
  * REG_UNPOPULATED asks for it, else just before the verb).
+ * A request handed to a worker (a big or non-resident registration) is
+ * counted, but its verb and answer happen outside it and are not charged;
+ * an event sent to another connection while a request runs is charged to
+ * that request's answer and send. The benchmarks' 4 KiB misses run on the
+ * loop, so neither applies to them.
+ *
  * On SIGUSR2 the sums since the last SIGUSR2 are written to $ODPD_STAGES_OUT
  * ("KIND STAGE REQUESTS MICROSECONDS" lines), and counting starts again.
  */
