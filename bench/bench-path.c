@@ -34,7 +34,8 @@
  *   --only setup: the connections, segments and iters misses every run
  *   makes first, and nothing else, the baseline of bench/run-instructions;
  *   ODPD_BENCH_STAGES=1 with --only: SIGUSR2 to odpd before the phase, for
- *   bench/run-stages)
+ *   bench/run-stages; ODPD_BENCH_TRACE_ON=FILE with --only: "1" written to
+ *   FILE before the phase, for bench/run-ftrace)
  * With --strace, strace's tables go to build/bench-path-PHASE{,-client}.strace.
  * bench/run-path runs it in the VM.
  */
@@ -48,6 +49,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -266,6 +268,7 @@ static int verbs_serve(int fd, void *arg)
 	uint64_t off;
 	ssize_t n;
 
+	prctl(PR_SET_NAME, "vserver");          /* its own name in traces (bench/run-ftrace) */
 	verbs_open(&v);
 	while ((n = recv(fd, &off, sizeof(off), 0)) == (ssize_t)sizeof(off)) {
 		struct ibv_mr *mr = off + 4096 <= sp->len ?
@@ -514,6 +517,13 @@ int main(int argc, char **argv)
 			die("--only: no phase %s (setup, miss1, miss, hit, local, refusal, refusal-u, verbs, rtt, "
 			    "verbs-woken, server)",
 			    only);
+		if (getenv("ODPD_BENCH_TRACE_ON")) {
+			/* bench/run-ftrace: the kernel's tracer from here on */
+			FILE *t = fopen(getenv("ODPD_BENCH_TRACE_ON"), "we");
+
+			if (!t || fputs("1\n", t) < 0 || fclose(t) != 0)
+				die("%s: %s", getenv("ODPD_BENCH_TRACE_ON"), strerror(errno));
+		}
 		if (getenv("ODPD_BENCH_STAGES")) {
 			/* bench/run-stages: odpd's sums start here (daemon/stages.h) */
 			if (kill(odpd_pid, SIGUSR2) < 0)
