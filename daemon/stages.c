@@ -42,8 +42,7 @@ void odpd_stage(enum odpd_stage s)
 
 	if (s == ODPD_STAGE_START) {           /* client_read_one, on the loop */
 		on_loop = true;
-		for (int i = 0; i < ODPD_STAGE_N; i++)
-			cur[i] = 0;
+		memset(cur, 0, sizeof(cur));
 		cur_kind = 0;
 		last = now_us();
 		return;
@@ -57,8 +56,7 @@ void odpd_stage(enum odpd_stage s)
 		for (int i = 0; i < ODPD_STAGE_N; i++)
 			kinds[cur_kind].us[i] += cur[i];
 		kinds[cur_kind].requests++;
-		for (int i = 0; i < ODPD_STAGE_N; i++)
-			cur[i] = 0;
+		memset(cur, 0, sizeof(cur));
 	}
 }
 
