@@ -18,7 +18,10 @@
  *   verbs, woken the same, each right after a bare round trip (untimed), as
  *                odpd's verbs run right after its wake-up: under TCG a
  *                context switch empties the emulator's TLB, which a tight
- *                loop of verbs never refills (doc/benchmarks.md, 1.4.7).
+ *                loop of verbs never refills (doc/benchmarks.md, 1.4.7);
+ *   server       a round trip to a child that registers the page, answers and
+ *                deregisters it (verbs_serve(): the floor of any
+ *                registration service here).
  * For each phase, the context switches of odpd's threads (/proc/PID/task/
  * TID/status) and of this process, with their CPU time (schedstat), and, with --strace, the
  * system calls of odpd (strace -c -f attached for the phase) and of this
@@ -173,7 +176,7 @@ struct client {
 	char *base, *hitpage, *local;            /* iters pages of the cached connection's segment;
 						  * one page held by uncached; one local */
 	char *verbs_pages;                      /* iters resident pages of a memfd of its own */
-	int server_fd;                          /* the verbs server's socket (verbs_server()) */
+	int server_fd;                          /* the verbs server's socket (verbs_serve()) */
 	struct verbs verbs;
 	unsigned iters;
 	int echo_fd;
@@ -546,8 +549,10 @@ int main(int argc, char **argv)
 			       f[ph].odpd_cs + f[ph].client_cs, f[ph].odpd_cpu, f[ph].client_cpu);
 	}
 	{
-		static const int phs[] = { PH_MISS, PH_REFUSAL, PH_VERBS, PH_DHIT, PH_RTT, PH_REFUSAL_U, PH_VERBS_W, PH_SERVER };
-		enum { NPHS = sizeof(phs) / sizeof(phs[0]) };
+		/* R_*: where each phase is in phs[] (and in rs[], rm[]) */
+		enum { R_MISS, R_REFUSAL, R_VERBS, R_DHIT, R_RTT, R_REFUSAL_U, R_VERBS_W, R_SERVER, NPHS };
+		static const int phs[NPHS] = { PH_MISS, PH_REFUSAL, PH_VERBS, PH_DHIT, PH_RTT, PH_REFUSAL_U,
+					       PH_VERBS_W, PH_SERVER };
 		struct series *rs[NPHS], *woken_ratio = series_new(ROUNDS, "miss ratio, woken, per round");
 		double rm[NPHS][ROUNDS];
 
@@ -565,13 +570,13 @@ int main(int argc, char **argv)
 			printf(" %11s", ph_files[phs[k]]);
 		printf(" %10s %10s %10s\n", "miss/warm", "miss/woken", "miss/floor");
 		for (unsigned round = 0; round < ROUNDS; round++) {
-			double woken = rm[0][round] / (rm[1][round] + rm[6][round]);
+			double woken = rm[R_MISS][round] / (rm[R_REFUSAL][round] + rm[R_VERBS_W][round]);
 
 			printf("%-8u", round + 1);
 			for (int k = 0; k < NPHS; k++)
 				printf(" %11.1f", rm[k][round]);
-			printf(" %10.2f %10.2f %10.2f\n", rm[0][round] / (rm[1][round] + rm[2][round]), woken,
-			       rm[0][round] / rm[7][round]);
+			printf(" %10.2f %10.2f %10.2f\n", rm[R_MISS][round] / (rm[R_REFUSAL][round] + rm[R_VERBS][round]),
+			       woken, rm[R_MISS][round] / rm[R_SERVER][round]);
 			add(woken_ratio, woken);
 		}
 		summarize(woken_ratio);
@@ -587,7 +592,7 @@ int main(int argc, char **argv)
 		target("context switches per request of a miss, odpd and client",
 		       f[PH_MISS].odpd_cs + f[PH_MISS].client_cs, 2, "");
 		target("miss / (refusal + ibv_reg_mr + ibv_dereg_mr), medians of the rounds",
-		       rs[0]->median / (rs[1]->median + rs[2]->median), 1.5, " ×");
+		       rs[R_MISS]->median / (rs[R_REFUSAL]->median + rs[R_VERBS]->median), 1.5, " ×");
 		printf("  %-66s %7.2f ×\n", "(the same, medians of the phases above)",
 		       f[PH_MISS].median / (f[PH_REFUSAL].median + f[PH_VERBS].median));
 		printf("  %-66s %7.2f ×\n", "(of pages never registered before, phases above)",
@@ -596,20 +601,20 @@ int main(int argc, char **argv)
 		 * (doc/benchmarks.md: under TCG a context switch empties the
 		 * emulator's TLB; verbs in a tight loop never pay that) */
 		printf("  %-66s %7.2f ×\n", "(the same, with the verbs run after a wake-up, medians of the rounds)",
-		       rs[0]->median / (rs[1]->median + rs[6]->median));
+		       rs[R_MISS]->median / (rs[R_REFUSAL]->median + rs[R_VERBS_W]->median));
 		printf("  %-66s %7.2f ×\n", "(the same, median of the rounds' own ratios)", woken_ratio->median);
 		target("daemon hit (its odpd_reg) / refusal on its connection, medians of the rounds",
-		       rs[3]->median / rs[5]->median, 1.1, " ×");
+		       rs[R_DHIT]->median / rs[R_REFUSAL_U]->median, 1.1, " ×");
 		printf("  %-66s %7.2f ×\n", "(the same, medians of the phases above)",
 		       f[PH_DHIT].median / f[PH_REFUSAL_U].median);
 		printf("  %-66s %7.2f ×\n", "(refusal / bare SEQPACKET round trip, medians of the rounds)",
-		       rs[1]->median / (rs[4]->median / 2));
+		       rs[R_REFUSAL]->median / (rs[R_RTT]->median / 2));
 		printf("  %-66s %7.2f ×\n", "(verbs after a wake-up / verbs in a loop, medians of the rounds)",
-		       rs[6]->median / rs[2]->median);
+		       rs[R_VERBS_W]->median / rs[R_VERBS]->median);
 		printf("  %-66s %7.2f ×\n", "(miss / the verbs server's round trip, medians of the rounds)",
-		       rs[0]->median / rs[7]->median);
+		       rs[R_MISS]->median / rs[R_SERVER]->median);
 		printf("  %-66s %7.2f ×\n", "(verbs server / (refusal + verbs in a loop), medians of the rounds)",
-		       rs[7]->median / (rs[1]->median + rs[2]->median));
+		       rs[R_SERVER]->median / (rs[R_REFUSAL]->median + rs[R_VERBS]->median));
 	}
 	if (neighbour)
 		big_neighbour(sock, &cl);
