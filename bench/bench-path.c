@@ -9,6 +9,11 @@
  *   daemon hit   odpd_reg of a page an MR we hold covers, cache off
  *                (ODPD_CACHE=0), answered on odpd's loop; its one-way
  *                release follows untimed (counts are per request of both);
+ *   peer hit     the daemon hit as issue 26 defines it: odpd_reg, cache on,
+ *                of a page of a shared PD's segment that another process
+ *                of the PD (hold_serve()) holds an MR over, another page
+ *                each time; its release goes into the release ring, untimed
+ *                (odpd takes it with the next request);
  *   local hit    the same with the cache on: libodpd answers, no request;
  *   refusal      odpd_join_pd on a connection that has registered: odpd
  *                refuses it at once (EBUSY), 1 request, no cache work; on
@@ -158,16 +163,17 @@ static unsigned long strace_stop(pid_t p, const char *out)
  * and on the one the daemon hit uses (ODPD_CACHE=0, no hit table: a
  * recvmsg more, looking for events), the daemon hit's.
  */
-enum { PH_MISS1, PH_MISS, PH_DHIT, PH_LHIT, PH_REFUSAL, PH_REFUSAL_U, PH_VERBS, PH_RTT, PH_VERBS_W, PH_SERVER, N_PH };
+enum { PH_MISS1, PH_MISS, PH_DHIT, PH_PHIT, PH_LHIT, PH_REFUSAL, PH_REFUSAL_U, PH_VERBS, PH_RTT, PH_VERBS_W, PH_SERVER, N_PH };
 static const char *const ph_names[N_PH] = {
-	"miss, first (reg+dereg)", "miss (reg+dereg)", "daemon hit (its reg)", "local hit (reg+dereg, libodpd)",
+	"miss, first (reg+dereg)", "miss (reg+dereg)", "daemon hit (its reg)",
+	"daemon hit, a peer's MR (its reg)", "local hit (reg+dereg, libodpd)",
 	"refusal (1 request)", "refusal, cache off (1 request)", "ibv_reg_mr+ibv_dereg_mr",
 	"2 bare round trips (no odpd)", "ibv_reg_mr+ibv_dereg_mr, woken",
 	"verbs server (round trip + reg)",
 };
-static const char *const ph_files[N_PH] = { "miss1", "miss", "hit", "local", "refusal", "refusal-u", "verbs", "rtt", "verbs-woken", "server" };
+static const char *const ph_files[N_PH] = { "miss1", "miss", "hit", "peer-hit", "local", "refusal", "refusal-u", "verbs", "rtt", "verbs-woken", "server" };
 /* requests to odpd per operation (0: none; counts are then per operation) */
-static const unsigned ph_requests[N_PH] = { 2, 2, 2, 0, 1, 1, 0, 0, 0, 0 };
+static const unsigned ph_requests[N_PH] = { 2, 2, 2, 2, 0, 1, 1, 0, 0, 0, 0 };
 
 struct client {
 	struct odpd_conn *uncached, *cached;
@@ -175,6 +181,8 @@ struct client {
 						  * once (the first timed pass) */
 	char *base, *hitpage, *local;            /* iters pages of the cached connection's segment;
 						  * one page held by uncached; one local */
+	struct odpd_conn *peer;                 /* cache on, in the shared PD the holder's in */
+	char *peer_base;                        /* iters pages the holder has an MR over each */
 	char *verbs_pages;                      /* iters resident pages of a memfd of its own */
 	int server_fd;                          /* the verbs server's socket (verbs_serve()) */
 	struct verbs verbs;
@@ -231,14 +239,18 @@ static double one_op(const struct client *cl, int ph, unsigned i)
 		c = cl->cached;
 		p = cl->local;
 		break;
+	case PH_PHIT:
+		c = cl->peer;
+		p = cl->peer_base + (size_t)(i % cl->iters) * 4096;
+		break;
 	}
 	mr = odpd_reg(c, p, 4096, IBV_ACCESS_LOCAL_WRITE);
 	t1 = now_us();
 	if (!mr || odpd_dereg(mr) < 0)
 		die("%s: %s", ph_names[ph], odpd_errmsg());
-	/* the daemon hit is one request; its release (one-way: sent, not
-	 * waited for) is paid by the next one */
-	return (ph == PH_DHIT ? t1 : now_us()) - t0;
+	/* a daemon hit is one request; its release (one-way: sent, or put
+	 * in the release ring, not waited for) is paid by the next one */
+	return (ph == PH_DHIT || ph == PH_PHIT ? t1 : now_us()) - t0;
 }
 
 static struct series *timed(const struct client *cl, int ph, const char *suffix)
@@ -284,6 +296,45 @@ static int verbs_serve(int fd, void *arg)
 	}
 	verbs_close(&v);
 	return n == 0 ? 0 : 1;
+}
+
+/*
+ * Another process of a shared PD: it attaches the segment the parent
+ * allocated (inherited, as fd 4, and mapped at the same address), holds an
+ * MR over each of its pages, says so with a byte, and keeps them until the
+ * parent closes the socket. A registration of one of those pages by the
+ * parent's connection in the PD is then a daemon hit (issue 26's: "another
+ * process of the PD holds the MR").
+ */
+struct holder {
+	const char *sock, *pd;
+	char *addr;
+	size_t len;
+};
+
+static int hold_serve(int fd, void *arg)
+{
+	const struct holder *h = arg;
+	struct odpd_conn *c;
+	char b = 1;
+
+	prctl(PR_SET_NAME, "holder");
+	c = odpd_connect(h->sock, NULL);
+	if (!c || odpd_join_pd(c, h->pd) < 0 || !odpd_attach(c, 4, h->addr, h->len)) {
+		fprintf(stderr, "bench-path holder: %s\n", odpd_errmsg());
+		return 1;
+	}
+	for (size_t off = 0; off < h->len; off += 4096)
+		if (!odpd_reg(c, h->addr + off, 4096, IBV_ACCESS_LOCAL_WRITE)) {
+			fprintf(stderr, "bench-path holder: odpd_reg: %s\n", odpd_errmsg());
+			return 1;
+		}
+	if (send(fd, &b, 1, MSG_NOSIGNAL) != 1)
+		return 1;
+	while (recv(fd, &b, 1, 0) > 0)
+		;
+	odpd_disconnect(c);                     /* its MRs go with it */
+	return 0;
 }
 
 /*
@@ -448,12 +499,14 @@ int main(int argc, char **argv)
 	bool use_strace = false, neighbour = true;
 	const char *only = NULL;
 	struct client cl;
-	struct odpd_segment *seg, *seg1, *hseg, *lseg;
-	struct odpd_mr *hold, *lhold;
+	struct odpd_segment *seg, *seg1, *hseg, *lseg, *pseg;
+	struct odpd_mr *hold, *lhold, *warm;
 	struct figures f[N_PH];
-	pid_t echo_pid, server_pid;
+	pid_t echo_pid, server_pid, holder_pid;
 	struct server_pages sp;
-	int o;
+	struct holder holder;
+	char pd_name[64], b;
+	int o, holder_fd;
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -476,14 +529,19 @@ int main(int argc, char **argv)
 	cl.uncached = odpd_connect(sock, NULL);
 	unsetenv("ODPD_CACHE");
 	cl.cached = odpd_connect(sock, NULL);
-	if (!cl.uncached || !cl.cached)
+	cl.peer = odpd_connect(sock, NULL);
+	if (!cl.uncached || !cl.cached || !cl.peer)
 		die("odpd_connect: %s", odpd_errmsg());
+	snprintf(pd_name, sizeof(pd_name), "bench-path-%d", (int)getpid());
+	if (odpd_join_pd(cl.peer, pd_name) < 0)
+		die("odpd_join_pd: %s", odpd_errmsg());
 	cl.iters = iters;
 	seg = odpd_alloc(cl.cached, (size_t)iters * 4096, 0);
 	seg1 = odpd_alloc(cl.cached, (size_t)iters * 4096, 0);
 	hseg = odpd_alloc(cl.uncached, 4096, 0);
 	lseg = odpd_alloc(cl.cached, 4096, 0);
-	if (!seg || !seg1 || !hseg || !lseg)
+	pseg = odpd_alloc(cl.peer, (size_t)iters * 4096, 0);
+	if (!seg || !seg1 || !hseg || !lseg || !pseg)
 		die("odpd_alloc: %s", odpd_errmsg());
 	cl.base = odpd_segment_addr(seg);
 	cl.base1 = odpd_segment_addr(seg1);
@@ -502,7 +560,17 @@ int main(int argc, char **argv)
 	cl.echo_fd = echo_start(&echo_pid);
 	sp.len = (size_t)iters * 4096;
 	sp.pages = memfd_buffer(sp.len);
-	cl.server_fd = child_start(verbs_serve, &sp, &server_pid);
+	cl.server_fd = child_start(verbs_serve, &sp, -1, &server_pid);
+	cl.peer_base = odpd_segment_addr(pseg);
+	memset(cl.peer_base, 1, (size_t)iters * 4096);
+	holder = (struct holder){ .sock = sock, .pd = pd_name, .addr = cl.peer_base, .len = (size_t)iters * 4096 };
+	holder_fd = child_start(hold_serve, &holder, odpd_segment_fd(pseg), &holder_pid);
+	if (recv(holder_fd, &b, 1, 0) != 1)
+		die("the holder (another process of the PD) failed");
+	/* the connection's first registration opens its PD, on a worker */
+	warm = odpd_reg(cl.peer, cl.peer_base, 4096, IBV_ACCESS_LOCAL_WRITE);
+	if (!warm || odpd_dereg(warm) < 0)
+		die("odpd_reg (peer): %s", odpd_errmsg());
 	for (unsigned i = 0; i < iters; i++)       /* the "registered before" pages */
 		one_op(&cl, PH_MISS, i);
 	printf("%-32s %10s %11s %11s %11s %11s %11s\n", "phase", "median µs", "odpd calls", "client calls",
@@ -517,7 +585,7 @@ int main(int argc, char **argv)
 		while (ph < N_PH && strcmp(ph_files[ph], only) != 0)
 			ph++;
 		if (ph == N_PH)
-			die("--only: no phase %s (setup, miss1, miss, hit, local, refusal, refusal-u, verbs, rtt, "
+			die("--only: no phase %s (setup, miss1, miss, hit, peer-hit, local, refusal, refusal-u, verbs, rtt, "
 			    "verbs-woken, server)",
 			    only);
 		if (getenv("ODPD_BENCH_TRACE_ON")) {
@@ -550,9 +618,9 @@ int main(int argc, char **argv)
 	}
 	{
 		/* R_*: where each phase is in phs[] (and in rs[], rm[]) */
-		enum { R_MISS, R_REFUSAL, R_VERBS, R_DHIT, R_RTT, R_REFUSAL_U, R_VERBS_W, R_SERVER, NPHS };
-		static const int phs[NPHS] = { PH_MISS, PH_REFUSAL, PH_VERBS, PH_DHIT, PH_RTT, PH_REFUSAL_U,
-					       PH_VERBS_W, PH_SERVER };
+		enum { R_MISS, R_REFUSAL, R_VERBS, R_PHIT, R_DHIT, R_RTT, R_REFUSAL_U, R_VERBS_W, R_SERVER, NPHS };
+		static const int phs[NPHS] = { PH_MISS, PH_REFUSAL, PH_VERBS, PH_PHIT, PH_DHIT, PH_RTT,
+					       PH_REFUSAL_U, PH_VERBS_W, PH_SERVER };
 		struct series *rs[NPHS], *woken_ratio = series_new(ROUNDS, "miss ratio, woken, per round");
 		double rm[NPHS][ROUNDS];
 
@@ -603,10 +671,13 @@ int main(int argc, char **argv)
 		printf("  %-66s %7.2f ×\n", "(the same, with the verbs run after a wake-up, medians of the rounds)",
 		       rs[R_MISS]->median / (rs[R_REFUSAL]->median + rs[R_VERBS_W]->median));
 		printf("  %-66s %7.2f ×\n", "(the same, median of the rounds' own ratios)", woken_ratio->median);
-		target("daemon hit (its odpd_reg) / refusal on its connection, medians of the rounds",
-		       rs[R_DHIT]->median / rs[R_REFUSAL_U]->median, 1.1, " ×");
+		/* the refusal on a connection like the peer hit's: cache on */
+		target("daemon hit, a peer's MR (its odpd_reg) / refusal, medians of the rounds",
+		       rs[R_PHIT]->median / rs[R_REFUSAL]->median, 1.1, " ×");
 		printf("  %-66s %7.2f ×\n", "(the same, medians of the phases above)",
-		       f[PH_DHIT].median / f[PH_REFUSAL_U].median);
+		       f[PH_PHIT].median / f[PH_REFUSAL].median);
+		printf("  %-66s %7.2f ×\n", "(cache off, its own MR / refusal, cache off, medians of the rounds)",
+		       rs[R_DHIT]->median / rs[R_REFUSAL_U]->median);
 		printf("  %-66s %7.2f ×\n", "(refusal / bare SEQPACKET round trip, medians of the rounds)",
 		       rs[R_REFUSAL]->median / (rs[R_RTT]->median / 2));
 		printf("  %-66s %7.2f ×\n", "(verbs after a wake-up / verbs in a loop, medians of the rounds)",
@@ -620,10 +691,12 @@ int main(int argc, char **argv)
 		big_neighbour(sock, &cl);
 	child_stop(cl.echo_fd, echo_pid);
 	child_stop(cl.server_fd, server_pid);
+	child_stop(holder_fd, holder_pid);
 	verbs_close(&cl.verbs);
 	odpd_dereg(hold);
 	odpd_dereg(lhold);
 	odpd_disconnect(cl.cached);
 	odpd_disconnect(cl.uncached);
+	odpd_disconnect(cl.peer);
 	return 0;
 }

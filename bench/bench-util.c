@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* bench-util: the helpers bench-reg and bench-cache share (bench-util.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
@@ -289,7 +290,7 @@ void csv_close(FILE *f, const char *dir, const char *name)
 
 /* ---------------------------------------------------------------- a bare round trip */
 
-int child_start(int (*serve)(int fd, void *arg), void *arg, pid_t *ret_pid)
+int child_start(int (*serve)(int fd, void *arg), void *arg, int keep_fd, pid_t *ret_pid)
 {
 	int sv[2];
 	pid_t pid;
@@ -301,7 +302,11 @@ int child_start(int (*serve)(int fd, void *arg), void *arg, pid_t *ret_pid)
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
 	if (pid == 0) {
-		if (dup2(sv[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
+		/* both above 4 first: either may be 3 or 4 now */
+		int s = fcntl(sv[1], F_DUPFD, 5), k = keep_fd >= 0 ? fcntl(keep_fd, F_DUPFD, 5) : -1;
+
+		if (s < 0 || (keep_fd >= 0 && k < 0) || dup2(s, 3) < 0 || (k >= 0 && dup2(k, 4) < 0) ||
+		    close_range(k >= 0 ? 5 : 4, ~0U, 0) < 0)
 			_exit(1);
 		_exit(serve(3, arg));
 	}
@@ -326,7 +331,7 @@ static int echo_serve(int fd, void *arg)
 
 int echo_start(pid_t *ret_pid)
 {
-	return child_start(echo_serve, NULL, ret_pid);
+	return child_start(echo_serve, NULL, -1, ret_pid);
 }
 
 void echo_rtt(int fd)

@@ -107,11 +107,11 @@ struct odpd_segment *segment(struct odpd_conn *c, size_t len);
 /* ---------------------------------------------------------------- a bare round trip */
 
 /* A forked child serving one end of a SOCK_SEQPACKET socketpair: it keeps
- * only that socket (as fd 3) besides 0-2, so no copy of another of ours
- * outlives our close of it, runs @serve(3, @arg) and exits with its status
- * (0: the peer closed). Returns our end; the child's pid in @ret_pid. End it
- * with child_stop(). */
-int child_start(int (*serve)(int fd, void *arg), void *arg, pid_t *ret_pid);
+ * only that socket (as fd 3) besides 0-2, and @keep_fd as fd 4 if it is not
+ * -1, so no copy of another of ours outlives our close of it, runs
+ * @serve(3, @arg) and exits with its status (0: the peer closed). Returns
+ * our end; the child's pid in @ret_pid. End it with child_stop(). */
+int child_start(int (*serve)(int fd, void *arg), void *arg, int keep_fd, pid_t *ret_pid);
 /* Close our end and wait for the child; dies if it failed. */
 void child_stop(int fd, pid_t pid);
 
