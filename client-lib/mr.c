@@ -116,14 +116,6 @@ static void mr_insert(struct odpd_conn *c, struct mr_entry *e, struct odpd_segme
 	tables_unlock(c);
 }
 
-static void mr_remove(struct mr_entry *e)
-{
-	tables_lock(e->conn);
-	link_del(&e->link);
-	if (e->seg)
-		e->seg->n_mrs--;
-	tables_unlock(e->conn);
-}
 
 /* At most this many entries wait for reuse per connection (~100 B each). */
 #define SPARE_MAX 64
@@ -142,10 +134,13 @@ static struct mr_entry *spare_take_locked(struct odpd_conn *c)
 	return e;
 }
 
-/* Keep @e (out of every list) for reuse: true, else the caller frees it.
- * Caller holds the tables lock. */
-static bool spare_put_locked(struct odpd_conn *c, struct mr_entry *e)
+/* Take @e out of the connection's MRs and keep it for reuse: true, else
+ * the caller frees it. Caller holds the tables lock. */
+static bool mr_retire_locked(struct odpd_conn *c, struct mr_entry *e)
 {
+	link_del(&e->link);
+	if (e->seg)                     /* NULL: implicit ODP, in no segment */
+		e->seg->n_mrs--;
 	if (c->n_spare_mrs >= SPARE_MAX)
 		return false;
 	link_add_tail(&c->spare_mrs, &e->link);
@@ -370,12 +365,8 @@ static bool mr_dereg_local(struct mr_entry *e, const char *what, bool relaxed)
 		return false;
 	tables_lock(c);
 	fate = hit_release(c, e->ref, relaxed);
-	if (fate == HIT_RELEASE_DONE) {
-		link_del(&e->link);
-		e->seg->n_mrs--;
-		if (spare_put_locked(c, e))
-			e = NULL;
-	}
+	if (fate == HIT_RELEASE_DONE && mr_retire_locked(c, e))
+		e = NULL;
 	tables_unlock(c);
 	if (fate != HIT_RELEASE_DONE)
 		return false;
@@ -408,6 +399,7 @@ static bool mr_oneway(const struct odpd_conn *c, const struct mr_entry *e, bool 
 static int mr_dereg(struct mr_entry *e, const char *what, bool relaxed)
 {
 	struct odpd_conn *c = e->conn;
+	bool kept = false;
 	int r;
 
 	if (mr_dereg_local(e, what, relaxed))
@@ -416,20 +408,23 @@ static int mr_dereg(struct mr_entry *e, const char *what, bool relaxed)
 	r = mr_oneway(c, e, relaxed) ? conn_release_oneway(c, what, e->mr.handle) : 1;
 	if (r == 1)                          /* not one-way, or its ring is full */
 		r = mr_deregister(c, what, e->mr.handle, relaxed);
-	if (r >= 0)
-		mr_remove(e);
+	if (r >= 0) {
+		/* out of the tables, and kept for the next odpd_reg (a miss's
+		 * release: no free here, no calloc there) */
+		tables_lock(c);
+		if (e->ref)
+			hit_drop_user(c, e->ref);
+		kept = mr_retire_locked(c, e);
+		tables_unlock(c);
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (r < 0) {
 		if (e->ref)
 			hit_unrelease(c, e->ref);
 		return r;
 	}
-	if (e->ref) {
-		tables_lock(c);
-		hit_drop_user(c, e->ref);
-		tables_unlock(c);
-	}
-	free(e);
+	if (!kept)
+		free(e);
 	return r;
 }
 
