@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "fdstore.h"
 #include "handler.h"
 
 /* Largest number of MrInfo in one MrsReply: well inside ODPD_MAX_PACKET. */
@@ -183,6 +184,7 @@ static int status_reply(const struct odpd_caller *k, struct odpd_out *o)
 	Odpd__Reply reply = ODPD__REPLY__INIT;
 	Odpd__StatusReply sr = ODPD__STATUS_REPLY__INIT;
 	Odpd__RestartInfo ri = ODPD__RESTART_INFO__INIT;
+	Odpd__FdStoreInfo fi = ODPD__FD_STORE_INFO__INIT;
 	Odpd__CacheStats cs = ODPD__CACHE_STATS__INIT;
 	Odpd__OdpStats os = ODPD__ODP_STATS__INIT;
 	unsigned n_pd_rows = r->n_shared * (r->devices->n + 1) + 1;
@@ -260,6 +262,17 @@ static int status_reply(const struct odpd_caller *k, struct odpd_out *o)
 		ri.crashed = m->restart_crashed;
 		ri.swept_mrs = m->restart_swept_mrs;
 		sr.restart = &ri;
+	}
+	if (odpd_fdstore_available()) {
+		struct odpd_fdstore_usage u;
+
+		odpd_fdstore_usage(&u);
+		fi.has_stored = fi.has_max = fi.has_over = fi.has_refused = 1;
+		fi.stored = u.stored;
+		fi.max = u.max;
+		fi.over = u.over;
+		fi.refused = u.refused;
+		sr.fd_store = &fi;
 	}
 	sr.n_pds = pd_infos(r, pi, pp, n_pd_rows);
 	sr.pds = pp;

@@ -197,8 +197,9 @@ static int store_put(const char *kind, uint64_t id, int fd)
 
 	store_name(name, sizeof(name), kind, id);
 	r = odpd_fdstore_put(name, fd);
-	if (r < 0)
-		log_errno(LOG_WARNING, -r, "journal: cannot store %s in systemd's fd store", name);
+	if (r < 0)    /* (full: fdstore.c said so once) */
+		log_errno(r == -EXFULL ? LOG_DEBUG : LOG_WARNING, -r, "journal: cannot store %s in systemd's fd store",
+			  name);
 	return r;
 }
 

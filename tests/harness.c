@@ -225,7 +225,7 @@ static void *store_run(void *arg)
 				}
 		} else if (strstr(buf, "FDSTORE=1") && name) {
 			for (int i = 0; i < nfds; i++) {
-				if (st->n < FAKE_STORE_MAX) {
+				if (st->n < (st->max && st->max < FAKE_STORE_MAX ? st->max : FAKE_STORE_MAX)) {
 					snprintf(st->names[st->n], sizeof(st->names[0]), "%s", name);
 					st->fds[st->n++] = fds[i];
 				} else {

@@ -54,6 +54,8 @@ struct fake_store {
 	int fds[FAKE_STORE_MAX];
 	char names[FAKE_STORE_MAX][64];
 	bool hold_barriers;     /* set: BARRIER=1 is never answered (sd_notify_barrier times out) */
+	unsigned max;           /* set: FileDescriptorStoreMax=, as systemd keeps it (an fd beyond
+				 * it is closed); 0: FAKE_STORE_MAX */
 	int held[FAKE_STORE_MAX];
 	unsigned n_held;
 };

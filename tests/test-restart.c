@@ -921,6 +921,91 @@ static void test_restart_without_store_drops(void **state)
 	daemon_stop(&d);
 }
 
+/* odpctl status --json's "fd_store"."@key" of @d; -1 if there is no "fd_store". */
+static int64_t fd_store_field(const struct test_daemon *d, const char *key)
+{
+	json_object *root = status_json(d), *fs;
+	int64_t v = -1;
+
+	if (json_object_object_get_ex(root, "fd_store", &fs))
+		v = json_int(fs, key);
+	json_object_put(root);
+	return v;
+}
+
+/*
+ * systemd's FileDescriptorStoreMax= reached ($FDSTORE, as systemd 254 and
+ * later set it; the fake store closes what does not fit, as systemd does):
+ * odpd stores no connection, hit table or segment in the last places
+ * (ODPD_FDSTORE_RESERVED), counts what it refused (odpctl status
+ * "fd_store"), and still stores its journal when the stop rewrites it; the
+ * restart keeps the connections whose fds were stored and drops the
+ * others, all of them accounted for.
+ */
+#define STORE_MAX 10
+static void test_restart_fd_store_full(void **state)
+{
+	struct test_daemon d = { 0 };
+	struct fake_store st;
+	struct odpd_conn *c[8];
+	unsigned n = 0, kept, kept_mrs, dropped, alive = 0;
+	int base_mrs = kernel_mrs();
+
+	(void)state;
+	fake_store_start(&st);
+	pthread_mutex_lock(&st.lock);
+	st.max = STORE_MAX;
+	pthread_mutex_unlock(&st.lock);
+	assert_int_equal(setenv("FDSTORE", "10", 1), 0);        /* STORE_MAX */
+	daemon_start(&d, NULL);
+	assert_int_equal(fd_store_field(&d, "max"), STORE_MAX);
+	if (!keeps()) {
+		/* stock: no journal, nothing stored */
+		assert_int_equal(fd_store_field(&d, "stored"), 0);
+		unsetenv("FDSTORE");
+		fake_store_stop(&st);
+		daemon_stop(&d);
+		return;
+	}
+	/* connections with a segment each (a connection's fd and its
+	 * segment's, after the journal and the limbo) until one did not fit */
+	while (n < 8 && fd_store_field(&d, "refused") == 0) {
+		c[n] = odpd_connect(d.sock, NULL);
+		assert_non_null(c[n]);
+		assert_non_null(odpd_alloc(c[n], SEG_LEN, 0));
+		n++;
+	}
+	assert_int_equal(fd_store_field(&d, "over"), 0);
+	/* odpd's count is what the store holds */
+	assert_int_equal(fd_store_field(&d, "stored"), store_count(&st, "odpd-"));
+	assert_true(store_count(&st, "odpd-") <= STORE_MAX);
+	stop(&d);
+	restart_from(&d, &st, NULL);
+	unsetenv("FDSTORE");
+	assert_int_equal(fd_store_field(&d, "max"), STORE_MAX);
+	assert_true(fd_store_field(&d, "stored") <= STORE_MAX);
+	assert_int_equal(fd_store_field(&d, "over"), 0);
+	status_restart(&d, &kept, &kept_mrs, &dropped);
+	assert_int_equal(kept_mrs, 0);
+	assert_int_equal(kept + dropped, n);
+	assert_true(kept >= 1);
+	assert_true(dropped >= 1);
+	/* the kept ones go on, the others were closed */
+	for (unsigned i = 0; i < n; i++) {
+		struct odpd_segment *seg = odpd_alloc(c[i], SEG_LEN, 0);
+
+		if (seg) {
+			assert_int_equal(odpd_detach(seg), 0);
+			alive++;
+		} else {
+			assert_int_equal(errno, ENOTCONN);
+		}
+		odpd_disconnect(c[i]);
+	}
+	assert_int_equal(alive, kept);
+	end_at_baseline(&d, &st, base_mrs);
+}
+
 /*
  * One-way releases queued while no odpd reads (a restart, odpd_dereg of a
  * short local MR): one connection sends one (an unknown handle: counted in
@@ -1986,6 +2071,7 @@ int main(void)
 		cmocka_unit_test(test_restart_drops_unreadable_state),
 		cmocka_unit_test(test_restart_failed_hand_over_unstores),
 		cmocka_unit_test(test_restart_without_store_drops),
+		cmocka_unit_test(test_restart_fd_store_full),
 		cmocka_unit_test(test_restart_survives_crash),
 		cmocka_unit_test(test_restart_oneway_first),
 		cmocka_unit_test(test_restart_ring_release_while_quiescing),

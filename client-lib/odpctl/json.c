@@ -299,6 +299,15 @@ void print_json(const Odpd__StatusReply *st)
 		put_u64(rs, "swept_mrs", st->restart->swept_mrs);
 		json_object_object_add(root, "restart", rs);
 	}
+	if (st->fd_store) {
+		json_object *fs = json_object_new_object();
+
+		put_u64(fs, "stored", st->fd_store->stored);
+		put_u64(fs, "max", st->fd_store->max);
+		put_u64(fs, "over", st->fd_store->over);
+		put_u64(fs, "refused", st->fd_store->refused);
+		json_object_object_add(root, "fd_store", fs);
+	}
 	json_object_object_add(root, "daemon", daemon);
 	json_object_object_add(root, "devices", devices);
 	json_object_object_add(root, "clients", clients);
