@@ -13,7 +13,7 @@
  *                of a page of a shared PD's segment that another process
  *                of the PD (hold_serve()) holds an MR over, another page
  *                each time; its release goes into the release ring, untimed
- *                (odpd takes it with the next request);
+ *                (odpd takes it with the next request): 1 request;
  *   local hit    the same with the cache on: libodpd answers, no request;
  *   refusal      odpd_join_pd on a connection that has registered: odpd
  *                refuses it at once (EBUSY), 1 request, no cache work; on
@@ -173,7 +173,7 @@ static const char *const ph_names[N_PH] = {
 };
 static const char *const ph_files[N_PH] = { "miss1", "miss", "hit", "peer-hit", "local", "refusal", "refusal-u", "verbs", "rtt", "verbs-woken", "server" };
 /* requests to odpd per operation (0: none; counts are then per operation) */
-static const unsigned ph_requests[N_PH] = { 2, 2, 2, 2, 0, 1, 1, 0, 0, 0, 0 };
+static const unsigned ph_requests[N_PH] = { 2, 2, 2, 1, 0, 1, 1, 0, 0, 0, 0 };
 
 struct client {
 	struct odpd_conn *uncached, *cached;

@@ -141,6 +141,11 @@ static bool mr_retire_locked(struct odpd_conn *c, struct mr_entry *e)
 	link_del(&e->link);
 	if (e->seg)                     /* NULL: implicit ODP, in no segment */
 		e->seg->n_mrs--;
+#ifdef __SANITIZE_ADDRESS__
+	/* freed, so that ASan reports a second odpd_dereg() of it (kept,
+	 * it would be a spare's list that the second one corrupts) */
+	return false;
+#endif
 	if (c->n_spare_mrs >= SPARE_MAX)
 		return false;
 	link_add_tail(&c->spare_mrs, &e->link);

@@ -267,10 +267,10 @@ static int status_reply(const struct odpd_caller *k, struct odpd_out *o)
 		struct odpd_fdstore_usage u;
 
 		odpd_fdstore_usage(&u);
-		fi.has_stored = fi.has_max = fi.has_over = fi.has_refused = 1;
+		fi.has_stored = fi.has_refused = 1;
 		fi.stored = u.stored;
+		fi.has_max = u.known;
 		fi.max = u.max;
-		fi.over = u.over;
 		fi.refused = u.refused;
 		sr.fd_store = &fi;
 	}

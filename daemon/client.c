@@ -658,8 +658,7 @@ static void handle_hello(struct odpd_client *c, uint64_t id, const Odpd__Hello *
 			struct odpd_keep_client v;
 
 			odpd_client_keep_view(c, &v);
-			odpd_journal_client_new(&v, c->fd);
-			c->stored = true;
+			c->stored = odpd_journal_client_new(&v, c->fd);
 		}
 	}
 	odpd_client_send(c, &reply);

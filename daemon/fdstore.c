@@ -36,7 +36,8 @@ static struct {
 	pthread_mutex_t lock;
 	struct name_node *bucket[NAME_BUCKETS];
 	unsigned stored, max;
-	unsigned long long refused, over;
+	bool known;                         /* max is the unit's (0 then: no store at all) */
+	unsigned long long refused;
 	bool nearly_said, full_said;
 } S = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -88,10 +89,13 @@ static void name_del(const char *name)
 	pthread_mutex_unlock(&S.lock);
 }
 
-/* The unit's FileDescriptorStoreMax=, 0 if not known. */
-static unsigned store_max(void)
+/* The unit's FileDescriptorStoreMax=: 0 and *@known, or -errno if not
+ * known. @ask_bus: on systemd 252 (no $FDSTORE) ask it over D-Bus, with a
+ * short timeout from the connection's start on (odpd is not ready yet). */
+static int store_max(bool ask_bus, unsigned *ret)
 {
 	const char *e = getenv("FDSTORE");      /* systemd 254 and later */
+	const char *addr = getenv("DBUS_SYSTEM_BUS_ADDRESS");
 	sd_bus_error err = SD_BUS_ERROR_NULL;
 	char *unit = NULL, *path = NULL;
 	sd_bus *bus = NULL;
@@ -100,17 +104,30 @@ static unsigned store_max(void)
 
 	if (e && *e) {
 		char *end;
-		unsigned long v = strtoul(e, &end, 10);
+		unsigned long v;
 
-		return *end || v > UINT32_MAX ? 0 : (unsigned)v;
+		errno = 0;
+		v = strtoul(e, &end, 10);
+		if (errno || *end || v > UINT32_MAX)
+			return -EINVAL;
+		*ret = (unsigned)v;
+		return 0;
 	}
+	if (!ask_bus)
+		return -ENOENT;
 	/* systemd 252: the property of odpd's own unit */
 	r = sd_pid_get_unit(0, &unit);
 	if (r < 0)
-		return 0;
-	r = sd_bus_open_system(&bus);
+		return r;
+	r = sd_bus_new(&bus);
 	if (r >= 0)
-		r = sd_bus_set_method_call_timeout(bus, 2 * 1000000ull);
+		r = sd_bus_set_address(bus, addr && *addr ? addr : "unix:path=/run/dbus/system_bus_socket");
+	if (r >= 0)
+		r = sd_bus_set_bus_client(bus, 1);
+	if (r >= 0)
+		r = sd_bus_set_method_call_timeout(bus, 2 * 1000000ull);   /* Hello's too */
+	if (r >= 0)
+		r = sd_bus_start(bus);
 	if (r >= 0)
 		r = sd_bus_path_encode("/org/freedesktop/systemd1/unit", unit, &path);
 	if (r >= 0)
@@ -121,31 +138,38 @@ static unsigned store_max(void)
 		log_debug("fd store: FileDescriptorStoreMax= of %s not known: %s", unit,
 			  err.message ? err.message : strerror(-r));
 	sd_bus_error_free(&err);
-	sd_bus_flush_close_unref(bus);
+	sd_bus_close_unref(bus);
 	free(path);
 	free(unit);
-	return r < 0 ? 0 : max;
+	if (r < 0)
+		return r;
+	*ret = max;
+	return 0;
 }
 
 void odpd_fdstore_usage(struct odpd_fdstore_usage *u)
 {
 	pthread_mutex_lock(&S.lock);
-	*u = (struct odpd_fdstore_usage){ .stored = S.stored, .max = S.max, .refused = S.refused, .over = S.over };
+	*u = (struct odpd_fdstore_usage){ .stored = S.stored, .max = S.max, .known = S.known, .refused = S.refused };
 	pthread_mutex_unlock(&S.lock);
 }
 
-int odpd_fdstore_collect(struct odpd_fdstore *s)
+int odpd_fdstore_collect(struct odpd_fdstore *s, bool ask_bus)
 {
 	char **names = NULL;
 	int n = sd_listen_fds_with_names(1, &names);
 
 	*s = (struct odpd_fdstore){ .listen_fd = -1 };
 	if (odpd_fdstore_available()) {
-		unsigned max = store_max();
+		unsigned max = 0;
+		bool known = store_max(ask_bus, &max) == 0;
 
 		pthread_mutex_lock(&S.lock);
 		S.max = max;
+		S.known = known;
 		pthread_mutex_unlock(&S.lock);
+		if (known && !max)
+			log_info("fd store: FileDescriptorStoreMax=0, no store: nothing is kept across a restart");
 	}
 	if (n <= 0) {
 		free(names);
@@ -229,8 +253,12 @@ void odpd_fdstore_release_unused(struct odpd_fdstore *s, bool (*in_use)(const ch
 bool odpd_fdstore_available(void)
 {
 	const char *e = getenv("NOTIFY_SOCKET");
+	bool none;
 
-	return e && *e;
+	pthread_mutex_lock(&S.lock);
+	none = S.known && !S.max;               /* FileDescriptorStoreMax=0 */
+	pthread_mutex_unlock(&S.lock);
+	return e && *e && !none;
 }
 
 /* Once: the store is full, and what that costs. Lock held. */
@@ -245,38 +273,47 @@ static void say_full_locked(const char *full)
 		    S.max, ODPD_FDSTORE_RESERVED, full);
 }
 
+/* The places at the end of the store that @name may not take: a PD's
+ * context leaves the journal and the limbo 2 (a rewrite holds two
+ * journals for a moment), a connection, a hit table or a segment 4 (what
+ * it would keep is lost at a restart, but nothing else is); the journal
+ * and the limbo none. */
+static unsigned reserve_for(const char *name)
+{
+	if (strncmp(name, "journal-", 8) == 0 || strncmp(name, "limbo-", 6) == 0)
+		return 0;
+	if (strncmp(name, "ctx-", 4) == 0)
+		return ODPD_FDSTORE_RESERVED / 2;
+	return ODPD_FDSTORE_RESERVED;
+}
+
 int odpd_fdstore_put(const char *name, int fd)
 {
-	bool vital = strncmp(name, "journal-", 8) == 0 || strncmp(name, "limbo-", 6) == 0 ||
-		     strncmp(name, "ctx-", 4) == 0;
 	char msg[96], full[64];
-	bool known, fits;
 	int r;
 
 	snprintf(full, sizeof(full), STORED_PREFIX "%s", name);
 	snprintf(msg, sizeof(msg), "FDSTORE=1\nFDNAME=%s\nFDPOLL=0", full);
 	pthread_mutex_lock(&S.lock);
-	known = *name_slot(full) != NULL;
-	if (S.max && !known && !vital && S.stored + ODPD_FDSTORE_RESERVED >= S.max) {
+	if (S.known && !*name_slot(full) && S.stored + reserve_for(name) >= S.max) {
+		/* systemd would close it: the caller keeps what it has (a
+		 * journal its old one) and knows this one is not stored */
 		S.refused++;
 		say_full_locked(full);
 		pthread_mutex_unlock(&S.lock);
 		return -EXFULL;
 	}
-	fits = !S.max || S.stored < S.max || known;
+	/* (under the lock: two stores at the last place cannot both pass) */
 	r = sd_pid_notify_with_fds(0, 0, msg, &fd, 1);
-	if (r > 0 && fits) {
+	if (r > 0) {
 		name_add_locked(full);
-		if (S.max >= 10 && S.stored >= S.max - S.max / 10 && !S.nearly_said) {
-			log_warning("systemd's fd store is nearly full: %u of FileDescriptorStoreMax=%u; at the "
-				    "last %u odpd stores only its journal and PD contexts, and what it cannot store "
-				    "is not kept across a restart; raise FileDescriptorStoreMax= in a drop-in "
+		if (S.known && S.max >= 10 && S.stored >= S.max - S.max / 10 && !S.nearly_said) {
+			log_warning("systemd's fd store is nearly full: %u of FileDescriptorStoreMax=%u; in the "
+				    "last %u places odpd stores only its journal and PD contexts, and what it cannot "
+				    "store is not kept across a restart; raise FileDescriptorStoreMax= in a drop-in "
 				    "(odpd(8), RESTART)", S.stored, S.max, ODPD_FDSTORE_RESERVED);
 			S.nearly_said = true;
 		}
-	} else if (r > 0) {
-		S.over++;
-		say_full_locked(full);
 	}
 	pthread_mutex_unlock(&S.lock);
 	return r > 0 ? 0 : r < 0 ? r : -ENOTCONN;

@@ -23,9 +23,10 @@ struct odpd_fdstore {
 
 /* Take what systemd passed (unsetting LISTEN_FDS for children), and learn
  * the unit's FileDescriptorStoreMax=: $FDSTORE (systemd 254 and later), else
- * the unit's property over D-Bus (systemd 252), else unknown (no limit is
- * kept then; systemd still closes what it cannot store). 0 or -errno. */
-int odpd_fdstore_collect(struct odpd_fdstore *s);
+ * with @ask_bus the unit's property over D-Bus (systemd 252), else unknown
+ * (no limit is kept then; systemd still closes what it cannot store).
+ * 0 or -errno. */
+int odpd_fdstore_collect(struct odpd_fdstore *s, bool ask_bus);
 /* The stored fd named @name, now the caller's; -1 if there is none. */
 int odpd_fdstore_take(struct odpd_fdstore *s, const char *name);
 /* Tell systemd to forget every stored fd (taken or not), close those not
@@ -35,29 +36,28 @@ void odpd_fdstore_release(struct odpd_fdstore *s);
 /* The same, but what @in_use says is in use (its name without "odpd-")
  * stays in systemd's store: what odpd took back and keeps storing. */
 void odpd_fdstore_release_unused(struct odpd_fdstore *s, bool (*in_use)(const char *name, void *arg), void *arg);
-/* Can odpd store fds: is it systemd's main process with a notify socket? */
+/* Can odpd store fds: is it systemd's main process with a notify socket,
+ * and not FileDescriptorStoreMax=0? */
 bool odpd_fdstore_available(void);
 /*
  * Store @fd under @name (FDSTORE=1, FDPOLL=0). 0 or -errno. Beyond the
  * unit's FileDescriptorStoreMax= systemd closes the fd and keeps nothing,
  * and a journal that does not fit loses everything at the next start. So
- * the last ODPD_FDSTORE_RESERVED places are the journal's and the limbo's
- * (a rewrite stores the new journal before it removes the old one): there
- * a connection's, a hit table's or a segment's fd is refused (-EXFULL; what
- * it would keep is dropped at a restart, as odpd(8) says). A PD's context is
- * sent even then (refused, it would stop a clean hand-over altogether), as
- * the journal and the limbo are; what systemd could not take is counted.
- * odpd says so once at 90 % of the limit and once when it refuses or passes
- * it.
+ * where the limit is known nothing goes beyond it (-EXFULL), and the last
+ * ODPD_FDSTORE_RESERVED places are the journal's and the limbo's (a rewrite
+ * stores the new journal before it removes the old one): a PD's context may
+ * take half of them, a connection, a hit table or a segment none. What a
+ * refused fd would keep is dropped at a restart (odpd(8), RESTART). odpd
+ * says so once at 90 % of the limit and once when it first refuses.
  */
 int odpd_fdstore_put(const char *name, int fd);
 #define ODPD_FDSTORE_RESERVED 4
-/* What odpd has in the store now, the unit's FileDescriptorStoreMax= (0:
- * not known), the stores refused since start (the reserve reached), and
- * the fds sent that did not fit (systemd closed them). */
+/* What odpd has in the store now, the unit's FileDescriptorStoreMax= (if
+ * @known), and the stores refused since start. */
 struct odpd_fdstore_usage {
 	unsigned stored, max;
-	unsigned long long refused, over;
+	bool known;
+	unsigned long long refused;
 };
 void odpd_fdstore_usage(struct odpd_fdstore_usage *u);
 /* Tell systemd to forget what is stored under @name (FDSTOREREMOVE=1). 0 or -errno. */

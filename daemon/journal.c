@@ -492,9 +492,11 @@ uint32_t odpd_journal_mapping_id(struct odpd_mapping *map)
 
 	if (!J || map->save_id)
 		return map->save_id;
-	map->save_id = ++J->next_mapping;
-	if (store_put("seg", map->save_id, map->fd) < 0)
+	/* its id only once stored: one refused (a full store) is asked
+	 * again next time, and is never named in the state meanwhile */
+	if (store_put("seg", J->next_mapping + 1, map->fd) < 0)
 		return 0;
+	map->save_id = ++J->next_mapping;
 	store_name(fd, sizeof(fd), "seg", map->save_id);
 	pm.id = map->save_id;
 	pm.fd = fd;
@@ -753,13 +755,12 @@ static void put_client(const struct odpd_keep_client *c, uint64_t id, const void
 	put_msg(&J->pend, 10, &pc.base);
 }
 
-void odpd_journal_client_new(const struct odpd_keep_client *c, int fd)
+bool odpd_journal_client_new(const struct odpd_keep_client *c, int fd)
 {
-	if (!J)
-		return;
-	if (store_put("conn", c->id, fd) < 0)
-		return;
+	if (!J || store_put("conn", c->id, fd) < 0)
+		return false;
 	put_client(c, 0, NULL, 0);
+	return true;
 }
 
 void odpd_journal_client_hits(uint64_t id, int fd)

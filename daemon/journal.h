@@ -88,8 +88,9 @@ int odpd_journal_hand_over(const OdpdState__State *st);
 uint32_t odpd_journal_domain_id(struct odpd_domain *d);
 uint32_t odpd_journal_mapping_id(struct odpd_mapping *map);
 
-/* A connection said Hello and can be kept: store its socket. */
-void odpd_journal_client_new(const struct odpd_keep_client *c, int fd);
+/* A connection said Hello and can be kept: store its socket. false: not
+ * stored (no journal, or a full fd store): it is not kept. */
+bool odpd_journal_client_new(const struct odpd_keep_client *c, int fd);
 /* Its hit table's generation table (read-write fd, not taken). */
 void odpd_journal_client_hits(uint64_t id, int fd);
 void odpd_journal_client_gone(uint64_t id, bool had_hits);

@@ -267,11 +267,11 @@ static void print_totals(const Odpd__StatusReply *st)
 	table_add(&t, "fd store:");
 	if (!st->fd_store)
 		table_add(&t, "-");
-	else if (st->fd_store->over || st->fd_store->refused)
-		table_add(&t, "%" PRIu32 " of %" PRIu32 " fds; FULL: %" PRIu64 " not stored, %" PRIu64 " closed by "
-			  "systemd, not kept across a restart (raise FileDescriptorStoreMax=)", st->fd_store->stored,
-			  st->fd_store->max, st->fd_store->refused, st->fd_store->over);
-	else if (st->fd_store->max)
+	else if (st->fd_store->refused)
+		table_add(&t, "%" PRIu32 " of %" PRIu32 " fds; FULL: %" PRIu64 " not stored, not kept across a "
+			  "restart (raise FileDescriptorStoreMax=)", st->fd_store->stored, st->fd_store->max,
+			  st->fd_store->refused);
+	else if (st->fd_store->has_max)
 		table_add(&t, "%" PRIu32 " of %" PRIu32 " fds", st->fd_store->stored, st->fd_store->max);
 	else
 		table_add(&t, "%" PRIu32 " fds (FileDescriptorStoreMax= not known)", st->fd_store->stored);

@@ -303,9 +303,9 @@ void print_json(const Odpd__StatusReply *st)
 		json_object *fs = json_object_new_object();
 
 		put_u64(fs, "stored", st->fd_store->stored);
-		put_u64(fs, "max", st->fd_store->max);
-		put_u64(fs, "over", st->fd_store->over);
-		put_u64(fs, "refused", st->fd_store->refused);
+		if (st->fd_store->has_max)
+			put_u64(fs, "max", st->fd_store->max);
+		put_u64_str(fs, "refused", st->fd_store->refused);
 		json_object_object_add(root, "fd_store", fs);
 	}
 	json_object_object_add(root, "daemon", daemon);

@@ -172,6 +172,11 @@ static const char *mr_unkeepable(const struct odpd_mr *mr)
 		return "an MR on its way out";
 	if (mr->busy)
 		return "an MR a verify reads through";
+	/* (a full fd store refused it: daemon/fdstore.h) */
+	if (!mr->dom->jstored)
+		return "its PD's context is not in systemd's fd store";
+	if (mr->map && !mr->map->save_id)
+		return "its segment is not in systemd's fd store";
 	return NULL;
 }
 
