@@ -5,9 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <systemd/sd-bus.h>
 #include <systemd/sd-daemon.h>
-#include <systemd/sd-login.h>
 #include "fdstore.h"
 #include "log.h"
 
@@ -89,62 +87,46 @@ static void name_del(const char *name)
 	pthread_mutex_unlock(&S.lock);
 }
 
-/* The unit's FileDescriptorStoreMax=: 0 and *@known, or -errno if not
- * known. @ask_bus: on systemd 252 (no $FDSTORE) ask it over D-Bus, with a
- * short timeout from the connection's start on (odpd is not ready yet). */
-static int store_max(bool ask_bus, unsigned *ret)
+/* $FDSTORE, as systemd 254 and later set it (only when the unit's
+ * FileDescriptorStoreMax= is above 0): 0, or -errno if unset or not a number. */
+static int store_max_env(unsigned *ret)
 {
-	const char *e = getenv("FDSTORE");      /* systemd 254 and later */
-	const char *addr = getenv("DBUS_SYSTEM_BUS_ADDRESS");
-	sd_bus_error err = SD_BUS_ERROR_NULL;
-	char *unit = NULL, *path = NULL;
-	sd_bus *bus = NULL;
-	uint32_t max = 0;
-	int r;
+	const char *e = getenv("FDSTORE");
+	unsigned long v;
+	char *end;
 
-	if (e && *e) {
-		char *end;
-		unsigned long v;
-
-		errno = 0;
-		v = strtoul(e, &end, 10);
-		if (errno || *end || v > UINT32_MAX)
-			return -EINVAL;
-		*ret = (unsigned)v;
-		return 0;
-	}
-	if (!ask_bus)
+	if (!e || !*e)
 		return -ENOENT;
-	/* systemd 252: the property of odpd's own unit */
-	r = sd_pid_get_unit(0, &unit);
-	if (r < 0)
-		return r;
-	r = sd_bus_new(&bus);
-	if (r >= 0)
-		r = sd_bus_set_address(bus, addr && *addr ? addr : "unix:path=/run/dbus/system_bus_socket");
-	if (r >= 0)
-		r = sd_bus_set_bus_client(bus, 1);
-	if (r >= 0)
-		r = sd_bus_set_method_call_timeout(bus, 2 * 1000000ull);   /* Hello's too */
-	if (r >= 0)
-		r = sd_bus_start(bus);
-	if (r >= 0)
-		r = sd_bus_path_encode("/org/freedesktop/systemd1/unit", unit, &path);
-	if (r >= 0)
-		r = sd_bus_get_property_trivial(bus, "org.freedesktop.systemd1", path,
-						"org.freedesktop.systemd1.Service", "FileDescriptorStoreMax", &err,
-						'u', &max);
-	if (r < 0)
-		log_debug("fd store: FileDescriptorStoreMax= of %s not known: %s", unit,
-			  err.message ? err.message : strerror(-r));
-	sd_bus_error_free(&err);
-	sd_bus_close_unref(bus);
-	free(path);
-	free(unit);
-	if (r < 0)
-		return r;
-	*ret = max;
+	if (*e < '0' || *e > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(e, &end, 10);
+	if (errno || *end || v > UINT32_MAX)
+		return -EINVAL;
+	*ret = (unsigned)v;
 	return 0;
+}
+
+bool odpd_fdstore_max_unknown(void)
+{
+	bool unknown;
+
+	pthread_mutex_lock(&S.lock);
+	unknown = !S.known;
+	pthread_mutex_unlock(&S.lock);
+	return unknown && odpd_fdstore_available();
+}
+
+void odpd_fdstore_set_max(unsigned max)
+{
+	pthread_mutex_lock(&S.lock);
+	S.max = max;
+	S.known = true;
+	pthread_mutex_unlock(&S.lock);
+	if (max)
+		log_info("fd store: FileDescriptorStoreMax=%u", max);
+	else
+		log_info("fd store: FileDescriptorStoreMax=0, no store: nothing is kept across a restart");
 }
 
 void odpd_fdstore_usage(struct odpd_fdstore_usage *u)
@@ -154,22 +136,18 @@ void odpd_fdstore_usage(struct odpd_fdstore_usage *u)
 	pthread_mutex_unlock(&S.lock);
 }
 
-int odpd_fdstore_collect(struct odpd_fdstore *s, bool ask_bus)
+int odpd_fdstore_collect(struct odpd_fdstore *s)
 {
 	char **names = NULL;
+	unsigned max;
 	int n = sd_listen_fds_with_names(1, &names);
 
 	*s = (struct odpd_fdstore){ .listen_fd = -1 };
-	if (odpd_fdstore_available()) {
-		unsigned max = 0;
-		bool known = store_max(ask_bus, &max) == 0;
-
+	if (odpd_fdstore_available() && store_max_env(&max) == 0) {
 		pthread_mutex_lock(&S.lock);
 		S.max = max;
-		S.known = known;
+		S.known = true;
 		pthread_mutex_unlock(&S.lock);
-		if (known && !max)
-			log_info("fd store: FileDescriptorStoreMax=0, no store: nothing is kept across a restart");
 	}
 	if (n <= 0) {
 		free(names);
@@ -308,10 +286,11 @@ int odpd_fdstore_put(const char *name, int fd)
 	if (r > 0) {
 		name_add_locked(full);
 		if (S.known && S.max >= 10 && S.stored >= S.max - S.max / 10 && !S.nearly_said) {
-			log_warning("systemd's fd store is nearly full: %u of FileDescriptorStoreMax=%u; in the "
-				    "last %u places odpd stores only its journal and PD contexts, and what it cannot "
-				    "store is not kept across a restart; raise FileDescriptorStoreMax= in a drop-in "
-				    "(odpd(8), RESTART)", S.stored, S.max, ODPD_FDSTORE_RESERVED);
+			log_warning("systemd's fd store is nearly full: %u of FileDescriptorStoreMax=%u; the "
+				    "last %u places are for odpd's journal (PD contexts may take %u of them), and "
+				    "what odpd cannot store is not kept across a restart; raise "
+				    "FileDescriptorStoreMax= in a drop-in (odpd(8), RESTART)", S.stored, S.max,
+				    ODPD_FDSTORE_RESERVED, ODPD_FDSTORE_RESERVED / 2);
 			S.nearly_said = true;
 		}
 	}

@@ -173,6 +173,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_del(m->ev_listen);
 	event_del(m->ev_listen_resume);
 	why_not = sig == SIGTERM && m->cfg.live_restart ? odpd_restart_unavailable(m) : "";
+	if (!why_not && !odpd_journal_on())
+		why_not = "no journal (it could not be stored at the start)";
 	if (!why_not) {
 		log_notice("%s: keeping every MR for the next odpd (systemd's fd store)", strsignal((int)sig));
 		odpd_restart_begin(m, stop_plain);
@@ -489,7 +491,7 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = load_config(m);
 	if (r < 0)
 		return r;
-	r = odpd_fdstore_collect(&m->fdstore, !m->cfg.no_bus);
+	r = odpd_fdstore_collect(&m->fdstore);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "the fds systemd passed");
 	m->restart = odpd_restart_read(m, &m->fdstore);

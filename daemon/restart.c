@@ -81,19 +81,52 @@ const char *odpd_restart_unavailable(const struct odpd_manager *m)
 
 static const char *client_unkeepable(const struct odpd_client *c)
 {
+	const struct odpd_cseg *s;
+
 	if (!c->hello || c->refused)
 		return "it had not said Hello";
 	if (c->monitor)
 		return "an admin tool";
 	if (!c->has_holder)
 		return "no state";
+	/* what a full fd store refused (daemon/fdstore.h) */
+	if (odpd_journal_on() && !c->stored)
+		return "its connection is not in systemd's fd store";
+	LIST_FOREACH(s, &c->segs.list, link)
+		if (odpd_journal_on() && !s->map->save_id)
+			return "a segment of its is not in systemd's fd store";
 	return odpd_registry_holder_unkeepable(&c->m->registry, &c->holder);
+}
+
+static void store_try_mapping(struct odpd_mapping *map, void *arg)
+{
+	(void)arg;
+	if (map->refs)
+		(void)odpd_journal_mapping_id(map);
+}
+
+/* Store what is not stored yet, as build_state would (journal.c stores a
+ * PD's context and a segment on first use, and one a full fd store refused
+ * may fit now), so that what is judged unkeepable below is what cannot be
+ * stored, not what was not tried. */
+static void store_what_is_kept(struct odpd_manager *m)
+{
+	struct odpd_domain *d;
+
+	if (!odpd_journal_on())
+		return;
+	LIST_FOREACH(d, &m->registry.domains, link)
+		if (d->pd && !d->retired)
+			(void)odpd_journal_domain_id(d);
+	odpd_mapping_each(&m->segs, store_try_mapping, NULL);
 }
 
 static void drop_unkeepable(struct odpd_manager *m)
 {
 	struct odpd_client *c, *next;
 	char why[160];
+
+	store_what_is_kept(m);
 
 	for (c = LIST_FIRST(&m->clients); c; c = next) {
 		const char *w = client_unkeepable(c);
