@@ -11,12 +11,10 @@
 #include <unistd.h>
 #include <event2/event.h>
 #include <systemd/sd-bus.h>
-#include <systemd/sd-login.h>
 
 #include "bus.h"
 #include "client.h"
 #include "config.h"
-#include "fdstore.h"
 #include "log.h"
 #include "manager.h"
 
@@ -723,47 +721,6 @@ static int name_acquired(sd_bus_message *reply, void *userdata, sd_bus_error *re
 	return 1;
 }
 
-static int fdstore_max_got(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error)
-{
-	uint32_t max;
-	int r;
-
-	(void)userdata;
-	(void)ret_error;
-	if (sd_bus_message_is_method_error(reply, NULL)) {
-		const sd_bus_error *e = sd_bus_message_get_error(reply);
-
-		log_debug("fd store: FileDescriptorStoreMax= not known: %s", e && e->message ? e->message : "error");
-		return 1;
-	}
-	r = sd_bus_message_read(reply, "v", "u", &max);
-	if (r < 0)
-		log_debug("fd store: FileDescriptorStoreMax= not known: %s", strerror(-r));
-	else
-		odpd_fdstore_set_max(max);
-	return 1;
-}
-
-/* systemd 252 does not pass FileDescriptorStoreMax= as $FDSTORE: ask it for
- * the property of odpd's unit, without waiting (daemon/fdstore.h). */
-static void ask_fdstore_max(struct odpd_bus *b)
-{
-	char *unit = NULL, *path = NULL;
-	int r;
-
-	if (!odpd_fdstore_max_unknown() || sd_pid_get_unit(0, &unit) < 0)
-		return;
-	r = sd_bus_path_encode("/org/freedesktop/systemd1/unit", unit, &path);
-	if (r >= 0)
-		r = sd_bus_call_method_async(b->bus, NULL, "org.freedesktop.systemd1", path,
-					     "org.freedesktop.DBus.Properties", "Get", fdstore_max_got, b, "ss",
-					     "org.freedesktop.systemd1.Service", "FileDescriptorStoreMax");
-	if (r < 0)
-		log_debug("fd store: cannot ask systemd for FileDescriptorStoreMax= of %s: %s", unit, strerror(-r));
-	free(path);
-	free(unit);
-}
-
 int odpd_bus_start(struct odpd_manager *m)
 {
 	struct odpd_bus *b = calloc(1, sizeof(*b));
@@ -789,7 +746,6 @@ int odpd_bus_start(struct odpd_manager *m)
 		bus_drop(b);
 		return 0;
 	}
-	ask_fdstore_max(b);
 	bus_rearm(b);
 	return 0;
 }

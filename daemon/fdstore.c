@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <time.h>
+#include <systemd/sd-bus.h>
 #include <systemd/sd-daemon.h>
+#include <systemd/sd-login.h>
 #include "fdstore.h"
 #include "log.h"
 
@@ -107,26 +110,83 @@ static int store_max_env(unsigned *ret)
 	return 0;
 }
 
-bool odpd_fdstore_max_unknown(void)
-{
-	bool unknown;
+struct max_query {
+	bool done;
+	int r;
+	uint32_t max;
+};
 
-	pthread_mutex_lock(&S.lock);
-	unknown = !S.known;
-	pthread_mutex_unlock(&S.lock);
-	return unknown && odpd_fdstore_available();
+static int max_got(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error)
+{
+	struct max_query *q = userdata;
+	const sd_bus_error *e;
+
+	(void)ret_error;
+	q->done = true;
+	e = sd_bus_message_get_error(reply);
+	if (e) {
+		q->r = -sd_bus_error_get_errno(e);
+		if (q->r >= 0)
+			q->r = -EIO;
+		log_debug("fd store: FileDescriptorStoreMax= not known: %s", e->message ? e->message : e->name);
+		return 1;
+	}
+	q->r = sd_bus_message_read(reply, "v", "u", &q->max);
+	return 1;
 }
 
-void odpd_fdstore_set_max(unsigned max)
+/* systemd 252 (no $FDSTORE): the unit's FileDescriptorStoreMax property,
+ * asked before anything is stored or restored (a restart is when the store
+ * is fullest), within 2 s all told: sd-bus's own authentication timeout is
+ * 90 s, so the connection is driven here, to a deadline. 0 or -errno. */
+static int store_max_bus(unsigned *ret)
 {
-	pthread_mutex_lock(&S.lock);
-	S.max = max;
-	S.known = true;
-	pthread_mutex_unlock(&S.lock);
-	if (max)
-		log_info("fd store: FileDescriptorStoreMax=%u", max);
-	else
-		log_info("fd store: FileDescriptorStoreMax=0, no store: nothing is kept across a restart");
+	const char *addr = secure_getenv("DBUS_SYSTEM_BUS_ADDRESS");
+	struct max_query q = { 0 };
+	char *unit = NULL, *path = NULL;
+	sd_bus *bus = NULL;
+	struct timespec ts;
+	uint64_t deadline, now;
+	int r;
+
+	r = sd_pid_get_unit(0, &unit);
+	if (r < 0)
+		return r;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	deadline = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000 + 2 * 1000000;
+	r = sd_bus_new(&bus);
+	if (r >= 0)
+		r = sd_bus_set_address(bus, addr && *addr ? addr : "unix:path=/run/dbus/system_bus_socket");
+	if (r >= 0)
+		r = sd_bus_set_bus_client(bus, 1);
+	if (r >= 0)
+		r = sd_bus_start(bus);
+	if (r >= 0)
+		r = sd_bus_path_encode("/org/freedesktop/systemd1/unit", unit, &path);
+	if (r >= 0)
+		r = sd_bus_call_method_async(bus, NULL, "org.freedesktop.systemd1", path,
+					     "org.freedesktop.DBus.Properties", "Get", max_got, &q, "ss",
+					     "org.freedesktop.systemd1.Service", "FileDescriptorStoreMax");
+	while (r >= 0 && !q.done) {
+		r = sd_bus_process(bus, NULL);
+		if (r != 0)
+			continue;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		now = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+		r = now >= deadline ? -ETIMEDOUT : sd_bus_wait(bus, deadline - now);
+	}
+	if (r >= 0)
+		r = q.r;
+	if (r < 0)
+		log_info("fd store: FileDescriptorStoreMax= of %s not known (%s): what does not fit is closed "
+			 "by systemd unseen", unit, strerror(-r));
+	sd_bus_close_unref(bus);
+	free(path);
+	free(unit);
+	if (r < 0)
+		return r;
+	*ret = q.max;
+	return 0;
 }
 
 void odpd_fdstore_usage(struct odpd_fdstore_usage *u)
@@ -136,18 +196,21 @@ void odpd_fdstore_usage(struct odpd_fdstore_usage *u)
 	pthread_mutex_unlock(&S.lock);
 }
 
-int odpd_fdstore_collect(struct odpd_fdstore *s)
+int odpd_fdstore_collect(struct odpd_fdstore *s, bool ask_bus)
 {
 	char **names = NULL;
 	unsigned max;
 	int n = sd_listen_fds_with_names(1, &names);
 
 	*s = (struct odpd_fdstore){ .listen_fd = -1 };
-	if (odpd_fdstore_available() && store_max_env(&max) == 0) {
+	if (odpd_fdstore_available() &&
+	    (store_max_env(&max) == 0 || (ask_bus && store_max_bus(&max) == 0))) {
 		pthread_mutex_lock(&S.lock);
 		S.max = max;
 		S.known = true;
 		pthread_mutex_unlock(&S.lock);
+		if (!max)
+			log_info("fd store: FileDescriptorStoreMax=0, no store: nothing is kept across a restart");
 	}
 	if (n <= 0) {
 		free(names);

@@ -21,17 +21,13 @@ struct odpd_fdstore {
 	unsigned n;
 };
 
-/* Take what systemd passed (unsetting LISTEN_FDS for children), and the
- * unit's FileDescriptorStoreMax= from $FDSTORE (systemd 254 and later set it
- * when it is above 0). 0 or -errno. */
-int odpd_fdstore_collect(struct odpd_fdstore *s);
-/* Is the limit still to learn (no $FDSTORE: systemd 252, or
- * FileDescriptorStoreMax=0 on a later one)? bus.c then asks systemd for the
- * unit's property, without waiting, and gives it to odpd_fdstore_set_max();
- * until then, and where it never learns it, odpd counts and refuses
- * nothing (systemd still closes what does not fit). */
-bool odpd_fdstore_max_unknown(void);
-void odpd_fdstore_set_max(unsigned max);
+/* Take what systemd passed (unsetting LISTEN_FDS for children), and learn
+ * the unit's FileDescriptorStoreMax=, before anything is stored: $FDSTORE
+ * (systemd 254 and later set it when the limit is above 0), else with
+ * @ask_bus the unit's property over D-Bus (systemd 252, or 0), within 2 s.
+ * Where it is not known odpd counts but refuses nothing (systemd still
+ * closes what does not fit). 0 or -errno. */
+int odpd_fdstore_collect(struct odpd_fdstore *s, bool ask_bus);
 /* The stored fd named @name, now the caller's; -1 if there is none. */
 int odpd_fdstore_take(struct odpd_fdstore *s, const char *name);
 /* Tell systemd to forget every stored fd (taken or not), close those not

@@ -491,7 +491,7 @@ int odpd_manager_start(struct odpd_manager *m)
 	r = load_config(m);
 	if (r < 0)
 		return r;
-	r = odpd_fdstore_collect(&m->fdstore);
+	r = odpd_fdstore_collect(&m->fdstore, !m->cfg.no_bus);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "the fds systemd passed");
 	m->restart = odpd_restart_read(m, &m->fdstore);

@@ -107,8 +107,8 @@ static void store_try_mapping(struct odpd_mapping *map, void *arg)
 
 /* Store what is not stored yet, as build_state would (journal.c stores a
  * PD's context and a segment on first use, and one a full fd store refused
- * may fit now), so that what is judged unkeepable below is what cannot be
- * stored, not what was not tried. */
+ * may fit now), so that what drop_unkeepable judges unkeepable is what
+ * cannot be stored, not what was not tried. Once, as the stop begins. */
 static void store_what_is_kept(struct odpd_manager *m)
 {
 	struct odpd_domain *d;
@@ -125,8 +125,6 @@ static void drop_unkeepable(struct odpd_manager *m)
 {
 	struct odpd_client *c, *next;
 	char why[160];
-
-	store_what_is_kept(m);
 
 	for (c = LIST_FIRST(&m->clients); c; c = next) {
 		const char *w = client_unkeepable(c);
@@ -611,6 +609,7 @@ void odpd_restart_begin(struct odpd_manager *m, void (*plain_stop)(struct odpd_m
 			event_del(c->ev_read);
 			c->read_paused = true;
 		}
+	store_what_is_kept(m);
 	drop_unkeepable(m);
 	/* The hit tables cannot be kept (odpd-state.proto): what libraries
 	 * keep unused comes back to odpd's cache now, as on a flush. */

@@ -942,7 +942,8 @@ static int64_t fd_store_field(const struct test_daemon *d, const char *key)
  * the stop rewrites it. The restart keeps the connections whose fds and
  * MRs' PDs and segments were stored, and only those go on. With a device
  * each connection registers an MR after all have connected, so PD
- * contexts go into the reserve too.
+ * contexts go into the reserve too: the third is refused (stored stays at
+ * STORE_MAX - 2; without the contexts' half reserve it would not).
  */
 #define STORE_MAX 10
 struct store_and_daemon {
@@ -968,9 +969,9 @@ static void test_restart_fd_store_full(void **state)
 {
 	struct test_daemon d = { 0 };
 	struct fake_store st;
-	struct odpd_conn *c[8];
-	struct odpd_segment *seg[8];
-	struct odpd_mr *mr[8] = { 0 };
+	struct odpd_conn *c[9];
+	struct odpd_segment *seg[9];
+	struct odpd_mr *mr[9] = { 0 };
 	unsigned n = 0, kept, kept_mrs, dropped, alive = 0, mrs = 0;
 	int base_mrs = kernel_mrs();
 
@@ -1001,6 +1002,14 @@ static void test_restart_fd_store_full(void **state)
 		n++;
 	}
 	assert_true(fd_store_field(&d, "refused") > 0);
+	/* one more, wholly refused: with a device its PD context is the
+	 * third, one more than the places left outside the journal's last 2 */
+	c[n] = odpd_connect(d.sock, NULL);
+	assert_non_null(c[n]);
+	seg[n] = odpd_alloc(c[n], SEG_LEN, 0);
+	assert_non_null(seg[n]);
+	memset(odpd_segment_addr(seg[n]), 0x5a, SEG_LEN);
+	n++;
 	for (unsigned i = 0; test_require_device() && i < n; i++) {
 		mr[i] = odpd_reg(c[i], odpd_segment_addr(seg[i]), MR_LEN, ACCESS);
 		if (!mr[i])
