@@ -965,6 +965,16 @@ static int fd_store_env_unset(void **state)
 	return 0;
 }
 
+/* A new connection to @d with a segment of its own, its pages written. */
+static void connect_with_segment(const struct test_daemon *d, struct odpd_conn **c, struct odpd_segment **seg)
+{
+	*c = odpd_connect(d->sock, NULL);
+	assert_non_null(*c);
+	*seg = odpd_alloc(*c, SEG_LEN, 0);
+	assert_non_null(*seg);
+	memset(odpd_segment_addr(*seg), 0x5a, SEG_LEN);
+}
+
 static void test_restart_fd_store_full(void **state)
 {
 	struct test_daemon d = { 0 };
@@ -994,21 +1004,13 @@ static void test_restart_fd_store_full(void **state)
 	 * journal and the limbo, a connection's fd, its hit table's, its
 	 * segment's) */
 	while (n < 8 && fd_store_field(&d, "refused") == 0) {
-		c[n] = odpd_connect(d.sock, NULL);
-		assert_non_null(c[n]);
-		seg[n] = odpd_alloc(c[n], SEG_LEN, 0);
-		assert_non_null(seg[n]);
-		memset(odpd_segment_addr(seg[n]), 0x5a, SEG_LEN);
+		connect_with_segment(&d, &c[n], &seg[n]);
 		n++;
 	}
 	assert_true(fd_store_field(&d, "refused") > 0);
 	/* one more, wholly refused: with a device its PD context is the
 	 * third, one more than the places left outside the journal's last 2 */
-	c[n] = odpd_connect(d.sock, NULL);
-	assert_non_null(c[n]);
-	seg[n] = odpd_alloc(c[n], SEG_LEN, 0);
-	assert_non_null(seg[n]);
-	memset(odpd_segment_addr(seg[n]), 0x5a, SEG_LEN);
+	connect_with_segment(&d, &c[n], &seg[n]);
 	n++;
 	for (unsigned i = 0; test_require_device() && i < n; i++) {
 		mr[i] = odpd_reg(c[i], odpd_segment_addr(seg[i]), MR_LEN, ACCESS);
