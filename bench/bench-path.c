@@ -50,6 +50,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -567,10 +568,21 @@ int main(int argc, char **argv)
 	holder_fd = child_start(hold_serve, &holder, odpd_segment_fd(pseg), &holder_pid);
 	if (recv(holder_fd, &b, 1, 0) != 1)
 		die("the holder (another process of the PD) failed");
-	/* the connection's first registration opens its PD, on a worker */
-	warm = odpd_reg(cl.peer, cl.peer_base, 4096, IBV_ACCESS_LOCAL_WRITE);
-	if (!warm || odpd_dereg(warm) < 0)
-		die("odpd_reg (peer): %s", odpd_errmsg());
+	/* the connection's first registration opens its PD, on a worker; it
+	 * must be a daemon hit (the holder's MR), not a miss */
+	{
+		struct odpd_stats s0, s1;
+
+		if (odpd_stats(cl.peer, &s0, sizeof(s0)) < 0)
+			die("odpd_stats: %s", odpd_errmsg());
+		warm = odpd_reg(cl.peer, cl.peer_base, 4096, IBV_ACCESS_LOCAL_WRITE);
+		if (!warm || odpd_dereg(warm) < 0)
+			die("odpd_reg (peer): %s", odpd_errmsg());
+		if (odpd_stats(cl.peer, &s1, sizeof(s1)) < 0 || s1.daemon_hits != s0.daemon_hits + 1 ||
+		    s1.misses != s0.misses)
+			die("the peer's page was not a daemon hit (hits %" PRIu64 " -> %" PRIu64 ", misses %" PRIu64
+			    " -> %" PRIu64 ")", s0.daemon_hits, s1.daemon_hits, s0.misses, s1.misses);
+	}
 	for (unsigned i = 0; i < iters; i++)       /* the "registered before" pages */
 		one_op(&cl, PH_MISS, i);
 	printf("%-32s %10s %11s %11s %11s %11s %11s\n", "phase", "median µs", "odpd calls", "client calls",
