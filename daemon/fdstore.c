@@ -271,15 +271,9 @@ void odpd_fdstore_release_unused(struct odpd_fdstore *s, bool (*in_use)(const ch
 {
 	for (unsigned i = 0; i < s->n; i++) {
 		if (s->fds[i].name && stored_name(s->fds[i].name) &&
-		    !(in_use && in_use(s->fds[i].name + strlen(STORED_PREFIX), arg))) {
-			char msg[96];
-
-			snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", s->fds[i].name);
-			if (sd_notify(0, msg) <= 0)
-				log_warning("fd store: cannot remove %s", s->fds[i].name);
-			else
-				name_del(s->fds[i].name);
-		}
+		    !(in_use && in_use(s->fds[i].name + strlen(STORED_PREFIX), arg)) &&
+		    odpd_fdstore_remove(s->fds[i].name + strlen(STORED_PREFIX)) < 0)
+			log_warning("fd store: cannot remove %s", s->fds[i].name);
 		if (s->fds[i].fd >= 0)
 			close(s->fds[i].fd);
 		free(s->fds[i].name);

@@ -90,11 +90,13 @@ static const char *client_unkeepable(const struct odpd_client *c)
 	if (!c->has_holder)
 		return "no state";
 	/* what a full fd store refused (daemon/fdstore.h) */
-	if (odpd_journal_on() && !c->stored)
-		return "its connection is not in systemd's fd store";
-	LIST_FOREACH(s, &c->segs.list, link)
-		if (odpd_journal_on() && !s->map->save_id)
-			return "a segment of its is not in systemd's fd store";
+	if (odpd_journal_on()) {
+		if (!c->stored)
+			return "its connection is not in systemd's fd store";
+		LIST_FOREACH(s, &c->segs.list, link)
+			if (!s->map->save_id)
+				return "a segment of its is not in systemd's fd store";
+	}
 	return odpd_registry_holder_unkeepable(&c->m->registry, &c->holder);
 }
 
