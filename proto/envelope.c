@@ -9,19 +9,32 @@
  * oneof of a dozen and more messages, that walk cost more than everything
  * else odpd does for a small request (issue 26). An envelope is a few
  * optional scalars and one message of a oneof, and these functions handle
- * just that shape, reading each field's place and type from the generated
- * descriptor. A body of optional scalars, enums, bools and strings (RegMr,
- * MrReply and most others, since 1.4.6) goes the same way; any other body
- * is protobuf-c's. Whatever else they meet (a
- * field of another kind, an unknown or repeated field, a wire type that
- * does not fit, a varint of unusual length) they hand to protobuf-c's
- * generic functions, which stay the reference: the result is the same.
+ * just that shape. A body of optional scalars, enums, bools and strings
+ * (RegMr, MrReply and most others, since 1.4.6) goes the same way; any
+ * other body is protobuf-c's. Whatever else they meet (a field of another
+ * kind, an unknown or repeated field, a wire type that does not fit, a
+ * varint of unusual length) they hand to protobuf-c's generic functions,
+ * which stay the reference: the result is the same.
+ *
+ * Since 1.4.9 they read each message's fields from a table built once
+ * from the generated descriptors (struct fmsg: per field its kind, member
+ * offsets and encoded key, and the field's place by number), and move
+ * varints of up to 8 bytes as one 64-bit word on little-endian machines:
+ * decoding an MrReply took about 95 instructions a field through the
+ * descriptors, the bulk of it looking up what the table now holds.
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "odpd-envelope.h"
+
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define VARINT_WORD 1
+#else
+#define VARINT_WORD 0
+#endif
 
 /* A varint of at most @max bytes at @p (before @end): its length, 0 if
  * longer or cut short. */
@@ -33,6 +46,33 @@ static inline size_t varint_get(const uint8_t *p, const uint8_t *end, size_t max
 		*ret = p[0];
 		return 1;
 	}
+	if (end - p >= 2 && p[1] < 0x80 && max >= 2) {
+		*ret = (p[0] & 0x7fu) | (uint64_t)p[1] << 7;
+		return 2;
+	}
+#if VARINT_WORD
+	if (end - p >= 8) {
+		uint64_t w, stop;
+		size_t len;
+
+		memcpy(&w, p, 8);
+		stop = ~w & 0x8080808080808080ull;   /* the bytes that end a varint */
+		if (stop) {
+			len = ((size_t)__builtin_ctzll(stop) >> 3) + 1;
+			if (len > max)
+				return 0;
+			if (len < 8)
+				w &= (1ull << (8 * len)) - 1;
+			/* 7 bits of each byte, gathered: pairs, then fours, then eight */
+			w &= 0x7f7f7f7f7f7f7f7full;
+			w = (w & 0x007f007f007f007full) | ((w & 0x7f007f007f007f00ull) >> 1);
+			w = (w & 0x00003fff00003fffull) | ((w & 0x3fff00003fff0000ull) >> 2);
+			w = (w & 0x000000000fffffffull) | ((w & 0x0fffffff00000000ull) >> 4);
+			*ret = w;
+			return len;
+		}
+	}
+#endif
 	if ((size_t)(end - p) < max)
 		max = (size_t)(end - p);
 	for (size_t i = 0; i < max; i++) {
@@ -45,6 +85,7 @@ static inline size_t varint_get(const uint8_t *p, const uint8_t *end, size_t max
 	return 0;
 }
 
+/* @v as a varint at @p: exactly its bytes. */
 static uint8_t *varint_put(uint8_t *p, uint64_t v)
 {
 	while (v >= 0x80) {
@@ -55,18 +96,205 @@ static uint8_t *varint_put(uint8_t *p, uint64_t v)
 	return p;
 }
 
-/* The field numbered @id of @d, or NULL: protobuf_c_message_descriptor_get_field
- * without the binary search, for the few number ranges of an envelope. */
-static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor *d, unsigned id)
+/* The same, but it may write up to 10 bytes at @p whatever @v's length:
+ * only where that much room is known and nothing after the varint is in
+ * place yet. */
+static inline uint8_t *varint_put_wide(uint8_t *p, uint64_t v)
 {
-	const ProtobufCIntRange *r = d->field_ranges;
-
-	for (unsigned i = 0; i < d->n_field_ranges; i++, r++) {
-		unsigned n = r[1].orig_index - r[0].orig_index;  /* r[n_field_ranges]: n_fields */
-
-		if (id >= (unsigned)r->start_value && id - (unsigned)r->start_value < n)
-			return &d->fields[r->orig_index + (id - (unsigned)r->start_value)];
+	if (v < 0x80) {
+		*p = (uint8_t)v;
+		return p + 1;
 	}
+	if (v < 1u << 14) {
+		p[0] = (uint8_t)(v | 0x80);
+		p[1] = (uint8_t)(v >> 7);
+		return p + 2;
+	}
+#if VARINT_WORD
+	if (v < 1ull << 56) {
+		size_t len = (size_t)(63 - __builtin_clzll(v)) / 7 + 1;    /* 3 to 8 */
+		uint64_t w = v;
+
+		/* 7 bits to each byte: halves, then fours, then pairs */
+		w = (w & 0x000000000fffffffull) | ((w & 0x00fffffff0000000ull) << 4);
+		w = (w & 0x00003fff00003fffull) | ((w & 0x0fffc0000fffc000ull) << 2);
+		w = (w & 0x007f007f007f007full) | ((w & 0x3f803f803f803f80ull) << 1);
+		w |= 0x8080808080808080ull & ((1ull << (8 * (len - 1))) - 1);
+		memcpy(p, &w, 8);
+		return p + len;
+	}
+#endif
+	return varint_put(p, v);
+}
+
+static size_t varint_len(uint64_t v)
+{
+	size_t n = 1;
+
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+/* What this file does with a field. */
+enum kind {
+	K_OTHER,         /* protobuf-c's: not optional, or a type not below */
+	K_U64,
+	K_U32,
+	K_I32,           /* int32 and enum */
+	K_BOOL,
+	K_STR,
+	K_BODY,          /* a message of an envelope's oneof */
+	K_ONEOF_OTHER,   /* any other member of a oneof: protobuf-c's when set */
+	K_GROUP,         /* (in fmsg.iter only) a oneof whose members are f[group, group + n_group) */
+};
+
+struct ffield {
+	uint16_t off, qoff;      /* the member's offset, its has_ (or the oneof's case) */
+	uint8_t kind;
+	uint8_t wire;            /* its wire type; 0xff: none that this file reads */
+	uint8_t key_len;         /* its key, encoded: 1 or 2 bytes */
+	uint8_t key[2];
+	unsigned id;
+	const struct fmsg *sub;  /* K_BODY: the body's table (NULL: protobuf-c's) */
+	const ProtobufCFieldDescriptor *f;
+};
+
+/* A message's table, built once from its descriptor. */
+struct fmsg {
+	const ProtobufCMessageDescriptor *d;
+	bool packable;           /* no field of kind K_OTHER, and at least one field */
+	uint8_t by_id[64];       /* field number -> place in f[] + 1; 0: none */
+	uint8_t by_key[128];     /* a key of one byte (numbers below 16) with the field's
+				  * wire type -> place in f[] + 1; 0: none, or another wire type */
+	/* What fast_pack visits, in order: the fields, except that a oneof
+	 * whose members are next to each other (an envelope's bodies) is one
+	 * K_GROUP entry, so that packing does not look at each member. */
+	struct ffield *iter;
+	unsigned n, n_iter;
+	struct ffield f[];       /* in the descriptor's order, as protobuf-c packs */
+};
+
+/* One oneof whose members are next to each other in @t's fields: packed
+ * as one K_GROUP entry of t->iter. Any other shape: t->iter is t->f. */
+static void fmsg_group(struct fmsg *t)
+{
+	unsigned first = t->n, last = 0, k = 0;
+	struct ffield *it;
+
+	for (unsigned i = 0; i < t->n; i++) {
+		if (!(t->f[i].f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+			continue;
+		if (first < t->n && t->f[i].qoff != t->f[first].qoff)
+			return;                          /* two oneofs */
+		if (first == t->n)
+			first = i;
+		last = i;
+	}
+	if (first == t->n || last - first + 1 < 2)
+		return;
+	for (unsigned i = first; i <= last; i++)
+		if (!(t->f[i].f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+			return;                          /* not next to each other */
+	it = calloc(t->n - (last - first), sizeof(*it));
+	if (!it)
+		return;
+	for (unsigned i = 0; i < t->n; i++) {
+		if (i == first) {
+			it[k] = t->f[i];
+			it[k].kind = K_GROUP;
+			it[k].id = first;                /* (the group's first member) */
+			it[k].key_len = (uint8_t)(last - first + 1);
+			k++;
+		} else if (i < first || i > last) {
+			it[k++] = t->f[i];
+		}
+	}
+	t->iter = it;
+	t->n_iter = k;
+}
+
+static struct fmsg *fmsg_build(const ProtobufCMessageDescriptor *d, bool envelope)
+{
+	struct fmsg *t = calloc(1, sizeof(*t) + d->n_fields * sizeof(t->f[0]));
+
+	if (!t)
+		return NULL;
+	t->d = d;
+	t->n = d->n_fields;
+	t->packable = d->n_fields > 0;
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		struct ffield *ff = &t->f[i];
+		uint8_t *k;
+
+		ff->f = f;
+		ff->id = f->id;
+		ff->off = (uint16_t)f->offset;
+		ff->qoff = (uint16_t)f->quantifier_offset;
+		ff->kind = K_OTHER;
+		ff->wire = 0xff;
+		if (f->offset > 0xffff || f->quantifier_offset > 0xffff || f->id >= 2048) {
+			/* K_OTHER */
+		} else if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+			ff->kind = K_ONEOF_OTHER;
+			if (envelope && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+				ff->kind = K_BODY;
+				ff->wire = PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED;
+				ff->sub = fmsg_build(f->descriptor, false);
+			}
+		} else if (f->label == PROTOBUF_C_LABEL_OPTIONAL) {
+			switch (f->type) {
+			case PROTOBUF_C_TYPE_UINT64: ff->kind = K_U64; break;
+			case PROTOBUF_C_TYPE_UINT32: ff->kind = K_U32; break;
+			case PROTOBUF_C_TYPE_INT32:
+			case PROTOBUF_C_TYPE_ENUM: ff->kind = K_I32; break;
+			case PROTOBUF_C_TYPE_BOOL: ff->kind = K_BOOL; break;
+			case PROTOBUF_C_TYPE_STRING:
+				ff->kind = K_STR;
+				ff->wire = PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED;
+				break;
+			default: break;
+			}
+			if (ff->kind != K_OTHER && ff->kind != K_STR)
+				ff->wire = PROTOBUF_C_WIRE_TYPE_VARINT;
+		}
+		if (ff->kind == K_OTHER)
+			t->packable = false;
+		if (ff->wire != 0xff) {
+			k = varint_put(ff->key, f->id << 3 | ff->wire);
+			ff->key_len = (uint8_t)(k - ff->key);
+		}
+		if (f->id < 64)
+			t->by_id[f->id] = (uint8_t)(i + 1);
+		if (ff->wire != 0xff && ff->key_len == 1)
+			t->by_key[ff->key[0]] = (uint8_t)(i + 1);
+	}
+	t->iter = t->f;
+	t->n_iter = t->n;
+	fmsg_group(t);
+	return t;
+}
+
+static const struct fmsg *request_table, *reply_table;
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+/* Out of memory here leaves a table NULL: protobuf-c's functions then. */
+static void tables_build(void)
+{
+	request_table = fmsg_build(&odpd__request__descriptor, true);
+	reply_table = fmsg_build(&odpd__reply__descriptor, true);
+}
+
+static const struct fmsg *table_of(const ProtobufCMessageDescriptor *d)
+{
+	pthread_once(&tables_once, tables_build);
+	if (d == &odpd__request__descriptor)
+		return request_table;
+	if (d == &odpd__reply__descriptor)
+		return reply_table;
 	return NULL;
 }
 
@@ -74,20 +302,19 @@ static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor
 #define CMEMBER(msg, off, type) ((const type *)((const char *)(msg) + (off)))
 
 /*
- * Unpack the message described by @d from @data: optional uint64, uint32,
+ * Unpack the message of table @t from @data: optional uint64, uint32,
  * int32, enum, bool and string fields, each at most once, no other field;
- * an envelope (@body set) also a oneof of messages, each of which this
- * reads the same way if it can (a flat body: RegMr, MrReply, the most
- * frequent ones) and protobuf-c otherwise. NULL with *@generic set: not of
- * that shape, or not valid (protobuf-c decides); NULL without: out of
- * memory.
+ * an envelope also a oneof of messages, each of which this reads the same
+ * way if it can (a flat body: RegMr, MrReply, the most frequent ones) and
+ * protobuf-c otherwise. NULL with *@generic set: not of that shape, or not
+ * valid (protobuf-c decides); NULL without: out of memory.
  */
-static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, ProtobufCAllocator *a, size_t len,
-				     const uint8_t *data, bool body, bool *generic)
+static ProtobufCMessage *fast_unpack(const struct fmsg *t, ProtobufCAllocator *a, size_t len,
+				     const uint8_t *data, bool *generic)
 {
+	const ProtobufCMessageDescriptor *d = t->d;
 	const uint8_t *p = data, *end = data + len;
 	ProtobufCMessage *m = a->alloc(a->allocator_data, d->sizeof_message);
-	const ProtobufCFieldDescriptor *f_prev = NULL;
 	uint64_t seen = 0, key, v;
 	size_t n;
 
@@ -96,54 +323,47 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 		return NULL;
 	d->message_init(m);
 	while (p < end) {
-		const ProtobufCFieldDescriptor *f;
-		unsigned id;
-		/* protobuf-c writes fields in the descriptor's order: the
-		 * next one is most often the one after the last */
-		size_t next = f_prev ? (size_t)(f_prev - d->fields) + 1 : 0;
+		const struct ffield *ff;
+		unsigned id, i;
 
-		n = varint_get(p, end, 2, &key);     /* field numbers below 2048 */
-		if (!n)
-			goto generic;
-		p += n;
-		id = (unsigned)(key >> 3);
-		if (id >= 64 || (seen & (1ull << id)))
-			goto generic;
-		if (next < d->n_fields && d->fields[next].id == id)   /* (fields: NULL if none) */
-			f = &d->fields[next];
-		else if (!(f = field_of(d, id)))
-			goto generic;
-		f_prev = f;
-		seen |= 1ull << id;
-		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
-			uint32_t *which = MEMBER(m, f->quantifier_offset, uint32_t);
-			ProtobufCMessage *sub;
-			bool sub_generic;
-
-			if (!body || f->type != PROTOBUF_C_TYPE_MESSAGE ||
-			    (key & 7) != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED)
-				goto generic;
-			n = varint_get(p, end, 3, &v);  /* < 2 MiB */
-			if (!n || *which || v > (uint64_t)(end - p - n))
+		if (*p < 0x80 && (i = t->by_key[*p])) {     /* the usual key: one lookup */
+			id = *p++ >> 3;
+			ff = &t->f[i - 1];
+		} else {
+			if (!(n = varint_get(p, end, 2, &key)))   /* field numbers below 2048 */
 				goto generic;
 			p += n;
-			sub = fast_unpack(f->descriptor, a, v, p, false, &sub_generic);
-			if (!sub && !sub_generic)
-				goto oom;
-			if (!sub)
-				sub = protobuf_c_message_unpack(f->descriptor, a, v, p);
-			if (!sub)
+			id = (unsigned)(key >> 3);
+			if (id >= 64 || !t->by_id[id])
 				goto generic;
-			p += v;
-			*MEMBER(m, f->offset, ProtobufCMessage *) = sub;
-			*which = f->id;
-		} else if (f->label != PROTOBUF_C_LABEL_OPTIONAL) {
+			ff = &t->f[t->by_id[id] - 1];
+			if ((key & 7) != ff->wire)
+				goto generic;
+		}
+		if (seen & (1ull << id))
 			goto generic;
-		} else if (f->type == PROTOBUF_C_TYPE_STRING) {
-			char **str = MEMBER(m, f->offset, char *);
-
-			if ((key & 7) != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED)
+		seen |= 1ull << id;
+		switch (ff->kind) {
+		case K_U64:
+			if (!(n = varint_get(p, end, 9, &v)))  /* < 2^63 */
 				goto generic;
+			*MEMBER(m, ff->off, uint64_t) = v;
+			break;
+		case K_U32:
+		case K_I32:      /* < 2^28: the same value for both (an enum: an int32 as protobuf-c reads one) */
+			if (!(n = varint_get(p, end, 4, &v)))
+				goto generic;
+			*MEMBER(m, ff->off, uint32_t) = (uint32_t)v;
+			break;
+		case K_BOOL:     /* 0 or 1 in one byte, as protobuf-c writes them */
+			if (p == end || *p > 1)
+				goto generic;
+			*MEMBER(m, ff->off, protobuf_c_boolean) = *p;
+			n = 1;
+			break;
+		case K_STR: {
+			char **str = MEMBER(m, ff->off, char *);
+
 			n = varint_get(p, end, 3, &v);
 			if (!n || v > (uint64_t)(end - p - n))
 				goto generic;
@@ -154,36 +374,36 @@ static ProtobufCMessage *fast_unpack(const ProtobufCMessageDescriptor *d, Protob
 			memcpy(*str, p, v);
 			(*str)[v] = 0;
 			p += v;
-		} else if ((key & 7) != PROTOBUF_C_WIRE_TYPE_VARINT) {
-			goto generic;
-		} else {
-			switch (f->type) {
-			case PROTOBUF_C_TYPE_UINT64:
-				n = varint_get(p, end, 9, &v);  /* < 2^63 */
-				if (!n)
-					goto generic;
-				*MEMBER(m, f->offset, uint64_t) = v;
-				break;
-			case PROTOBUF_C_TYPE_UINT32:
-			case PROTOBUF_C_TYPE_INT32:     /* < 2^28: the same value for both */
-			case PROTOBUF_C_TYPE_ENUM:      /* (an int32 as protobuf-c reads one) */
-				n = varint_get(p, end, 4, &v);
-				if (!n)
-					goto generic;
-				*MEMBER(m, f->offset, uint32_t) = (uint32_t)v;
-				break;
-			case PROTOBUF_C_TYPE_BOOL:      /* 0 or 1 in one byte, as protobuf-c writes them */
-				if (p == end || *p > 1)
-					goto generic;
-				*MEMBER(m, f->offset, protobuf_c_boolean) = *p;
-				n = 1;
-				break;
-			default:
-				goto generic;
-			}
-			p += n;
-			*MEMBER(m, f->quantifier_offset, protobuf_c_boolean) = 1;
+			continue;        /* no has_ */
 		}
+		case K_BODY: {
+			uint32_t *which = MEMBER(m, ff->qoff, uint32_t);
+			const ProtobufCMessageDescriptor *bd = ff->f->descriptor;
+			ProtobufCMessage *sub = NULL;
+			bool sub_generic = true;
+
+			n = varint_get(p, end, 3, &v);  /* < 2 MiB */
+			if (!n || *which || v > (uint64_t)(end - p - n))
+				goto generic;
+			p += n;
+			if (ff->sub)
+				sub = fast_unpack(ff->sub, a, v, p, &sub_generic);
+			if (!sub && !sub_generic)
+				goto oom;
+			if (!sub)
+				sub = protobuf_c_message_unpack(bd, a, v, p);
+			if (!sub)
+				goto generic;
+			p += v;
+			*MEMBER(m, ff->off, ProtobufCMessage *) = sub;
+			*which = ff->id;
+			continue;
+		}
+		default:
+			goto generic;
+		}
+		p += n;
+		*MEMBER(m, ff->qoff, protobuf_c_boolean) = 1;
 	}
 	return m;
 generic:
@@ -210,73 +430,119 @@ static void sys_free(void *data, void *p)
 
 static ProtobufCAllocator sys_allocator = { .alloc = sys_alloc, .free = sys_free };
 
+static ProtobufCMessage *envelope_unpack(const ProtobufCMessageDescriptor *d, ProtobufCAllocator *a,
+					 size_t len, const uint8_t *data)
+{
+	const struct fmsg *t = table_of(d);
+	bool generic = true;
+	ProtobufCMessage *m = NULL;
+
+	if (t)
+		m = fast_unpack(t, a ? a : &sys_allocator, len, data, &generic);
+	if (!m && generic)
+		return protobuf_c_message_unpack(d, a, len, data);
+	return m;
+}
+
 Odpd__Request *odpd_request_unpack(ProtobufCAllocator *a, size_t len, const uint8_t *data)
 {
-	bool generic;
-	ProtobufCMessage *m = fast_unpack(&odpd__request__descriptor, a ? a : &sys_allocator, len, data, true, &generic);
-
-	if (!m && generic)
-		return odpd__request__unpack(a, len, data);
-	return (Odpd__Request *)m;
+	return (Odpd__Request *)envelope_unpack(&odpd__request__descriptor, a, len, data);
 }
 
 Odpd__Reply *odpd_reply_unpack(ProtobufCAllocator *a, size_t len, const uint8_t *data)
 {
-	bool generic;
-	ProtobufCMessage *m = fast_unpack(&odpd__reply__descriptor, a ? a : &sys_allocator, len, data, true, &generic);
-
-	if (!m && generic)
-		return odpd__reply__unpack(a, len, data);
-	return (Odpd__Reply *)m;
-}
-
-static size_t varint_len(uint64_t v)
-{
-	size_t n = 1;
-
-	while (v >= 0x80) {
-		v >>= 7;
-		n++;
-	}
-	return n;
+	return (Odpd__Reply *)envelope_unpack(&odpd__reply__descriptor, a, len, data);
 }
 
 /*
- * Pack @m: optional uint64, uint32, int32, enum, bool and string fields, no
- * unknown field, and for an envelope (@body set) a oneof of messages, each
- * packed the same way if it can (a flat body) and by protobuf-c otherwise;
- * into @buf of @cap bytes, in its fields' order as protobuf-c writes them.
- * Returns its length, or 0 if @m is not of that shape or might not fit
- * (protobuf-c decides then; an empty message also gets 0).
+ * Pack @m, whose table is @t: optional uint64, uint32, int32, enum, bool
+ * and string fields, no unknown field, and for an envelope a oneof of
+ * messages, each packed the same way if it can (a flat body) and by
+ * protobuf-c otherwise; into @buf of @cap bytes, in its fields' order as
+ * protobuf-c writes them. Returns its length, or 0 if @m is not of that
+ * shape or might not fit (protobuf-c decides then; an empty message also
+ * gets 0).
  */
-static size_t fast_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap, bool body)
+static size_t fast_pack(const struct fmsg *t, const ProtobufCMessage *m, uint8_t *buf, size_t cap)
 {
-	const ProtobufCMessageDescriptor *d = m->descriptor;
-	const ProtobufCFieldDescriptor *f, *fend;
+	const struct ffield *it, *iend = t->iter + t->n_iter;
 	uint8_t *p = buf, *end = buf + cap;
 
-	if (m->n_unknown_fields || !d->n_fields)   /* (no fields: d->fields is NULL) */
+	if (!t->packable || m->n_unknown_fields)
 		return 0;
-	f = d->fields;
-	fend = f + d->n_fields;
-	for (; f < fend; f++) {
-		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
-			const ProtobufCMessage *sub;
-			size_t sub_len;
+	for (it = t->iter; it < iend; it++) {
+		const struct ffield *ff = it;
+		uint64_t v;
 
-			if (*CMEMBER(m, f->quantifier_offset, uint32_t) != f->id)
+		if (ff->kind == K_GROUP) {
+			uint32_t which = *CMEMBER(m, ff->qoff, uint32_t);
+			unsigned i;
+
+			if (!which)
 				continue;
-			if (!body || f->type != PROTOBUF_C_TYPE_MESSAGE || f->id >= 2048)
+			/* the member it names, which the switch below packs */
+			if (which >= 64 || !t->by_id[which])
 				return 0;
-			sub = *CMEMBER(m, f->offset, const ProtobufCMessage *);
-			if (!sub || sub == f->default_value)
+			i = t->by_id[which] - 1u;
+			if (i < ff->id || i >= ff->id + ff->key_len)
+				return 0;
+			ff = &t->f[i];
+		}
+		switch (ff->kind) {
+		case K_U64:
+			v = *CMEMBER(m, ff->off, uint64_t);
+			goto scalar;
+		case K_U32:
+			v = *CMEMBER(m, ff->off, uint32_t);
+			goto scalar;
+		case K_I32:      /* a negative one: 10 bytes, sign-extended */
+			v = (uint64_t)(int64_t)*CMEMBER(m, ff->off, int32_t);
+			goto scalar;
+		case K_BOOL:
+			v = *CMEMBER(m, ff->off, protobuf_c_boolean) ? 1 : 0;
+scalar:
+			if (!*CMEMBER(m, ff->qoff, protobuf_c_boolean))
 				continue;
-			if ((size_t)(end - p) < 2 + 5)
+			if (end - p < 2 + 10)
+				return 0;
+			p[0] = ff->key[0];
+			p[1] = ff->key[1];
+			p = varint_put_wide(p + ff->key_len, v);
+			continue;
+		case K_STR: {
+			const char *str = *CMEMBER(m, ff->off, const char *);
+			size_t sl;
+
+			if (!str || str == ff->f->default_value)
+				continue;
+			sl = strlen(str);
+			if (end - p < 2 + 10 || sl > (size_t)(end - p) - (2 + 10))
+				return 0;
+			p[0] = ff->key[0];
+			p[1] = ff->key[1];
+			p = varint_put_wide(p + ff->key_len, sl);
+			memcpy(p, str, sl);
+			p += sl;
+			continue;
+		}
+		case K_BODY: {
+			const ProtobufCMessage *sub;
+			size_t sub_len = 0;
+
+			if (*CMEMBER(m, ff->qoff, uint32_t) != ff->id)
+				continue;
+			sub = *CMEMBER(m, ff->off, const ProtobufCMessage *);
+			if (!sub || sub == ff->f->default_value)
+				continue;
+			if (end - p < 2 + 5)
 				return 0;
 			/* the body after its key and a length of one byte, moved
 			 * along if its length needs more */
-			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED);
-			sub_len = fast_pack(sub, p + 1, (size_t)(end - p) - 1 - 4, false);
+			p[0] = ff->key[0];
+			p[1] = ff->key[1];
+			p += ff->key_len;
+			if (ff->sub && ff->sub->d == sub->descriptor)
+				sub_len = fast_pack(ff->sub, sub, p + 1, (size_t)(end - p) - 1 - 4);
 			if (sub_len) {
 				size_t more = varint_len(sub_len) - 1;
 
@@ -293,49 +559,10 @@ static size_t fast_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap, boo
 			p += protobuf_c_message_pack(sub, p);
 			continue;
 		}
-		if (f->label != PROTOBUF_C_LABEL_OPTIONAL || f->id >= 2048 || end - p < 2 + 10)
-			return 0;
-		switch (f->type) {
-		case PROTOBUF_C_TYPE_UINT64:
-			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
-				break;
-			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
-			p = varint_put(p, *CMEMBER(m, f->offset, uint64_t));
-			break;
-		case PROTOBUF_C_TYPE_UINT32:
-			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
-				break;
-			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
-			p = varint_put(p, *CMEMBER(m, f->offset, uint32_t));
-			break;
-		case PROTOBUF_C_TYPE_BOOL:
-			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
-				break;
-			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
-			*p++ = *CMEMBER(m, f->offset, protobuf_c_boolean) ? 1 : 0;
-			break;
-		case PROTOBUF_C_TYPE_INT32:               /* a negative one: 10 bytes, sign-extended */
-		case PROTOBUF_C_TYPE_ENUM:
-			if (!*CMEMBER(m, f->quantifier_offset, protobuf_c_boolean))
-				break;
-			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_VARINT);
-			p = varint_put(p, (uint64_t)(int64_t)*CMEMBER(m, f->offset, int32_t));
-			break;
-		case PROTOBUF_C_TYPE_STRING: {
-			const char *str = *CMEMBER(m, f->offset, const char *);
-			size_t sl;
-
-			if (!str || str == f->default_value)
-				break;
-			sl = strlen(str);
-			if (sl > (size_t)(end - p) - (2 + 5))
+		case K_ONEOF_OTHER:
+			if (*CMEMBER(m, ff->qoff, uint32_t) == ff->id)
 				return 0;
-			p = varint_put(p, f->id << 3 | PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED);
-			p = varint_put(p, sl);
-			memcpy(p, str, sl);
-			p += sl;
-			break;
-		}
+			continue;
 		default:
 			return 0;
 		}
@@ -363,7 +590,8 @@ static void bounded_append(ProtobufCBuffer *buf, size_t len, const uint8_t *data
 size_t odpd_envelope_pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap)
 {
 	struct bounded b = { .base.append = bounded_append, .data = buf, .cap = cap };
-	size_t len = fast_pack(m, buf, cap, true);
+	const struct fmsg *t = table_of(m->descriptor);
+	size_t len = t ? fast_pack(t, m, buf, cap) : 0;
 
 	if (len)
 		return len;
