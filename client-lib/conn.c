@@ -803,7 +803,8 @@ static struct odpd_conn *conn_new(void)
 	link_init(&c->link);
 	link_init(&c->segments);
 	link_init(&c->mrs);
-	link_init(&c->spare_mrs);
+	link_init(&c->spare_mrs.head);
+	link_init(&c->spare_refs.head);
 	link_init(&c->mirror_mrs);
 	link_init(&c->hit_refs);
 	link_init(&c->lazy);

@@ -229,13 +229,37 @@ static void lazy_del(struct odpd_conn *c, struct hit_ref *h)
 	c->lazy_bytes -= h->end - h->start;
 }
 
+/* At most this many freed references wait for reuse per connection. */
+#define SPARE_REFS_MAX 64
+
+/* A zeroed reference: a spare one, else calloc's (NULL: out of memory).
+ * Caller holds the tables lock. */
+static struct hit_ref *ref_alloc_locked(struct odpd_conn *c)
+{
+	struct odpd_link *l = spares_take(&c->spare_refs);
+	struct hit_ref *h;
+
+	if (!l)
+		return calloc(1, sizeof(*h));
+	h = container_of(l, struct hit_ref, lru);
+	memset(h, 0, sizeof(*h));
+	return h;
+}
+
+/* @h, in no list, kept for ref_alloc_locked or freed. Caller holds the tables lock. */
+static void ref_free_locked(struct odpd_conn *c, struct hit_ref *h)
+{
+	if (!spares_put(&c->spare_refs, &h->lru, SPARE_REFS_MAX))
+		free(h);
+}
+
 /* Forget @h here (the daemon revoked it, or the connection is gone). */
 static void ref_forget(struct odpd_conn *c, struct hit_ref *h)
 {
 	index_del(c, h);
 	if (h->users == 0) {
 		lazy_del(c, h);
-		free(h);
+		ref_free_locked(c, h);
 	}
 }
 
@@ -382,9 +406,10 @@ int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t le
 {
 	struct hit_ref *h = NULL, *old;
 
+	tables_lock(c);
 	if (c->hit_gen && c->hit_cache && res->slot && res->slot < c->hit_slots && res->slot != c->hit_events_slot &&
 	    seg && res->has_mr_range)
-		h = calloc(1, sizeof(*h));          /* NULL: served by the daemon only */
+		h = ref_alloc_locked(c);        /* NULL: served by the daemon only */
 	if (h) {
 		h->seg = seg;
 		h->addr0 = (uintptr_t)addr;
@@ -406,7 +431,6 @@ int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t le
 					 ODPD__ACCESS__ACCESS_REMOTE_ATOMIC);
 		h->users = 1;
 	}
-	tables_lock(c);
 	if (res->cache_hit)
 		c->stats.daemon_hits++;
 	else
@@ -667,7 +691,7 @@ void hit_drop_user(struct odpd_conn *c, struct hit_ref *h)
 	if (--h->users > 0)
 		return;
 	index_del(c, h);
-	free(h);
+	ref_free_locked(c, h);
 }
 
 /* ---------------------------------------------------------------- teardown */
@@ -684,6 +708,8 @@ static void hit_forget_all(struct odpd_conn *c)
 	}
 	c->n_lazy = 0;
 	c->lazy_bytes = 0;
+	while ((l = spares_take(&c->spare_refs)))
+		free(container_of(l, struct hit_ref, lru));
 }
 
 void hit_close(struct odpd_conn *c)

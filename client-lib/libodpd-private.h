@@ -69,6 +69,45 @@ static inline void link_del(struct odpd_link *n)
 	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); \
 	     (pos) = (tmp), (tmp) = (pos)->next)
 
+/* A few freed objects of one kind, each by one of its links, kept for the
+ * next allocation: a request's path then neither frees nor allocates.
+ * Under the lock of whatever holds the list. */
+struct spares {
+	struct odpd_link head;
+	unsigned n;
+};
+
+/* One kept object's link, or NULL: none kept. */
+static inline struct odpd_link *spares_take(struct spares *s)
+{
+	struct odpd_link *l;
+
+	if (!s->n)
+		return NULL;
+	l = s->head.next;
+	link_del(l);
+	s->n--;
+	return l;
+}
+
+/* Keep the object of @l (not in any list): true, else the caller frees it.
+ * Builds with ASan keep nothing, so that it reports a use after free. */
+static inline bool spares_put(struct spares *s, struct odpd_link *l, unsigned max)
+{
+#ifdef __SANITIZE_ADDRESS__
+	(void)s;
+	(void)l;
+	(void)max;
+	return false;
+#else
+	if (s->n >= max)
+		return false;
+	link_add_tail(&s->head, l);
+	s->n++;
+	return true;
+#endif
+}
+
 /* ---------------------------------------------------------------- errors */
 
 /* This thread's error message is not "": one byte of static TLS
@@ -186,8 +225,7 @@ struct odpd_conn {
 	struct odpd_link mrs;           /* struct mr_entry (mr.c) */
 	/* Entries of MRs released in-process, for the next local hit: no
 	 * allocation on the fast path (mr.c). Under tables_lock. */
-	struct odpd_link spare_mrs;
-	unsigned n_spare_mrs;
+	struct spares spare_mrs;
 	struct odpd_link mirror_mrs;    /* struct mirror_entry (mirror.c) */
 	/* odpd_import_pd() (import.c): the daemon's context and PD, imported */
 	struct ibv_context *imp_ctx;
@@ -210,6 +248,7 @@ struct odpd_conn {
 	struct hit_ref **hit_by_slot;
 	struct odpd_link hit_refs;          /* indexed, oldest first */
 	unsigned n_hit_refs;
+	struct spares spare_refs;           /* struct hit_ref by lru, for the next hit_add */
 	struct odpd_link lazy;              /* unused, kept: least recently released first */
 	unsigned n_lazy;
 	uint64_t lazy_bytes;

@@ -123,13 +123,12 @@ static void mr_insert(struct odpd_conn *c, struct mr_entry *e, struct odpd_segme
 /* A zeroed entry: a spare one, else NULL. Caller holds the tables lock. */
 static struct mr_entry *spare_take_locked(struct odpd_conn *c)
 {
+	struct odpd_link *l = spares_take(&c->spare_mrs);
 	struct mr_entry *e;
 
-	if (!c->n_spare_mrs)
+	if (!l)
 		return NULL;
-	e = container_of(c->spare_mrs.next, struct mr_entry, link);
-	link_del(&e->link);
-	c->n_spare_mrs--;
+	e = container_of(l, struct mr_entry, link);
 	memset(e, 0, sizeof(*e));
 	return e;
 }
@@ -141,27 +140,17 @@ static bool mr_retire_locked(struct odpd_conn *c, struct mr_entry *e)
 	link_del(&e->link);
 	if (e->seg)                     /* NULL: implicit ODP, in no segment */
 		e->seg->n_mrs--;
-#ifdef __SANITIZE_ADDRESS__
-	/* freed, so that ASan reports a second odpd_dereg() of it (kept,
-	 * it would be a spare's list that the second one corrupts) */
-	return false;
-#endif
-	if (c->n_spare_mrs >= SPARE_MAX)
-		return false;
-	link_add_tail(&c->spare_mrs, &e->link);
-	c->n_spare_mrs++;
-	return true;
+	/* (with ASan freed, so that it reports a second odpd_dereg() of it;
+	 * kept, it would be the spares' list that the second one corrupts) */
+	return spares_put(&c->spare_mrs, &e->link, SPARE_MAX);
 }
 
 void mrs_release_all(struct odpd_conn *c)
 {
 	struct odpd_link *l, *tmp;
 
-	link_for_each_safe(l, tmp, &c->spare_mrs) {
-		link_del(l);
+	while ((l = spares_take(&c->spare_mrs)))
 		free(container_of(l, struct mr_entry, link));
-	}
-	c->n_spare_mrs = 0;
 
 	link_for_each_safe(l, tmp, &c->mrs) {
 		struct mr_entry *e = container_of(l, struct mr_entry, link);

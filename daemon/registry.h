@@ -346,6 +346,8 @@ struct odpd_registry {
 	LIST_HEAD(, odpd_waiter) waiters;
 	uint64_t next_mr_id, generation, batch_seq;
 	struct odpd_slab mr_slab, ref_slab; /* struct odpd_mr and struct odpd_ref */
+	void *spare_op;                     /* a registration's request state, freed and
+					     * kept for the next (reg.c; NULL: none) */
 	int pagemap_fd;                     /* /proc/self/pagemap: witness pages present? */
 	_Atomic bool pagemap_scan;          /* the kernel has PAGEMAP_SCAN (read by workers) */
 	unsigned pending;                   /* jobs in flight that are not a client's */

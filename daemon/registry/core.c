@@ -186,4 +186,6 @@ void odpd_registry_finish(struct odpd_registry *r)
 		mr_undefer(r, r->deferred->mr);
 	odpd_slab_fini(&r->mr_slab);
 	odpd_slab_fini(&r->ref_slab);
+	free(r->spare_op);
+	r->spare_op = NULL;
 }

@@ -63,6 +63,32 @@ struct reg_op {
 	int rc;
 };
 
+/* A zeroed request state: the one the last registration left, else
+ * calloc's. The loop thread, as every op's end. */
+static struct reg_op *op_new(struct odpd_registry *r)
+{
+	struct reg_op *op = r->spare_op;
+
+	if (!op)
+		return calloc(1, sizeof(*op));
+	r->spare_op = NULL;
+	memset(op, 0, sizeof(*op));
+	return op;
+}
+
+/* @op ended: kept for op_new, or freed (always with ASan, so that it
+ * reports a use after the end). */
+static void op_free(struct reg_op *op)
+{
+#ifndef __SANITIZE_ADDRESS__
+	if (!op->r->spare_op) {
+		op->r->spare_op = op;
+		return;
+	}
+#endif
+	free(op);
+}
+
 
 static int reg_import(struct reg_op *op)
 {
@@ -208,7 +234,7 @@ static void joiners_answer(struct reg_op *list, struct odpd_mr *mr)
 		if (rc == 1)
 			continue;                   /* it waits again */
 		op->cb(op->arg, rc == ODPD_REG_MADE ? 0 : rc, &err, ref, rc == 0);
-		free(op);
+		op_free(op);
 	}
 }
 
@@ -292,7 +318,7 @@ static void reg_done(struct odpd_job *job)
 	int rc = reg_finish(op, &ref);
 
 	op->cb(op->arg, rc, rc < 0 ? &op->err : NULL, ref, false);
-	free(op);
+	op_free(op);
 }
 
 /*
@@ -357,7 +383,7 @@ static void reg_retry(void *arg, unsigned mrs, uint64_t bytes)
 		return;
 	cctx_drop(op->r, op->h, op->cctx);
 	op->cb(op->arg, rc == ODPD_REG_MADE ? 0 : rc, &err, ref, rc == 0);
-	free(op);
+	op_free(op);
 }
 
 /* Invalidate @evict (relaxed MRs in the way of a quota), then try @op once
@@ -730,7 +756,7 @@ static int reg_start(struct reg_op *op, struct odpd_ref **ret_ref, struct odpd_e
 int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const struct odpd_reg_req *q,
 		      odpd_reg_cb cb, void *arg, struct odpd_ref **ret_ref, struct odpd_err *err)
 {
-	struct reg_op *op = calloc(1, sizeof(*op));
+	struct reg_op *op = op_new(r);
 	int rc;
 
 	r->stats.gets++;                     /* once per request (not on a retry) */
@@ -749,14 +775,14 @@ int odpd_registry_reg(struct odpd_registry *r, struct odpd_holder *h, const stru
 		op->q.no_cache = true;           /* client-PD: the client's own PD */
 		op->cctx = holder_client_ctx(r, h, q->cmd_fd, err);
 		if (!op->cctx) {
-			free(op);
+			op_free(op);
 			return -err->code;
 		}
 	}
 	rc = reg_start(op, ret_ref, err);
 	if (rc != 1) {
 		cctx_drop(r, h, op->cctx);
-		free(op);
+		op_free(op);
 	}
 	return rc;
 }
