@@ -401,12 +401,11 @@ bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_
 
 /* ---------------------------------------------------------------- new references */
 
-int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t length,
-	    const struct mr_request *q, const struct mr_result *res, struct hit_ref **ret)
+int hit_add_locked(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t length,
+		   const struct mr_request *q, const struct mr_result *res, struct hit_ref **ret)
 {
 	struct hit_ref *h = NULL, *old;
 
-	tables_lock(c);
 	if (c->hit_gen && c->hit_cache && res->slot && res->slot < c->hit_slots && res->slot != c->hit_events_slot &&
 	    seg && res->has_mr_range)
 		h = ref_alloc_locked(c);        /* NULL: served by the daemon only */
@@ -443,7 +442,6 @@ int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t le
 		use_mark(c, h);
 		index_add(c, h);
 	}
-	tables_unlock(c);
 	*ret = h;
 	return 0;
 }

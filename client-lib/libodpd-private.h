@@ -248,7 +248,7 @@ struct odpd_conn {
 	struct hit_ref **hit_by_slot;
 	struct odpd_link hit_refs;          /* indexed, oldest first */
 	unsigned n_hit_refs;
-	struct spares spare_refs;           /* struct hit_ref by lru, for the next hit_add */
+	struct spares spare_refs;           /* struct hit_ref by lru, for the next hit_add_locked */
 	struct odpd_link lazy;              /* unused, kept: least recently released first */
 	unsigned n_lazy;
 	uint64_t lazy_bytes;
@@ -443,9 +443,10 @@ void hit_fork_child(struct odpd_conn *c);
  * holds the tables lock. */
 bool hit_lookup(struct odpd_conn *c, void *addr, size_t length, const struct mr_request *q,
 		struct mr_result *ret, struct hit_ref **ret_ref);
-/* A reply of the daemon: index its reference if it has a slot (*@ret, else NULL). */
-int hit_add(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t length,
-	    const struct mr_request *q, const struct mr_result *res, struct hit_ref **ret);
+/* A reply of the daemon: index its reference if it has a slot (*@ret, else
+ * NULL). Caller holds the tables lock. */
+int hit_add_locked(struct odpd_conn *c, struct odpd_segment *seg, void *addr, size_t length,
+		   const struct mr_request *q, const struct mr_result *res, struct hit_ref **ret);
 /* One user lets go. Caller holds the tables lock. */
 enum hit_release hit_release(struct odpd_conn *c, struct hit_ref *h, bool relaxed);
 void hit_unrelease(struct odpd_conn *c, struct hit_ref *h);

@@ -109,12 +109,6 @@ static void mr_insert_locked(struct odpd_conn *c, struct mr_entry *e, struct odp
 		seg->n_mrs++;
 }
 
-static void mr_insert(struct odpd_conn *c, struct mr_entry *e, struct odpd_segment *seg)
-{
-	tables_lock(c);
-	mr_insert_locked(c, e, seg);
-	tables_unlock(c);
-}
 
 
 /* At most this many entries wait for reuse per connection (~100 B each). */
@@ -261,8 +255,10 @@ static int mr_reg_locked(struct odpd_conn *c, const char *what, void *addr, size
 	if (r < 0)
 		return r;
 	mr_fill(&e->mr, addr, length, a->access, q->kind, &res);
-	hit_add(c, seg, addr, length, q, &res, &e->ref);
-	mr_insert(c, e, seg);
+	tables_lock(c);
+	hit_add_locked(c, seg, addr, length, q, &res, &e->ref);
+	mr_insert_locked(c, e, seg);
+	tables_unlock(c);
 	return 0;
 }
 
