@@ -69,6 +69,16 @@ static inline void link_del(struct odpd_link *n)
 	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); \
 	     (pos) = (tmp), (tmp) = (pos)->next)
 
+/* Built with AddressSanitizer (gcc defines __SANITIZE_ADDRESS__; clang 14
+ * only answers __has_feature). */
+#if defined(__SANITIZE_ADDRESS__)
+#define LIBODPD_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LIBODPD_ASAN 1
+#endif
+#endif
+
 /* A few freed objects of one kind, each by one of its links, kept for the
  * next allocation: a request's path then neither frees nor allocates.
  * Under the lock of whatever holds the list. */
@@ -94,7 +104,7 @@ static inline struct odpd_link *spares_take(struct spares *s)
  * Builds with ASan keep nothing, so that it reports a use after free. */
 static inline bool spares_put(struct spares *s, struct odpd_link *l, unsigned max)
 {
-#ifdef __SANITIZE_ADDRESS__
+#ifdef LIBODPD_ASAN
 	(void)s;
 	(void)l;
 	(void)max;
@@ -398,7 +408,8 @@ bool hit_ring_push(struct odpd_conn *c, uint64_t handle);
  * into @handles (room for ONEWAY_MAX); how many. Caller holds c->lock. */
 unsigned hit_ring_untaken(const struct odpd_conn *c, uint64_t *handles);
 
-/* Free every struct odpd_mr of @c (odpd_disconnect). */
+/* Free every struct odpd_mr of @c (odpd_disconnect: no other thread uses @c
+ * any more, so the tables lock, which what it calls expects, is not taken). */
 void mrs_release_all(struct odpd_conn *c);
 
 /* ---------------------------------------------------------------- hit.c */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "slab.h"
 #include "hittab.h"
 #include "domain.h"
 #include "log.h"
@@ -704,14 +705,7 @@ static void client_dispatch(struct odpd_client *c, const Odpd__Request *req, str
  * in it is freed one by one. Under ASan the arena's free part is poisoned,
  * and a pointer kept past the request is caught as if it had been freed.
  */
-#if defined(__SANITIZE_ADDRESS__)
-#define ARENA_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ARENA_ASAN 1
-#endif
-#endif
-#ifdef ARENA_ASAN
+#ifdef ODPD_ASAN
 #include <sanitizer/asan_interface.h>
 #define arena_poison(p, n) ASAN_POISON_MEMORY_REGION(p, n)
 #define arena_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)

@@ -19,13 +19,20 @@
 #include <stddef.h>
 #include <sys/queue.h>
 
-/* Built with AddressSanitizer: objects come from calloc() (slab.c). */
+/* Built with AddressSanitizer (gcc defines __SANITIZE_ADDRESS__; clang 14
+ * only answers __has_feature): odpd frees what it would keep for reuse, so
+ * that a use after the end is reported. */
 #if defined(__SANITIZE_ADDRESS__)
-#define ODPD_SLAB_BY_MALLOC 1
+#define ODPD_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define ODPD_SLAB_BY_MALLOC 1
+#define ODPD_ASAN 1
 #endif
+#endif
+
+/* Then objects come from calloc() (slab.c). */
+#ifdef ODPD_ASAN
+#define ODPD_SLAB_BY_MALLOC 1
 #endif
 
 struct odpd_slab_block;

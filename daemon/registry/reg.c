@@ -80,7 +80,7 @@ static struct reg_op *op_new(struct odpd_registry *r)
  * reports a use after the end). */
 static void op_free(struct reg_op *op)
 {
-#ifndef __SANITIZE_ADDRESS__
+#ifndef ODPD_ASAN
 	if (!op->r->spare_op) {
 		op->r->spare_op = op;
 		return;
