@@ -16,6 +16,7 @@
 #include "journal.h"
 #include "log.h"
 #include "handler.h"
+#include "slab.h"
 
 #define ACCESS_KNOWN (ODPD__ACCESS__ACCESS_LOCAL_WRITE | ODPD__ACCESS__ACCESS_REMOTE_READ | \
 		      ODPD__ACCESS__ACCESS_REMOTE_WRITE | ODPD__ACCESS__ACCESS_REMOTE_ATOMIC)
@@ -102,10 +103,30 @@ struct pending {
 	bool implicit;                      /* RegMr: an implicit request, a registrar wait */
 };
 
+/* The last request's, kept for the next: a registration neither allocates
+ * nor frees one (the loop thread, as every request's end). */
+static struct pending *spare_pending;
+
+static void pending_free(struct pending *p)
+{
+#ifndef ODPD_ASAN
+	if (!spare_pending) {
+		spare_pending = p;
+		return;
+	}
+#endif
+	free(p);
+}
+
 /* NULL after answering ENOMEM. */
 static struct pending *pending_new(const struct odpd_caller *k, struct odpd_out *o)
 {
-	struct pending *p = malloc(sizeof(*p));
+	struct pending *p = spare_pending;
+
+	if (p)
+		spare_pending = NULL;
+	else
+		p = malloc(sizeof(*p));
 
 	if (!p) {
 		odpd_out_error(o, k, ENOMEM, "out of memory");
@@ -161,7 +182,7 @@ static void reg_cb(void *arg, int rc, const struct odpd_err *err, struct odpd_re
 	if (p->implicit)
 		implicit_end(&p->k);
 	odpd_complete(&p->k, &o);
-	free(p);
+	pending_free(p);
 }
 
 /* Find the client's segment holding [addr, addr + length). */
@@ -385,7 +406,7 @@ static int reg_submit(const struct odpd_caller *k, struct odpd_out *o, struct od
 	r = odpd_registry_reg(&k->m->registry, k->holder, q, reg_cb, p, &ref, &err);
 	if (r == 1)
 		return ODPD_PENDING;
-	free(p);
+	pending_free(p);
 	if (r < 0)
 		odpd_out_err(o, k, &err);
 	else
@@ -609,7 +630,7 @@ static void dereg_cb(void *arg, unsigned mrs, uint64_t bytes)
 	(void)bytes;
 	reply_ok(&o, p->k.id);
 	odpd_complete(&p->k, &o);
-	free(p);
+	pending_free(p);
 }
 
 /*
@@ -653,7 +674,7 @@ int odpd_dereg_mr(const struct odpd_caller *k, const Odpd__DeregMr *req, struct 
 		s->n_mrs--;
 	if (odpd_registry_release(&k->m->registry, ref, req->has_relaxed && req->relaxed, dereg_cb, p) == 1)
 		return ODPD_PENDING;
-	free(p);
+	pending_free(p);
 	reply_ok(o, k->id);
 	return ODPD_DONE;
 }
@@ -682,7 +703,7 @@ static void verify_cb(void *arg, int rc, const struct odpd_err *err, uint32_t cr
 		odpd_out_reply(&o, &reply, -1);
 	}
 	odpd_complete(&p->k, &o);
-	free(p);
+	pending_free(p);
 }
 
 int odpd_verify(const struct odpd_caller *k, const Odpd__Verify *req, struct odpd_out *o)
@@ -696,7 +717,7 @@ int odpd_verify(const struct odpd_caller *k, const Odpd__Verify *req, struct odp
 	if (odpd_registry_verify(&k->m->registry, ref, req->addr, req->length,
 				 req->has_rkey ? &req->rkey : NULL, k->m->cfg.verify_buffer, verify_cb, p,
 				 &err) < 0) {
-		free(p);
+		pending_free(p);
 		odpd_out_err(o, k, &err);
 		return ODPD_DONE;
 	}
@@ -717,7 +738,7 @@ int odpd_admin_verify(const struct odpd_caller *k, const Odpd__AdminVerify *req,
 		return ODPD_DONE;
 	if (odpd_registry_verify_mr(&k->m->registry, req->mr_id, k->m->cfg.verify_buffer, verify_cb, p,
 				    &err) < 0) {
-		free(p);
+		pending_free(p);
 		odpd_out_err(o, k, &err);
 		return ODPD_DONE;
 	}
@@ -793,7 +814,7 @@ static void flush_cb(void *arg, unsigned mrs, uint64_t bytes)
 	log_info(CALLER_FMT ": flush: %u MR(s), %s invalidated", CALLER_ARGS(&p->k), mrs, log_bytes(bytes, b));
 	reply_flush(&o, p->k.id, mrs, bytes);
 	odpd_complete(&p->k, &o);
-	free(p);
+	pending_free(p);
 }
 
 /* A client's flush covers its own PDs; all, pid and pd are for admins. */
@@ -820,7 +841,7 @@ int odpd_flush(const struct odpd_caller *k, const Odpd__Flush *req, struct odpd_
 		return ODPD_DONE;
 	if (odpd_registry_flush(&k->m->registry, &sel, flush_cb, p) == 1)
 		return ODPD_PENDING;
-	free(p);
+	pending_free(p);
 	reply_flush(o, k->id, 0, 0);
 	return ODPD_DONE;
 }
@@ -888,7 +909,7 @@ static void export_cb(void *arg, int rc, const struct odpd_err *err, int fd, uin
 		odpd_out_reply(&o, &reply, fd);
 	}
 	odpd_complete(k, &o);
-	free(p);
+	pending_free(p);
 }
 
 int odpd_import_pd(const struct odpd_caller *k, const Odpd__ImportPd *req, struct odpd_out *o)
@@ -907,7 +928,7 @@ int odpd_import_pd(const struct odpd_caller *k, const Odpd__ImportPd *req, struc
 		return ODPD_DONE;
 	p->dev = dev;
 	if (odpd_registry_export_pd(&m->registry, k->holder, dev, export_cb, p, &err) < 0) {
-		free(p);
+		pending_free(p);
 		odpd_out_err(o, k, &err);
 		return ODPD_DONE;
 	}
@@ -929,7 +950,7 @@ static void advise_cb(void *arg, int rc, const struct odpd_err *err, uint64_t by
 			reply_advise(&o, p->k.id, bytes, true);
 	}
 	odpd_complete(&p->k, &o);
-	free(p);
+	pending_free(p);
 }
 
 int odpd_advise_mr(const struct odpd_caller *k, const Odpd__AdviseMr *req, struct odpd_out *o)
@@ -953,7 +974,7 @@ int odpd_advise_mr(const struct odpd_caller *k, const Odpd__AdviseMr *req, struc
 	p->flush = (req->flags & IBV_ADVISE_MR_FLAG_FLUSH) != 0;
 	if (odpd_registry_advise(&k->m->registry, k->holder, req->advice, req->flags, sges,
 				 (unsigned)req->n_sges, advise_cb, p, &err) < 0) {
-		free(p);
+		pending_free(p);
 		odpd_out_err(o, k, &err);
 		return ODPD_DONE;
 	}
