@@ -36,6 +36,10 @@
 #define VARINT_WORD 0
 #endif
 
+/* The longest varint protobuf-c reads (64 bits in 7-bit groups); the bits
+ * past 64 of a tenth byte are dropped, as protobuf-c drops them. */
+#define VARINT_MAX 10
+
 /* A varint of at most @max bytes at @p (before @end): its length, 0 if
  * longer or cut short. */
 static inline size_t varint_get(const uint8_t *p, const uint8_t *end, size_t max, uint64_t *ret)
@@ -358,7 +362,7 @@ static bool mr_reply_unpack(Odpd__MrReply *m, const uint8_t *p, const uint8_t *e
 		/* a varint field 1 to 14; a scalar sent twice: the last, as protobuf-c */
 		if ((key & 7) != PROTOBUF_C_WIRE_TYPE_VARINT || key < 1 << 3 || key > MR_REPLY_FIELDS << 3)
 			return false;
-		n = varint_get(p, end, mr_reply_types[(key >> 3) - 1] == PROTOBUF_C_TYPE_UINT64 ? 9 : 5, &v);
+		n = varint_get(p, end, VARINT_MAX, &v);   /* uint32, int32: the low 32 bits below */
 		if (!n)
 			return false;
 		p += n;
@@ -423,16 +427,17 @@ static ProtobufCMessage *fast_unpack(const struct fmsg *t, ProtobufCAllocator *a
 		seen |= 1ull << id;
 		switch (ff->kind) {
 		case K_U64:
-			if (!(n = varint_get(p, end, 9, &v)))  /* < 2^63 */
+			if (!(n = varint_get(p, end, VARINT_MAX, &v)))
 				goto generic;
 			*MEMBER(m, ff->off, uint64_t) = v;
 			break;
 		case K_U32:
 		case K_I32:
-			/* up to 5 bytes, whose low 32 bits protobuf-c takes for both
-			 * (an enum: an int32 as protobuf-c reads one); an mlx5 key of
-			 * 2^28 and more takes 5. A negative int32 (10 bytes): protobuf-c's */
-			if (!(n = varint_get(p, end, 5, &v)))
+			/* the low 32 bits, as protobuf-c takes them for both (an enum:
+			 * an int32 as protobuf-c reads one): an mlx5 key of 2^28 and
+			 * more takes 5 bytes, a negative int32 (an errno in
+			 * Reply.status) 10 */
+			if (!(n = varint_get(p, end, VARINT_MAX, &v)))
 				goto generic;
 			*MEMBER(m, ff->off, uint32_t) = (uint32_t)v;
 			break;
