@@ -335,14 +335,6 @@ static const struct fmsg *table_of(const ProtobufCMessageDescriptor *d)
 #define MEMBER(msg, off, type) ((type *)((char *)(msg) + (off)))
 #define CMEMBER(msg, off, type) ((const type *)((const char *)(msg) + (off)))
 
-/*
- * Unpack the message of table @t from @data: optional uint64, uint32,
- * int32, enum, bool and string fields, each at most once, no other field;
- * an envelope also a oneof of messages, each of which this reads the same
- * way if it can (a flat body: RegMr, MrReply, the most frequent ones) and
- * protobuf-c otherwise. NULL with *@generic set: not of that shape, or not
- * valid (protobuf-c decides); NULL without: out of memory.
- */
 /* An MrReply's fields into @m (initialised): true, else not of the usual
  * shape (protobuf-c decides). */
 static bool mr_reply_unpack(Odpd__MrReply *m, const uint8_t *p, const uint8_t *end)
@@ -386,6 +378,14 @@ static bool mr_reply_unpack(Odpd__MrReply *m, const uint8_t *p, const uint8_t *e
 	return true;
 }
 
+/*
+ * Unpack the message of table @t from @data: optional uint64, uint32,
+ * int32, enum, bool and string fields, each at most once, no other field;
+ * an envelope also a oneof of messages, each of which this reads the same
+ * way if it can (a flat body: RegMr, MrReply, the most frequent ones) and
+ * protobuf-c otherwise. NULL with *@generic set: not of that shape, or not
+ * valid (protobuf-c decides); NULL without: out of memory.
+ */
 static ProtobufCMessage *fast_unpack(const struct fmsg *t, ProtobufCAllocator *a, size_t len,
 				     const uint8_t *data, bool *generic)
 {
@@ -540,21 +540,13 @@ Odpd__Reply *odpd_reply_unpack(ProtobufCAllocator *a, size_t len, const uint8_t 
 	return (Odpd__Reply *)envelope_unpack(&odpd__reply__descriptor, a, len, data);
 }
 
-/*
- * Pack @m, whose table is @t: optional uint64, uint32, int32, enum, bool
- * and string fields, no unknown field, and for an envelope a oneof of
- * messages, each packed the same way if it can (a flat body) and by
- * protobuf-c otherwise; into @buf of @cap bytes, in its fields' order as
- * protobuf-c writes them. Returns its length, or 0 if @m is not of that
- * shape or might not fit (protobuf-c decides then; an empty message also
- * gets 0).
- */
 static size_t mr_reply_pack(const Odpd__MrReply *m, uint8_t *buf, size_t cap)
 {
 	uint8_t *p = buf;
 
-	/* each field at most a key and 10 bytes, and 8 more that a wide put may write */
-	if (m->base.n_unknown_fields || cap < MR_REPLY_FIELDS * 11 + 8)
+	/* at most 120 bytes (14 keys; 7 uint64 and a negative int32 of 10 bytes,
+	 * 5 uint32 of 5, a bool), and 7 past them that a wide put may write */
+	if (m->base.n_unknown_fields || cap < 120 + 7)
 		return 0;
 #define PUT(field, id, value) \
 	if (m->has_##field) { \
@@ -579,6 +571,15 @@ static size_t mr_reply_pack(const Odpd__MrReply *m, uint8_t *buf, size_t cap)
 	return (size_t)(p - buf);
 }
 
+/*
+ * Pack @m, whose table is @t: optional uint64, uint32, int32, enum, bool
+ * and string fields, no unknown field, and for an envelope a oneof of
+ * messages, each packed the same way if it can (a flat body) and by
+ * protobuf-c otherwise; into @buf of @cap bytes, in its fields' order as
+ * protobuf-c writes them. Returns its length, or 0 if @m is not of that
+ * shape or might not fit (protobuf-c decides then; an empty message also
+ * gets 0).
+ */
 static size_t fast_pack(const struct fmsg *t, const ProtobufCMessage *m, uint8_t *buf, size_t cap)
 {
 	const struct ffield *it, *iend = t->iter + t->n_iter;
