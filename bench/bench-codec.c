@@ -94,7 +94,7 @@ int main(int argc, char **argv)
 	} else if (!strncmp(c, "error-", 6)) {
 		reply.has_id = reply.has_status = 1;
 		reply.id = 100001;
-		reply.status = -17;
+		reply.status = 17;                  /* EEXIST: Reply.status is a positive errno */
 		reply.message = "PD \"bench\": this connection is in a PD already";
 		m = &reply.base;
 	} else if (!strncmp(c, "reg-mr-", 7)) {
