@@ -105,29 +105,21 @@ struct pending {
 
 /* The last request's, kept for the next: a registration neither allocates
  * nor frees one (the loop thread, as every request's end). */
-static struct pending *spare_pending;
+static void *spare_pending;
 
 static void pending_free(struct pending *p)
 {
-#ifndef ODPD_ASAN
-	if (!spare_pending) {
-		spare_pending = p;
-		return;
-	}
-#endif
-	free(p);
+	if (!odpd_spare_keep(&spare_pending, p))
+		free(p);
 }
 
 /* NULL after answering ENOMEM. */
 static struct pending *pending_new(const struct odpd_caller *k, struct odpd_out *o)
 {
-	struct pending *p = spare_pending;
+	struct pending *p = odpd_spare_take(&spare_pending);
 
-	if (p)
-		spare_pending = NULL;
-	else
+	if (!p)
 		p = malloc(sizeof(*p));
-
 	if (!p) {
 		odpd_out_error(o, k, ENOMEM, "out of memory");
 		return NULL;

@@ -16,6 +16,7 @@
  * <valgrind/memcheck.h> was found at build time.
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/queue.h>
 
@@ -34,6 +35,32 @@
 #ifdef ODPD_ASAN
 #define ODPD_SLAB_BY_MALLOC 1
 #endif
+
+/* One freed object of a kind, kept in *@spare for the next allocation of
+ * that kind (loop thread only): a request's path then neither frees nor
+ * allocates it. Take: the kept object, or NULL. Keep: true if kept, else
+ * the caller frees @p (one is kept already; always with ASan). */
+static inline void *odpd_spare_take(void **spare)
+{
+	void *p = *spare;
+
+	*spare = NULL;
+	return p;
+}
+
+static inline bool odpd_spare_keep(void **spare, void *p)
+{
+#ifdef ODPD_ASAN
+	(void)spare;
+	(void)p;
+	return false;
+#else
+	if (*spare)
+		return false;
+	*spare = p;
+	return true;
+#endif
+}
 
 struct odpd_slab_block;
 

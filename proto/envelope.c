@@ -152,7 +152,7 @@ enum kind {
 	K_STR,
 	K_BODY,          /* a message of an envelope's oneof */
 	K_ONEOF_OTHER,   /* any other member of a oneof: protobuf-c's when set */
-	K_GROUP,         /* (in fmsg.iter only) a oneof whose members are f[group, group + n_group) */
+	K_GROUP,         /* (in fmsg.iter only) the oneof of f[group_first, group_end) */
 };
 
 struct ffield {
@@ -178,6 +178,7 @@ struct fmsg {
 	 * K_GROUP entry, so that packing does not look at each member. */
 	struct ffield *iter;
 	unsigned n, n_iter;
+	unsigned group_first, group_end;   /* the K_GROUP entry's members in f[] */
 	bool mr_reply;           /* MrReply of the shape mr_reply_pack expects */
 	struct ffield f[];       /* in the descriptor's order, as protobuf-c packs */
 };
@@ -238,8 +239,6 @@ static void fmsg_group(struct fmsg *t)
 		if (i == first) {
 			it[k] = t->f[i];
 			it[k].kind = K_GROUP;
-			it[k].id = first;                /* (the group's first member) */
-			it[k].key_len = (uint8_t)(last - first + 1);
 			k++;
 		} else if (i < first || i > last) {
 			it[k++] = t->f[i];
@@ -247,6 +246,8 @@ static void fmsg_group(struct fmsg *t)
 	}
 	t->iter = it;
 	t->n_iter = k;
+	t->group_first = first;
+	t->group_end = last + 1;
 }
 
 static struct fmsg *fmsg_build(const ProtobufCMessageDescriptor *d, bool envelope)
@@ -607,7 +608,7 @@ static size_t fast_pack(const struct fmsg *t, const ProtobufCMessage *m, uint8_t
 			if (which >= 64 || !t->by_id[which])
 				return 0;
 			i = t->by_id[which] - 1u;
-			if (i < ff->id || i >= ff->id + ff->key_len)
+			if (i < t->group_first || i >= t->group_end)
 				return 0;
 			ff = &t->f[i];
 		}

@@ -67,26 +67,19 @@ struct reg_op {
  * calloc's. The loop thread, as every op's end. */
 static struct reg_op *op_new(struct odpd_registry *r)
 {
-	struct reg_op *op = r->spare_op;
+	struct reg_op *op = odpd_spare_take(&r->spare_op);
 
 	if (!op)
 		return calloc(1, sizeof(*op));
-	r->spare_op = NULL;
 	memset(op, 0, sizeof(*op));
 	return op;
 }
 
-/* @op ended: kept for op_new, or freed (always with ASan, so that it
- * reports a use after the end). */
+/* @op ended: kept for op_new, or freed. */
 static void op_free(struct reg_op *op)
 {
-#ifndef ODPD_ASAN
-	if (!op->r->spare_op) {
-		op->r->spare_op = op;
-		return;
-	}
-#endif
-	free(op);
+	if (!odpd_spare_keep(&op->r->spare_op, op))
+		free(op);
 }
 
 
